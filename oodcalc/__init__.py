@@ -1,0 +1,17 @@
+"""oodcalc: the theory of out-of-distribution in-context learning in softmax attention
+(arXiv 2609.36448) as a calculator, a symbolic engine and a simulator."""
+
+from .errors import ComputationError, InputError, OodcalcError
+from .geometry import (Geometry, from_arrays, from_files, mean_query, orthogonal,
+                       parallel_shift, rotation)
+from .predict import predict
+from .report import Report
+from .setting import Protocol, Setting
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ComputationError", "Geometry", "InputError", "OodcalcError", "Protocol", "Report",
+    "Setting", "from_arrays", "from_files", "mean_query", "orthogonal", "parallel_shift",
+    "predict", "rotation",
+]

@@ -1,0 +1,68 @@
+"""Parsing of command-line values into numbers, with one-line errors that name the
+option, the value and what is accepted. Options arrive as text so that every bad value,
+NaN and inf included, gets the same kind of message."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..errors import InputError
+
+_PI_EXPR = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)?)\s*\*?\s*pi\s*(?:/\s*(\d+\.?\d*))?\s*$")
+
+
+def number(option: str, text: str, accepted: str = "expected a finite real number") -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise InputError(option, repr(text), accepted) from None
+    if not math.isfinite(x):
+        raise InputError(option, repr(text), accepted + " (NaN and inf are not accepted)")
+    return x
+
+
+def positive(option: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    x = number(option, text, "expected a finite number > 0")
+    if x <= 0:
+        raise InputError(option, repr(text), "expected a finite number > 0")
+    return x
+
+
+def integer(option: str, text: str | None, minimum: int) -> int | None:
+    if text is None:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise InputError(option, repr(text), f"expected an integer >= {minimum}") from None
+    if n < minimum:
+        raise InputError(option, repr(text), f"expected an integer >= {minimum}")
+    return n
+
+
+def numbers(option: str, text: str) -> list[float]:
+    """A comma-separated list of finite numbers, e.g. ``1,-0.9``."""
+    values = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            x = float(part)
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x):
+            raise InputError(option, repr(text), f"entry {part!r} is not a finite number; "
+                             "expected comma-separated finite numbers, e.g. 1,-0.9")
+        values.append(x)
+    return values
+
+
+def angle(option: str, text: str) -> float:
+    """Radians, as a number (``0.5236``) or a multiple of pi (``pi/6``, ``-2pi/3``)."""
+    match = _PI_EXPR.match(text.replace("π", "pi"))
+    if match:
+        factor = match.group(1)
+        factor = float(factor + "1" if factor in ("", "+", "-") else factor)
+        return factor * math.pi / (float(match.group(2)) if match.group(2) else 1.0)
+    return number(option, text, "expected an angle in radians, e.g. 0.5236 or pi/6")

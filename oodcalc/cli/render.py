@@ -1,0 +1,93 @@
+"""Human output of ``oodcalc predict`` with rich (imported only when a human asks)."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from .. import theory
+from ..report import Report
+
+REGIME_STYLE = {"forgetting": "red", "backward-transfer": "green",
+                "undetermined": "yellow", "unaffected": "cyan", None: "dim"}
+
+
+def fmt(x: float, digits: int = 5) -> str:
+    return f"{x:.{digits}g}"
+
+
+def describe_geometry(geometry: dict) -> str:
+    kind = geometry["kind"]
+    if kind == "parallel-shift":
+        return "parallel shift, γ = (" + ", ".join(fmt(g) for g in geometry["gamma"]) + ")"
+    if kind == "rotation":
+        return f"rotation by θ = {fmt(geometry['theta'])} rad"
+    if kind == "mean-query":
+        return "mean-centred query, u_1 = v̄"
+    if kind == "orthogonal":
+        return "orthogonal subspaces, span(U) ⊥ span(V)"
+    return f"features from {geometry['features']} and {geometry['ood']}"
+
+
+def render_prediction(report: Report, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    p = report.parameters
+    K = p["K"]
+    console.print(f"[bold]oodcalc predict[/bold] · {describe_geometry(p['geometry'])}")
+    console.print(f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
+                  f"η_ft = {fmt(p['eta_ft'])}  (exact population dynamics, Q⁽⁰⁾ = 0)")
+
+    pre = report.pretrain
+    table = Table(title="1 · Pretraining on V: where the stopping rule e_k <= ε is met",
+                  title_justify="left")
+    table.add_column("quantity")
+    table.add_column("closed form (threshold)", justify="right")
+    table.add_column("gradient descent at T1", justify="right")
+    table.add_row("α  (every v_k)", f"α* = {fmt(pre.alpha_star)}", fmt(pre.alpha))
+    table.add_row("β  (every pair)", f"−α*/(K−1) = {fmt(-pre.alpha_star / (K - 1))}",
+                  fmt(pre.beta))
+    table.add_row("e_k on v_k", f"<= ε = {fmt(p['eps'])}", fmt(float(pre.error.max())))
+    table.add_row("T1", "", str(pre.T1))
+    console.print(table)
+
+    ood = report.ood
+    table = Table(title="2 · OOD features at T1 (claim 5, M = VᵀU)", title_justify="left")
+    for name in ("k", "α_{u_k}", "β_{u_n,u_k}, n≠k", "Attn_k", "e_k", "closed form e_k at α*",
+                 "corollary"):
+        table.add_column(name, justify="left" if name in ("k", "corollary") else "right")
+    closed_error = ood.at_alpha_star["error"]
+    for k in range(K):
+        betas = np.delete(ood.z[:, k], k)
+        beta_text = (", ".join(fmt(b, 4) for b in betas) if K <= 4
+                     else f"{fmt(betas.min(), 4)} … {fmt(betas.max(), 4)}")
+        table.add_row(str(k + 1), fmt(ood.z[k, k]), beta_text, fmt(ood.attention[k, k]),
+                      fmt(ood.error[k]), fmt(closed_error[k]), ood.corollary[k] or "—")
+    console.print(table)
+    console.print(f"Random guessing (uniform attention 1/K) has e_k = {fmt(theory.uniform_error(K))}; "
+                  f"OOD loss L = Σ e_k/K = {fmt(float(ood.error.sum() / K))}.")
+
+    ft = report.finetune
+    within = ft.eta_ft <= ft.step_size_bound
+    verdict = "[green]within[/green]" if within else "[red]exceeds[/red]"
+    console.print()
+    console.print(f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps; "
+                  f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}, "
+                  f"η_ft = {fmt(ft.eta_ft)} {verdict} it.")
+    table = Table(title_justify="left")
+    for name in ("k", "γ_k", "theorem (claim 8)", "condition", "L_{v_k} before → after",
+                 "F_k", "exact trajectory"):
+        table.add_column(name, justify="right" if name in ("γ_k", "F_k") else "left")
+    gamma = p["geometry"].get("gamma") or np.diag(np.asarray(p["geometry"]["M"]))
+    for f in report.forgetting:
+        style = REGIME_STYLE[f.regime]
+        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4),
+                      f"[{style}]{f.regime or 'n/a (not a parallel shift)'}[/{style}]",
+                      f.condition or "—",
+                      f"{fmt(f.loss_before, 4)} → {fmt(f.loss_after, 4)}",
+                      f"{f.F_k:+.4g}", f.trend)
+    console.print(table)
+    F = report.F
+    meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
+               else "no net change")
+    console.print(f"F = L_tr(after) − L_tr(before) = [bold]{F:+.5g}[/bold] ({meaning}).")

@@ -1,0 +1,237 @@
+"""Feature geometries: the training features V and the OOD features U (MODEL.md).
+
+Every constructor returns a validated :class:`Geometry`; ``d`` defaults to the smallest
+dimension that holds the geometry, and a larger ``d`` pads every feature with zeros.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import InputError
+
+#: Largest entry of |VᵀV − I| (and |UᵀU − I|) accepted as orthonormal.
+ORTHONORMAL_TOL = 1e-6
+#: Off-diagonal entries of M = VᵀU below this count as zero when deciding whether a
+#: geometry is a parallel shift (MODEL.md: ⟨v_k, u_n⟩ = 0 for n ≠ k).
+PARALLEL_TOL = 1e-9
+
+FEATURE_FILE_SUFFIXES = (".npy", ".csv", ".json")
+
+
+@dataclass(frozen=True, eq=False)
+class Geometry:
+    """Orthonormal training features ``V`` and OOD features ``U``, both ``d × K``."""
+
+    V: np.ndarray
+    U: np.ndarray
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def K(self) -> int:
+        return self.V.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.V.shape[0]
+
+    @property
+    def M(self) -> np.ndarray:
+        """Alignment matrix ``M = VᵀU``: ``M[n, k] = ⟨v_n, u_k⟩``."""
+        return self.V.T @ self.U
+
+    @property
+    def gamma(self) -> np.ndarray | None:
+        """``γ_k = ⟨v_k, u_k⟩`` when the geometry is a parallel shift, else ``None``."""
+        M = self.M
+        off_diagonal = M - np.diag(np.diag(M))
+        if np.abs(off_diagonal).max() > PARALLEL_TOL:
+            return None
+        return np.diag(M).copy()
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description: enough to rebuild the geometry."""
+        return {"kind": self.kind, **self.params, "K": self.K, "d": self.d,
+                "M": self.M.tolist()}
+
+
+# --- validation helpers ---------------------------------------------------------------
+
+def check_dimension(d: int | None, d_min: int, name: str = "d") -> int:
+    if d is None:
+        return d_min
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < d_min:
+        raise InputError(name, d, f"this geometry needs an integer dimension >= {d_min}")
+    return int(d)
+
+
+def check_K(K: Any, name: str = "K") -> int:
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 2:
+        raise InputError(name, K, "the number of features must be an integer >= 2")
+    return int(K)
+
+
+def check_finite(value: Any, name: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(name, value, "expected a real number") from None
+    if not math.isfinite(x):
+        raise InputError(name, value, "expected a finite real number (not NaN or inf)")
+    return x
+
+
+def _embed(V: np.ndarray, U: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    pad = d - V.shape[0]
+    return np.pad(V, ((0, pad), (0, 0))), np.pad(U, ((0, pad), (0, 0)))
+
+
+def check_orthonormal(F: np.ndarray, name: str, tol: float) -> None:
+    gram_error = np.abs(F.T @ F - np.eye(F.shape[1])).max()
+    if gram_error > tol:
+        raise InputError(name, f"columns with max |FᵀF − I| = {gram_error:.3g}",
+                         f"each column is a feature and the columns must be orthonormal "
+                         f"within {tol:g}")
+
+
+# --- constructors ---------------------------------------------------------------------
+
+def parallel_shift(gamma: Sequence[float], d: int | None = None, *,
+                   name: str = "gamma") -> Geometry:
+    """Assumption 5.4: ``⟨v_k, u_k⟩ = γ_k``, ``⟨v_k, u_n⟩ = 0`` for ``n ≠ k``.
+
+    ``u_k = γ_k v_k + √(1 − γ_k²) w_k`` with a fresh direction ``w_k ⊥ span(V)`` for every
+    ``|γ_k| < 1``; ``d_min = K + #{k : |γ_k| < 1}``.
+    """
+    values = [check_finite(g, f"{name}[{i + 1}]") for i, g in enumerate(gamma)]
+    if len(values) < 2:
+        raise InputError(name, ",".join(map(str, gamma)) or "nothing",
+                         "give at least 2 values (one per feature, K >= 2)")
+    for i, g in enumerate(values):
+        if not -1.0 <= g <= 1.0:
+            raise InputError(f"{name}[{i + 1}]", g, "each γ must lie in [-1, 1]")
+    return _shifted(np.array(values), d, kind="parallel-shift",
+                    params={"gamma": values})
+
+
+def _shifted(cosines: np.ndarray, d: int | None, kind: str,
+             params: dict[str, Any], sines: np.ndarray | None = None) -> Geometry:
+    K = len(cosines)
+    if sines is None:
+        sines = np.sqrt(np.clip(1.0 - cosines**2, 0.0, None))
+    moved = np.flatnonzero(np.abs(sines) > 0.0)
+    d_min = K + len(moved)
+    V = np.eye(d_min, K)
+    U = V * cosines
+    U[K + np.arange(len(moved)), moved] = sines[moved]
+    V, U = _embed(V, U, check_dimension(d, d_min))
+    return Geometry(V, U, kind, params)
+
+
+def rotation(theta: float, K: int, d: int | None = None) -> Geometry:
+    """Every feature turned by ``θ`` toward its own direction orthogonal to span(V):
+    ``u_k = cos θ v_k + sin θ w_k`` (a parallel shift with every ``γ_k = cos θ``)."""
+    K = check_K(K)
+    theta = check_finite(theta, "theta")
+    c, s = math.cos(theta), math.sin(theta)
+    if abs(s) < 1e-12:  # θ a multiple of π: u_k = ±v_k, no extra direction needed
+        c, s = round(c), 0.0
+    return _shifted(np.full(K, c), d, kind="rotation", params={"theta": theta},
+                    sines=np.full(K, s))
+
+
+def mean_query(K: int, d: int | None = None) -> Geometry:
+    """``u_1 = v̄ = (1/√K) Σ_i v_i``; ``u_2..u_K`` complete an orthonormal basis of span(V)."""
+    K = check_K(K)
+    seed = np.eye(K)
+    seed[:, 0] = 1.0 / math.sqrt(K)
+    basis, _ = np.linalg.qr(seed)
+    basis *= np.sign(basis[0, 0]) if basis[0, 0] != 0 else 1.0
+    basis[:, 0] = 1.0 / math.sqrt(K)  # exact v̄, not its rounded QR image
+    V = np.eye(K)
+    V, U = _embed(V, V @ basis, check_dimension(d, K))
+    return Geometry(V, U, "mean-query", {"mean_feature": 1})
+
+
+def orthogonal(K: int, d: int | None = None) -> Geometry:
+    """span(U) ⊥ span(V): ``u_k = e_{K+k}``."""
+    K = check_K(K)
+    V, U = np.eye(2 * K, K), np.eye(2 * K, 2 * K)[:, K:]
+    V, U = _embed(V, U, check_dimension(d, 2 * K))
+    return Geometry(V, U, "orthogonal", {})
+
+
+def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMAL_TOL,
+                names: tuple[str, str] = ("V", "U"),
+                params: dict[str, Any] | None = None) -> Geometry:
+    """A user's features: two ``d × K`` arrays, each column a feature."""
+    arrays = []
+    for F, name in zip((V, U), names):
+        try:
+            F = np.asarray(F, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(name, "a non-numeric array", "expected a d × K array of "
+                             "real numbers, each column a feature") from None
+        if F.ndim != 2:
+            raise InputError(name, f"an array of shape {F.shape}",
+                             "expected a 2-D d × K array, each column a feature")
+        if not np.isfinite(F).all():
+            raise InputError(name, "an array containing NaN or inf",
+                             "every entry must be a finite number")
+        arrays.append(F)
+    V, U = arrays
+    if V.shape != U.shape:
+        raise InputError(f"{names[0]} and {names[1]}", f"shapes {V.shape} and {U.shape}",
+                         "both must have the same shape d × K")
+    d_file, K = V.shape
+    check_K(K, f"{names[0]} (number of columns)")
+    if d_file < K:
+        raise InputError(names[0], f"shape {V.shape}",
+                         "need d >= K: at least as many rows as columns (features)")
+    for F, name in zip((V, U), names):
+        check_orthonormal(F, name, tol)
+    if d is not None and d != d_file:
+        raise InputError("d", d, f"the feature files fix d = {d_file}; omit d or give {d_file}")
+    return Geometry(V, U, "file", dict(params or {}))
+
+
+def load_features(path: str | Path, name: str) -> np.ndarray:
+    """Read a ``d × K`` feature matrix from .npy (no pickles), .csv or .json."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in FEATURE_FILE_SUFFIXES:
+        raise InputError(name, str(path), "accepted files are .npy, .csv or .json "
+                         "(pickles are never loaded)")
+    if not path.is_file():
+        raise InputError(name, str(path), "no such file")
+    try:
+        if suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if suffix == ".csv":
+            return np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
+        return np.asarray(json.loads(path.read_text()), dtype=np.float64)
+    except ValueError as err:
+        if "allow_pickle" in str(err):
+            raise InputError(name, str(path), "the .npy holds Python objects, which need "
+                             "pickle and are never loaded; save a numeric array") from None
+        raise InputError(name, str(path), f"could not read a numeric d × K array ({err})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(name, str(path), f"could not read the file ({err})") from None
+
+
+def from_files(features: str | Path, ood: str | Path, d: int | None = None, *,
+               tol: float = ORTHONORMAL_TOL, names: tuple[str, str] = ("V", "U")) -> Geometry:
+    V, U = (load_features(p, n) for p, n in zip((features, ood), names))
+    params = {"features": str(features), "ood": str(ood),
+              "sha256": [hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                         for p in (features, ood)],
+              "tol": tol}
+    return from_arrays(V, U, d, tol=tol, names=names, params=params)

@@ -1,0 +1,146 @@
+"""The result schema shared by the theory and every simulator.
+
+A :class:`Report` holds, for one setting, the three phases MODEL.md describes: where
+pretraining stops (T1), what Q^(T1) does on the OOD features, and what fine-tuning (T2)
+does to the source features. Theory and simulation fill the same fields, so comparing them
+is a field-by-field diff. ``to_dict`` is the documented JSON (README, "JSON schema").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def jsonable(value: Any) -> Any:
+    """numpy → plain Python; NaN/inf → None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def off_diagonal(z: np.ndarray) -> np.ndarray:
+    """``z`` with NaN on the diagonal: the β-type weights ``beta[n][k]``, n ≠ k."""
+    out = np.array(z, dtype=np.float64, copy=True)
+    np.fill_diagonal(out, np.nan)
+    return out
+
+
+@dataclass(frozen=True)
+class Pretrain:
+    T1: int
+    z: np.ndarray            # source logits z[n, k] = v_nᵀ Q^(T1) v_k
+    error: np.ndarray        # e_k on the source features at T1
+    alpha_star: float | None = None  # closed-form threshold (theory only)
+
+    @property
+    def alpha(self) -> float:
+        return float(np.mean(np.diag(self.z)))
+
+    @property
+    def beta(self) -> float:
+        return float(np.nanmean(off_diagonal(self.z)))
+
+    def to_dict(self) -> dict[str, Any]:
+        K = self.z.shape[0]
+        out = {"T1": self.T1, "alpha": self.alpha, "beta": self.beta,
+               "z": self.z, "error": self.error, "loss": float(self.error.sum() / K)}
+        if self.alpha_star is not None:
+            out |= {"alpha_star": self.alpha_star,
+                    "beta_star": -self.alpha_star / (K - 1)}
+        return out
+
+
+@dataclass(frozen=True)
+class OOD:
+    z: np.ndarray            # OOD logits z[n, k] = u_nᵀ Q^(T1) u_k
+    attention: np.ndarray    # attention[n][k]: tokens of u_n, query u_k
+    error: np.ndarray        # e_k on query u_k
+    corollary: list[str | None] = field(default_factory=list)
+    at_alpha_star: dict[str, Any] | None = None  # claim 5 evaluated at α* (theory only)
+
+    def to_dict(self) -> dict[str, Any]:
+        K = self.z.shape[0]
+        out = {"alpha": np.diag(self.z), "beta": off_diagonal(self.z),
+               "attention": self.attention,
+               "attention_correct": np.diag(self.attention),
+               "error": self.error, "loss": float(self.error.sum() / K),
+               "corollary": self.corollary}
+        if self.at_alpha_star is not None:
+            out["at_alpha_star"] = self.at_alpha_star
+        return out
+
+
+@dataclass(frozen=True)
+class FeatureForgetting:
+    k: int                   # 1-based, as in the paper
+    F_k: float
+    loss_before: float
+    loss_after: float
+    trend: str               # rising | falling | flat | non-monotone, along fine-tuning
+    regime: str | None = None      # the theorem's verdict (parallel shifts only)
+    condition: str | None = None   # its inequality, in numbers
+
+
+@dataclass(frozen=True)
+class Finetune:
+    T2: int
+    z_ood: np.ndarray        # OOD logits at T1+T2
+    z_source: np.ndarray     # source logits at T1+T2 (carried through M)
+    error_ood: np.ndarray    # e_k on the OOD features at T1+T2
+    step_size_bound: float | None = None   # claim 9, min over k
+    step_size_bounds: np.ndarray | None = None
+    eta_ft: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"T2": self.T2, "z_ood": self.z_ood, "z_source": self.z_source,
+               "error_ood": self.error_ood}
+        if self.step_size_bound is not None:
+            out |= {"step_size_bound": self.step_size_bound,
+                    "step_size_bounds": self.step_size_bounds,
+                    "eta_ft_within_bound": bool(self.eta_ft <= self.step_size_bound)}
+        return out
+
+
+@dataclass(frozen=True)
+class Report:
+    """One setting's outcome; ``source`` says who produced it."""
+
+    source: str
+    parameters: dict[str, Any]
+    pretrain: Pretrain
+    ood: OOD
+    finetune: Finetune
+    forgetting: list[FeatureForgetting]
+    trajectories: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def F(self) -> float:
+        return float(sum(f.F_k for f in self.forgetting))
+
+    def to_dict(self) -> dict[str, Any]:
+        per_feature = [{"k": f.k, "regime": f.regime, "condition": f.condition,
+                        "F_k": f.F_k, "loss_before": f.loss_before,
+                        "loss_after": f.loss_after, "trend": f.trend}
+                       for f in self.forgetting]
+        return jsonable({
+            "source": self.source,
+            "parameters": self.parameters,
+            "pretrain": self.pretrain.to_dict(),
+            "ood": self.ood.to_dict(),
+            "finetune": self.finetune.to_dict(),
+            "forgetting": {"F": self.F, "per_feature": per_feature},
+        })

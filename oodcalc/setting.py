@@ -1,0 +1,64 @@
+"""A setting is one geometry plus one training protocol: the single input that the
+closed forms, the exact dynamics and every simulator share (MODEL.md, "Training protocol")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InputError
+from .geometry import Geometry
+
+DEFAULT_EPS = 0.01
+DEFAULT_ETA = 0.1
+DEFAULT_MAX_STEPS = 1_000_000
+
+
+def check_positive(value: Any, name: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(name, value, "expected a positive real number") from None
+    if not (math.isfinite(x) and x > 0):
+        raise InputError(name, value, "expected a finite number > 0")
+    return x
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Full-batch GD from ``Q = 0``; each phase stops at the first step with every
+    ``e_k <= eps`` (``L_k <= eps/K``). ``eta_ft`` defaults to ``eta``."""
+
+    eps: float = DEFAULT_EPS
+    eta: float = DEFAULT_ETA
+    eta_ft: float | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eps", check_positive(self.eps, "eps"))
+        object.__setattr__(self, "eta", check_positive(self.eta, "eta"))
+        eta_ft = self.eta if self.eta_ft is None else check_positive(self.eta_ft, "eta_ft")
+        object.__setattr__(self, "eta_ft", eta_ft)
+        steps = self.max_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InputError("max_steps", steps, "expected an integer >= 1")
+
+    def describe(self) -> dict[str, Any]:
+        return {"eps": self.eps, "eta": self.eta, "eta_ft": self.eta_ft,
+                "max_steps": self.max_steps}
+
+
+@dataclass(frozen=True)
+class Setting:
+    geometry: Geometry
+    protocol: Protocol = Protocol()
+
+    @property
+    def K(self) -> int:
+        return self.geometry.K
+
+    def describe(self) -> dict[str, Any]:
+        """The ``parameters`` block every result carries, so anyone can recompute it."""
+        return {"K": self.K, "d": self.geometry.d, **self.protocol.describe(),
+                "geometry": self.geometry.describe()}
