@@ -1,0 +1,82 @@
+"""Simulator (a): population gradient descent on the full ``Q ∈ R^{d×d}``.
+
+Works with the explicit feature vectors in R^d, the analytic gradient, float64. It shares
+nothing with :mod:`oodcalc.dynamics` except the protocol: no K×K reduction, no closed
+form. This is the ground truth the theory is checked against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ComputationError
+from ..predict import trend
+from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report
+from ..setting import Setting
+
+
+def _softmax_columns(logits: np.ndarray) -> np.ndarray:
+    w = np.exp(logits - logits.max(axis=0, keepdims=True))
+    return w / w.sum(axis=0, keepdims=True)
+
+
+def errors_and_gradient(Q: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Conditional errors ``e_k``, attention, and ``∇_Q L`` for features ``F`` (d × K).
+
+    For query ``f_k`` the prediction direction is ``F a_k`` with ``a_k = softmax(Fᵀ Q f_k)``;
+    ``e_k = ½‖F a_k − f_k‖²`` and ``L = Σ_k e_k / K``.
+    """
+    K = F.shape[1]
+    A = _softmax_columns(F.T @ Q @ F)           # A[n, k]
+    residual = F @ A - F                        # column k: F a_k − f_k, in R^d
+    errors = 0.5 * np.sum(residual**2, axis=0)
+    de_da = F.T @ residual                      # ∂e_k/∂a_n
+    de_dz = A * (de_da - np.sum(A * de_da, axis=0, keepdims=True))  # softmax Jacobian
+    return errors, A, F @ de_dz @ F.T / K       # Σ_{n,k} ∂L/∂z_nk f_n f_kᵀ
+
+
+def train(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
+          phase: str, watch: np.ndarray | None = None) -> tuple[np.ndarray, int, list]:
+    """GD on ``Q`` until every ``e_k <= eps``; returns the final Q, the step count and,
+    if ``watch`` features are given, their errors at every step."""
+    Q = Q.copy()
+    watched = []
+    for t in range(max_steps + 1):
+        errors, _, grad = errors_and_gradient(Q, F)
+        if watch is not None:
+            watched.append(errors_and_gradient(Q, watch)[0])
+        if np.all(errors <= eps):
+            return Q, t, watched
+        if t < max_steps:
+            Q -= eta * grad
+    raise ComputationError(f"{phase} (full-Q simulator) did not meet the stopping rule "
+                           f"within max_steps = {max_steps} (eps = {eps:g}, eta = {eta:g})")
+
+
+def simulate_population(setting: Setting) -> Report:
+    """Pretrain on V from Q = 0, evaluate on U, fine-tune on U, watch V throughout."""
+    geo, proto = setting.geometry, setting.protocol
+    V, U, K = geo.V, geo.U, geo.K
+    Q1, T1, _ = train(np.zeros((geo.d, geo.d)), V, proto.eta, proto.eps,
+                      proto.max_steps, "pretraining")
+    z1 = V.T @ Q1 @ V
+    errors_v, _, _ = errors_and_gradient(Q1, V)
+    errors_u, attn_u, _ = errors_and_gradient(Q1, U)
+    Q2, T2, source_errors = train(Q1, U, proto.eta_ft, proto.eps, proto.max_steps,
+                                  "fine-tuning", watch=V)
+    source_loss = np.array(source_errors) / K
+    forgetting = [FeatureForgetting(k=k + 1, F_k=float(source_loss[-1, k] - source_loss[0, k]),
+                                    loss_before=float(source_loss[0, k]),
+                                    loss_after=float(source_loss[-1, k]),
+                                    trend=trend(source_loss[:, k]))
+                  for k in range(K)]
+    return Report(
+        source="simulation: population GD on Q (d×d)",
+        parameters=setting.describe(),
+        pretrain=Pretrain(T1=T1, z=z1, error=errors_v),
+        ood=OOD(z=U.T @ Q1 @ U, attention=attn_u, error=errors_u),
+        finetune=Finetune(T2=T2, z_ood=U.T @ Q2 @ U, z_source=V.T @ Q2 @ V,
+                          error_ood=errors_and_gradient(Q2, U)[0]),
+        forgetting=forgetting,
+        trajectories={"finetune_source_loss": source_loss},
+    )
