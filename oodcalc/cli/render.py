@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -36,11 +37,11 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     K = p["K"]
     console.print(f"[bold]oodcalc predict[/bold] · {describe_geometry(p['geometry'])}")
     console.print(f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
-                  f"η_ft = {fmt(p['eta_ft'])}  (exact population dynamics, Q⁽⁰⁾ = 0)")
+                  f"η_ft = {fmt(p['eta_ft'])}; exact population dynamics from Q = 0")
 
     pre = report.pretrain
     table = Table(title="1 · Pretraining on V: where the stopping rule e_k <= ε is met",
-                  title_justify="left")
+                  title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("quantity")
     table.add_column("closed form (threshold)", justify="right")
     table.add_column("gradient descent at T1", justify="right")
@@ -52,9 +53,9 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     console.print(table)
 
     ood = report.ood
-    table = Table(title="2 · OOD features at T1 (claim 5, M = VᵀU)", title_justify="left")
-    for name in ("k", "α_{u_k}", "β_{u_n,u_k}, n≠k", "Attn_k", "e_k", "closed form e_k at α*",
-                 "corollary"):
+    table = Table(title="2 · OOD features at T1 (claim 5, M = VᵀU)", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for name in ("k", "α_{u_k}", "β_{u_n,u_k}, n≠k", "Attn_k", "e_k", "e_k at α*", "corollary"):
         table.add_column(name, justify="left" if name in ("k", "corollary") else "right")
     closed_error = ood.at_alpha_star["error"]
     for k in range(K):
@@ -74,18 +75,18 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     console.print(f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps; "
                   f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}, "
                   f"η_ft = {fmt(ft.eta_ft)} {verdict} it.")
-    table = Table(title_justify="left")
-    for name in ("k", "γ_k", "theorem (claim 8)", "condition", "L_{v_k} before → after",
-                 "F_k", "exact trajectory"):
-        table.add_column(name, justify="right" if name in ("γ_k", "F_k") else "left")
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("k")
+    table.add_column("γ_k", justify="right")
+    table.add_column("theorem (claim 8): regime and condition", ratio=1)
+    table.add_column("F_k (exact)", justify="right", no_wrap=True)
+    table.add_column("L_{v_k} trend", no_wrap=True)
     gamma = p["geometry"].get("gamma") or np.diag(np.asarray(p["geometry"]["M"]))
     for f in report.forgetting:
         style = REGIME_STYLE[f.regime]
-        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4),
-                      f"[{style}]{f.regime or 'n/a (not a parallel shift)'}[/{style}]",
-                      f.condition or "—",
-                      f"{fmt(f.loss_before, 4)} → {fmt(f.loss_after, 4)}",
-                      f"{f.F_k:+.4g}", f.trend)
+        verdict = (f"[{style}]{f.regime}[/{style}]: {f.condition}" if f.regime
+                   else "[dim]n/a: the theorem assumes a parallel shift[/dim]")
+        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, f"{f.F_k:+.4g}", f.trend)
     console.print(table)
     F = report.F
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0

@@ -1,0 +1,132 @@
+import json
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from oodcalc.cli import main
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_predict_human(capsys):
+    code, out, err = run(capsys, "predict", "--gamma", "1,-0.9")
+    assert code == 0 and err == ""
+    for fragment in ("Pretraining", "T1", "OOD", "Fine-tuning", "forgetting",
+                     "backward-transfer", "F = L_tr(after)"):
+        assert fragment in out
+
+
+def test_predict_json_schema(capsys):
+    code, out, _ = run(capsys, "predict", "--gamma", "1,-0.9", "--json")
+    assert code == 0
+    data = json.loads(out)
+    p = data["parameters"]
+    assert (p["K"], p["d"], p["eps"], p["eta"], p["eta_ft"]) == (2, 3, 0.01, 0.1, 0.1)
+    assert p["geometry"]["kind"] == "parallel-shift" and p["geometry"]["gamma"] == [1, -0.9]
+    assert {"T1", "alpha", "beta", "alpha_star"} <= data["pretrain"].keys()
+    ood = data["ood"]
+    assert len(ood["alpha"]) == 2 and len(ood["error"]) == 2
+    assert ood["beta"][0][0] is None and ood["beta"][1][0] is not None
+    assert {"T2", "step_size_bound"} <= data["finetune"].keys()
+    per = data["forgetting"]["per_feature"]
+    assert [f["k"] for f in per] == [1, 2]
+    assert [f["regime"] for f in per] == ["backward-transfer", "forgetting"]
+    assert data["forgetting"]["F"] == pytest.approx(sum(f["F_k"] for f in per), abs=1e-18)
+
+
+@pytest.mark.parametrize("args, kind", [
+    (["--theta", "pi/6", "--K", "4", "--d", "8"], "rotation"),
+    (["--theta", "0.5236", "-K", "3"], "rotation"),
+    (["--mean-query", "--K", "4"], "mean-query"),
+    (["--orthogonal", "--K", "3"], "orthogonal"),
+    (["--gamma", "-0.9,1"], "parallel-shift"),
+    (["--gamma=0.5,-0.5,0.2", "--eps", "0.02", "--eta", "0.2", "--eta-ft", "0.05"],
+     "parallel-shift"),
+])
+def test_predict_geometries(capsys, args, kind):
+    code, out, _ = run(capsys, "predict", *args, "--json")
+    assert code == 0
+    assert json.loads(out)["parameters"]["geometry"]["kind"] == kind
+
+
+def test_predict_from_files(capsys, tmp_path):
+    V, U = np.eye(4, 2), np.eye(4, 4)[:, [1, 2]]
+    np.save(tmp_path / "V.npy", V)
+    np.savetxt(tmp_path / "U.csv", U, delimiter=",")
+    code, out, _ = run(capsys, "predict", "--features", str(tmp_path / "V.npy"),
+                       "--ood", str(tmp_path / "U.csv"), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["parameters"]["geometry"]["M"] == [[0, 0], [1, 0]]
+    assert data["forgetting"]["per_feature"][0]["regime"] is None  # not a parallel shift
+
+
+def bad_files(tmp_path):
+    np.save(tmp_path / "V.npy", np.eye(3, 2))
+    np.save(tmp_path / "wide.npy", np.eye(4, 2))
+    np.save(tmp_path / "skew.npy", np.array([[1.0, 0.5], [0.0, 1.0], [0.0, 0.0]]))
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (tmp_path / "V.pkl").write_bytes(pickle.dumps(np.eye(3, 2)))
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--gamma", "2,0"], "--gamma[1]"),
+    (["--gamma", "1,abc"], "--gamma"),
+    (["--gamma", "0.5"], "--gamma"),
+    (["--gamma", "nan,0"], "--gamma"),
+    (["--gamma", "1,inf"], "--gamma"),
+    (["--gamma", "1,,0"], "--gamma"),
+    (["--gamma", "1,-0.9", "--eps", "0"], "--eps"),
+    (["--gamma", "1,-0.9", "--eps", "-1"], "--eps"),
+    (["--gamma", "1,-0.9", "--eta", "0"], "--eta"),
+    (["--gamma", "1,-0.9", "--eta", "fast"], "--eta"),
+    (["--gamma", "1,-0.9", "--eta-ft", "nan"], "--eta-ft"),
+    (["--gamma", "1,-0.9", "--d", "2"], "--d"),
+    (["--gamma", "1,-0.9", "--K", "3"], "--K"),
+    (["--gamma", "1,-0.9", "--max-steps", "0"], "--max-steps"),
+    (["--theta", "0.3"], "--K"),
+    (["--theta", "abc", "--K", "2"], "--theta"),
+    (["--orthogonal", "--K", "1"], "--K"),
+    ([], "geometry"),
+    (["--gamma", "1,0", "--orthogonal"], "geometry"),
+    (["--features", "{d}/missing.npy", "--ood", "{d}/V.npy"], "--features"),
+    (["--features", "{d}/V.npy"], "--ood"),
+    (["--features", "{d}/V.pkl", "--ood", "{d}/V.npy"], "--features"),
+    (["--features", "{d}/obj.npy", "--ood", "{d}/V.npy"], "--features"),
+    (["--features", "{d}/V.npy", "--ood", "{d}/wide.npy"], "--features and --ood"),
+    (["--features", "{d}/V.npy", "--ood", "{d}/skew.npy"], "--ood"),
+    (["--gamma", "1,-0.9", "--bogus"], "--bogus"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, args, option):
+    d = bad_files(tmp_path)
+    code, out, err = run(capsys, "predict", *[a.format(d=d) for a in args])
+    assert code == 2, err
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("oodcalc: error: ")
+    assert option in lines[0]
+    assert "Traceback" not in err
+
+
+def test_failed_computation_exit_1(capsys):
+    code, out, err = run(capsys, "predict", "--gamma", "1,-0.9", "--max-steps", "5")
+    assert code == 1 and out == ""
+    assert err.startswith("oodcalc: error: pretraining did not meet the stopping rule")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_console_script_exit_codes():
+    ok = subprocess.run([sys.executable, "-m", "oodcalc", "predict", "--gamma", "1,-0.9",
+                         "--json"], capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["pretrain"]["T1"] > 0
+    bad = subprocess.run([sys.executable, "-m", "oodcalc", "predict", "--gamma", "3,0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("oodcalc: error: --gamma[1]")

@@ -1,0 +1,126 @@
+"""Closed forms (oodcalc.theory) against the exact population dynamics."""
+
+import math
+
+import numpy as np
+import pytest
+
+import oodcalc as oc
+from oodcalc import theory
+from oodcalc.dynamics import descend, ood_start
+from oodcalc.model import attention, conditional_errors
+from oodcalc.predict import pretrain_logits
+
+from conftest import random_orthonormal
+
+
+@pytest.mark.parametrize("K", [2, 3, 4, 8])
+@pytest.mark.parametrize("eps", [0.1, 0.01, 1e-3])
+def test_alpha_star_is_the_stopping_threshold(K, eps):
+    a_star = theory.alpha_star(K, eps)
+    # the closed form solves e_k = ε on the symmetric ray ...
+    assert conditional_errors(theory.symmetric_logits(K, a_star)) == pytest.approx(eps, rel=1e-10)
+    # ... and discrete GD crosses it between steps T1 − 1 and T1 (overshoot, not equality)
+    run = pretrain_logits(K, eps, 0.1, 10**6, record=True)
+    T1 = int(run.steps[0])
+    alphas = np.diagonal(run.trajectory[:, 0], axis1=-2, axis2=-1)
+    assert alphas[T1 - 1].max() < a_star <= alphas[T1].min()
+
+
+def test_threshold_met_at_start_gives_T1_zero():
+    K = 3
+    eps = theory.uniform_error(K) * 1.01     # Q = 0 already has e_k below ε
+    assert theory.alpha_star(K, eps) == 0.0
+    assert pretrain_logits(K, eps, 0.1, 10).steps[0] == 0
+
+
+@pytest.mark.parametrize("K", [2, 3, 5, 6])
+def test_t1_logits_are_symmetric_with_beta_from_conservation(K):
+    z1 = pretrain_logits(K, 0.01, 0.1, 10**6).z[0]
+    alpha = z1[0, 0]
+    np.testing.assert_allclose(z1, theory.symmetric_logits(K, alpha), atol=1e-12)
+    assert theory.beta_from_alpha(K, alpha) == pytest.approx(z1[1, 0], abs=1e-12)
+
+
+def test_q_at_t1_matches_the_full_q_simulator(rng):
+    geometry = oc.from_arrays(random_orthonormal(rng, 6, 3), random_orthonormal(rng, 6, 3))
+    from oodcalc.simulate.population import train
+    Q1, T1, _ = train(np.zeros((6, 6)), geometry.V, 0.1, 0.01, 10**6, "pretraining")
+    alpha = (geometry.V.T @ Q1 @ geometry.V)[0, 0]
+    np.testing.assert_allclose(theory.q_at_t1(geometry.V, alpha), Q1, atol=1e-12)
+
+
+@pytest.mark.parametrize("K, d", [(2, 3), (3, 7), (4, 8), (5, 12)])
+def test_ood_weights_claim5_in_general_position(rng, K, d):
+    V, U = random_orthonormal(rng, d, K), random_orthonormal(rng, d, K)
+    M = V.T @ U
+    z1 = pretrain_logits(K, 0.01, 0.1, 10**6).z[0]
+    exact = ood_start(z1, M)          # U^T Q^(T1) U from the dynamics
+    np.testing.assert_allclose(theory.ood_logits(M, z1[0, 0]), exact, atol=1e-12)
+    # and directly from Q^(T1) with the explicit vectors
+    np.testing.assert_allclose(U.T @ theory.q_at_t1(V, z1[0, 0]) @ U, exact, atol=1e-12)
+
+
+@pytest.mark.parametrize("geometry, affected", [
+    (oc.orthogonal(4), [0, 1, 2, 3]),
+    (oc.mean_query(4), [0]),
+    (oc.orthogonal(2, d=9), [0, 1]),
+])
+def test_corollary_cases_give_uniform_attention(geometry, affected):
+    report = oc.predict(oc.Setting(geometry))
+    K = geometry.K
+    for k in range(K):
+        assert (report.ood.corollary[k] is not None) == (k in affected)
+    cols = report.ood.attention[:, affected]
+    np.testing.assert_allclose(cols, 1.0 / K, atol=1e-15)
+    np.testing.assert_allclose(report.ood.error[affected], theory.uniform_error(K), atol=1e-15)
+    assert theory.uniform_error(4) == 0.375  # the seed's "error 0.375" at K = 4
+
+
+def test_step_size_bound_is_min_over_pairs(rng):
+    z = rng.normal(size=(4, 4))
+    bounds = theory.step_size_bounds(z)
+    for k in range(4):
+        assert bounds[k] == pytest.approx(min(math.exp(-z[n, k]) for n in range(4) if n != k))
+
+
+GAMMAS = [-1, -0.9, -0.5, -0.2, 0, 0.3, 0.5, 0.95, 1]
+
+
+@pytest.mark.parametrize("g1", GAMMAS)
+@pytest.mark.parametrize("g2", [-0.9, -0.2, 0, 0.5, 0.95])
+def test_k2_regime_is_the_sign_of_exact_forgetting(g1, g2):
+    report = oc.predict(oc.Setting(oc.parallel_shift([g1, g2])))
+    for f in report.forgetting:
+        if f.regime == "forgetting":
+            assert f.F_k > 0 and f.trend == "rising"
+        elif f.regime == "backward-transfer":
+            assert f.F_k < 0 and f.trend == "falling"
+        else:
+            assert f.regime == "unaffected" and abs(f.F_k) < 1e-15, f
+
+
+def test_k3_band_is_reported_as_undetermined():
+    # feature 1: products γ1γ2 = -0.9·... pick one product below −γ1² and one above
+    regimes = theory.forgetting_regimes(np.array([0.5, -0.9, 0.1]))
+    assert regimes[0].regime == "undetermined"
+    assert regimes[0].m0 == 3 and regimes[0].m1 == 2
+    assert "<=" in regimes[0].condition
+
+
+def test_claim7_source_weights_follow_gamma_products():
+    gamma = np.array([0.8, -0.6, 0.3])
+    report = oc.predict(oc.Setting(oc.parallel_shift(gamma)))
+    from oodcalc.simulate import simulate_population
+    sim = simulate_population(oc.Setting(oc.parallel_shift(gamma)))
+    change_ood = report.finetune.z_ood - report.ood.z
+    expected = report.pretrain.z + np.outer(gamma, gamma) * change_ood
+    np.testing.assert_allclose(sim.finetune.z_source, expected, atol=1e-10)
+
+
+def test_conservation_along_exact_trajectories():
+    report = oc.predict(oc.Setting(oc.parallel_shift([0.9, -0.4, 0.2])))
+    for name in ("pretrain", "finetune_ood"):
+        z = report.trajectories[name]
+        change = z - z[0]
+        np.testing.assert_allclose(change.sum(axis=-2), 0.0, atol=1e-12)
