@@ -48,11 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         error_line(str(err))
         code = err.exit_code
     except typer.TyperException as err:  # the parser's usage errors (exit code 2)
-        hint = ""
-        ctx = getattr(err, "ctx", None)
-        if ctx is not None:
-            hint = f" (see '{ctx.command_path} --help')"
-        error_line(err.format_message() + hint)
+        message, ctx = err.format_message(), getattr(err, "ctx", None)
+        if message:  # empty when the parser already printed the help (no arguments)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            error_line(message + hint)
         code = getattr(err, "exit_code", 2)
     except typer.Abort:
         error_line("aborted")
