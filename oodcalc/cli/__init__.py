@@ -31,7 +31,8 @@ def root() -> None:
     attention (arXiv 2609.36448). Start with: oodcalc predict --gamma 1,-0.9"""
 
 
-from . import predict as _predict  # noqa: E402,F401  (registers the command)
+from . import predict as _predict  # noqa: E402,F401  (each import registers a command)
+from . import reproduce as _reproduce  # noqa: E402,F401
 
 
 def error_line(message: str) -> None:

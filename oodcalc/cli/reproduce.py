@@ -1,0 +1,121 @@
+"""``oodcalc reproduce``: the seed's synthetic tables under MODEL.md's protocol."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..setting import DEFAULT_EPS, DEFAULT_ETA, Protocol
+from . import app, options
+
+
+class Format(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+SIGN_MARK = {"same sign": "✓", "opposite sign": "✗", "seed ≈ 0": "≈0"}
+
+
+def fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def as_markdown(tables, protocol: Protocol) -> str:
+    lines = [f"Protocol: ε = {protocol.eps:g}, η = {protocol.eta:g}, η_ft = {protocol.eta_ft:g}, "
+             "Q⁽⁰⁾ = 0, full-batch GD, stop when every e_k <= ε. "
+             "Seed: `shared/seeds/000_6cb633026ef0d740.txt`.", ""]
+    for title, rows in tables.items():
+        sims = list(rows[0].simulations) if rows else []
+        lines += [f"### {title}", "",
+                  "| experiment | quantity | theory | " + " | ".join(sims) +
+                  (" | " if sims else "") + "seed | sign | magnitude | why |",
+                  "|---" * (7 + len(sims)) + "|"]
+        for r in rows:
+            q = r.quantity
+            cells = [q.experiment, q.name, fmt(r.theory), *(fmt(v) for v in r.simulations.values()),
+                     f"{q.seed_text} (line {q.seed_line})", r.sign, r.magnitude, r.note]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def show_tables(tables, protocol: Protocol) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    console.print(f"[bold]oodcalc reproduce[/bold] · ε = {protocol.eps:g}, η = {protocol.eta:g}, "
+                  f"η_ft = {protocol.eta_ft:g} · seed figures from "
+                  "shared/seeds/000_6cb633026ef0d740.txt")
+    note_number = 0
+    for title, rows in tables.items():
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+        table.add_column("experiment", min_width=7)
+        table.add_column("quantity", min_width=6)
+        table.add_column("theory", justify="right", no_wrap=True)
+        for sim in (rows[0].simulations if rows else []):
+            table.add_column(sim, justify="right", no_wrap=True)
+        table.add_column("seed", justify="right", no_wrap=True)
+        table.add_column("sign", no_wrap=True)
+        table.add_column("magnitude", no_wrap=True)
+        table.add_column("note", no_wrap=True)
+        notes = []
+        for r in rows:
+            note_number += 1
+            notes.append(f"[{note_number}] {r.note}")
+            style = "green" if r.magnitude == "agrees" else "yellow"
+            table.add_row(r.quantity.experiment, r.quantity.name, fmt(r.theory),
+                          *(fmt(v) for v in r.simulations.values()),
+                          r.quantity.seed_text.split()[-1], SIGN_MARK[r.sign],
+                          f"[{style}]{r.magnitude.replace('ours/seed = ', '×')}[/{style}]",
+                          f"[{note_number}]")
+        console.print(table)
+        for note in notes:
+            console.print(note, style="dim")
+        console.print()
+
+
+@app.command()
+def reproduce(
+    output_format: Annotated[Format, typer.Option("--format", "-f",
+        help="table (terminal), markdown or json.")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
+        help="Write to FILE (atomically) instead of the terminal; needs markdown or json.")] = None,
+    eps: Annotated[Optional[str], typer.Option("--eps", metavar="FLOAT",
+        help=f"Stopping rule ε [default: {DEFAULT_EPS:g}].")] = None,
+    eta: Annotated[Optional[str], typer.Option("--eta", metavar="FLOAT",
+        help=f"Pretraining step size [default: {DEFAULT_ETA:g}].")] = None,
+    eta_ft: Annotated[Optional[str], typer.Option("--eta-ft", metavar="FLOAT",
+        help="Fine-tuning step size [default: --eta].")] = None,
+) -> None:
+    """Reproduce the seed's synthetic tables (K = 4, d = 8; K = 2 γ sweep) beside its figures."""
+    from ..experiments import reproduce as run
+    from ..errors import InputError
+    from ..io import write_text_atomic
+
+    protocol = Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
+                        eta=options.positive("--eta", eta) or DEFAULT_ETA,
+                        eta_ft=options.positive("--eta-ft", eta_ft))
+    if output is not None and output_format is Format.table:
+        raise InputError("--output", str(output), "writing a file needs --format markdown or json")
+    tables = run(protocol)
+    if output_format is Format.table:
+        show_tables(tables, protocol)
+        return
+    if output_format is Format.json:
+        text = json.dumps({"parameters": protocol.describe(),
+                           "tables": {t: [r.to_dict() for r in rows] for t, rows in tables.items()}},
+                          indent=2, ensure_ascii=False)
+    else:
+        text = as_markdown(tables, protocol)
+    if output is None:
+        print(text)
+    else:
+        write_text_atomic(output, text + "\n", option="--output")
