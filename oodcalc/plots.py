@@ -1,0 +1,212 @@
+"""Pictures of the theory (matplotlib, the ``plot`` extra): each function returns a
+Figure; :func:`save` writes it atomically in the format its file extension names."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import geometry as geo
+from . import theory
+from .dynamics import ood_start
+from .errors import InputError
+from .io import write_atomic
+from .model import conditional_errors
+from .predict import predict, pretrain_logits
+from .report import Report
+from .setting import Protocol, Setting
+
+FORMATS = (".png", ".svg", ".pdf")
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("plot", "matplotlib missing", "install the plot extra: "
+                         "python -m pip install -e \".[plot]\"") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, path: str | Path, option: str = "--output") -> Path:
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(option, str(path), "the file name must end in .png, .svg or .pdf")
+    written = write_atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix[1:].lower(),
+                                                         dpi=150, bbox_inches="tight"),
+                           option=option)
+    _pyplot().close(fig)
+    return written
+
+
+def protocol_text(p: dict | Protocol) -> str:
+    p = p.describe() if isinstance(p, Protocol) else p
+    return f"ε = {p['eps']:g}, η = {p['eta']:g}, η_ft = {p['eta_ft']:g}"
+
+
+# --- OOD error against the rotation angle ---------------------------------------------
+
+def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
+                       markers: int = 7,
+                       simulators: dict[str, Callable[[Setting], Report]] | None = None):
+    """Theory (line): OOD loss at T1 for every θ; simulation (markers) at a few θ."""
+    from .simulate import simulate_population
+    plt = _pyplot()
+    protocol = protocol or Protocol()
+    simulators = {"simulation: GD on Q (d×d)": simulate_population} if simulators is None else simulators
+    z1 = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps).z[0]
+    thetas = np.linspace(0, math.pi / 2, 181)
+    line = [conditional_errors(ood_start(z1, geo.rotation(t, K).M)).mean() for t in thetas]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(thetas, line, color="C0", lw=2, label="theory: exact dynamics + claim 5")
+    grid = np.linspace(0, math.pi / 2, markers)
+    for i, (label, simulate) in enumerate(simulators.items()):
+        values = [simulate(Setting(geo.rotation(t, K, d=2 * K), protocol)).ood.error.mean()
+                  for t in grid]
+        ax.plot(grid, values, "o", mfc="none", color=f"C{i + 1}", ms=8, label=label)
+    ax.axhline(theory.uniform_error(K), color="grey", ls="--", lw=1,
+               label=f"random guessing, (K−1)/(2K) = {theory.uniform_error(K):g}")
+    ax.axhline(protocol.eps, color="grey", ls=":", lw=1, label=f"stopping level ε = {protocol.eps:g}")
+    ax.set_xticks([0, math.pi / 6, math.pi / 4, math.pi / 3, math.pi / 2],
+                  ["0", "π/6", "π/4", "π/3", "π/2"])
+    ax.set_xlabel("rotation angle θ of every feature out of span(V)")
+    ax.set_ylabel("OOD loss at T1,  L = Σ_k e_k / K")
+    ax.set_title(f"OOD error after pretraining, K = {K}  ({protocol_text(protocol)})")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+# --- losses and weights through both phases -------------------------------------------
+
+def _phases(report: Report):
+    """Source and OOD logits at every step of pretraining and fine-tuning."""
+    M = np.asarray(report.parameters["geometry"]["M"])
+    pre = report.trajectories["pretrain"]
+    T1 = len(pre) - 1
+    source = np.concatenate([pre, report.trajectories["finetune_source"][1:]])
+    ood = np.concatenate([ood_start(pre, M), report.trajectories["finetune_ood"][1:]])
+    return T1, source, ood
+
+
+def _title(report: Report) -> str:
+    from .cli.render import describe_geometry
+    p = report.parameters
+    return f"{describe_geometry(p['geometry'])}; K = {p['K']}, {protocol_text(p)}"
+
+
+def loss_trajectories(report: Report):
+    """Per-feature source and OOD loss ``L_k = e_k/K`` through pretraining and fine-tuning."""
+    plt = _pyplot()
+    T1, source, ood = _phases(report)
+    K = report.parameters["K"]
+    steps = np.arange(len(source))
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for k in range(K):
+        ax.plot(steps, conditional_errors(source)[:, k] / K, color=f"C{k}", lw=1.8,
+                label=f"source v{k + 1}")
+        ax.plot(steps, conditional_errors(ood)[:, k] / K, color=f"C{k}", lw=1.2, ls="--",
+                label=f"OOD u{k + 1}")
+    eps = report.parameters["eps"]
+    ax.axhline(eps / K, color="grey", ls=":", lw=1, label=f"stopping level ε/K = {eps / K:g}")
+    ax.axvline(T1, color="black", lw=0.8)
+    ax.annotate(" T1: fine-tuning on U starts", (T1, 0.02), xycoords=("data", "axes fraction"),
+                fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xlabel("gradient step (pretraining on V, then fine-tuning on U)")
+    ax.set_ylabel("per-feature loss L_k = e_k / K")
+    ax.set_title(_title(report), fontsize=9)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def weight_trajectories(report: Report):
+    """α and β through both phases, and the conservation law: the growth of each α equals
+    the summed decrease of the β in its column (on the features being trained)."""
+    plt = _pyplot()
+    T1, source, ood = _phases(report)
+    K = report.parameters["K"]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharex="col")
+    phases = [("pretraining on V: weights of v", source[:T1 + 1], 0),
+              ("fine-tuning on U: weights of u", ood[T1:], T1)]
+    for row, (label, z, start) in enumerate(phases):
+        steps = start + np.arange(len(z))
+        ax = axes[row, 0]
+        for k in range(K):
+            ax.plot(steps, z[:, k, k], color=f"C{k}", lw=1.8, label=f"α_{k + 1}")
+            for n in range(K):
+                if n != k:
+                    ax.plot(steps, z[:, n, k], color=f"C{k}", lw=0.9, ls="--",
+                            label=f"β_{{{n + 1},{k + 1}}}" if K <= 3 else None)
+        ax.set_title(label, fontsize=9)
+        ax.set_ylabel("weight (logit)")
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(alpha=0.3)
+        ax = axes[row, 1]
+        change = z - z[0]
+        for k in range(K):
+            growth = change[:, k, k]
+            decrease = -(change[:, :, k].sum(axis=1) - change[:, k, k])
+            ax.plot(steps, growth, color=f"C{k}", lw=3, alpha=0.4, label=f"Δα_{k + 1}")
+            ax.plot(steps, decrease, color=f"C{k}", lw=1, ls="--",
+                    label=f"Σ_n Λ_{{{k + 1},n}} (decrease of β)")
+        gap = np.abs(change.sum(axis=1)).max()
+        ax.set_title(f"conservation: Δα_k = Σ_(n≠k) Λ_(k,n)  (max gap {gap:.1e})", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("gradient step")
+    fig.suptitle(_title(report), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# --- the K = 2 phase diagram ----------------------------------------------------------
+
+def phase_diagram(F: np.ndarray, F_k: np.ndarray, gamma1: Sequence[float],
+                  gamma2: Sequence[float], protocol: Protocol):
+    """``F`` and the sign of each ``F_k`` over (γ1, γ2), with the theorem's thresholds.
+
+    ``F`` is (n1, n2), ``F_k`` is (n1, n2, 2): rows follow γ1, columns γ2.
+    For K = 2 the threshold −γ_kγ_m = γ_k² is the pair of lines γ_k = 0 and γ1 + γ2 = 0.
+    """
+    plt = _pyplot()
+    from matplotlib.colors import TwoSlopeNorm, ListedColormap
+    g1, g2 = np.asarray(gamma1), np.asarray(gamma2)
+    extent = (g2[0], g2[-1], g1[0], g1[-1])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    limit = np.nanmax(np.abs(F)) or 1.0
+    image = axes[0].imshow(F, origin="lower", extent=extent, aspect="equal", cmap="RdBu_r",
+                           norm=TwoSlopeNorm(0.0, -limit, limit))
+    fig.colorbar(image, ax=axes[0], label="F = L_tr(after) − L_tr(before)")
+    axes[0].set_title("total F (red: forgetting, blue: backward transfer)", fontsize=9)
+    regime_map = ListedColormap(["#4575b4", "#f7f7f7", "#d73027"])
+    for k in range(2):
+        sign = np.sign(np.where(np.abs(F_k[..., k]) < 1e-15, 0.0, F_k[..., k]))
+        axes[k + 1].imshow(sign, origin="lower", extent=extent, aspect="equal", cmap=regime_map,
+                           vmin=-1, vmax=1, interpolation="nearest")
+        axes[k + 1].set_title(f"feature {k + 1}: sign of F_{k + 1} (exact dynamics)\n"
+                              f"theorem: forgetting iff γ{k + 1}(γ1 + γ2) < 0", fontsize=9)
+    line = np.linspace(-1, 1, 3)
+    for i, ax in enumerate(axes):
+        ax.plot(line, -line, color="black", lw=1.2, label="γ1 + γ2 = 0")
+        ax.axhline(0, color="black", lw=1.2, ls="--", label="γ1 = 0")
+        ax.axvline(0, color="black", lw=1.2, ls=":", label="γ2 = 0")
+        ax.set_xlabel("γ2 = ⟨v2, u2⟩")
+        ax.set_ylabel("γ1 = ⟨v1, u1⟩")
+    axes[0].legend(fontsize=7, loc="lower left")
+    from matplotlib.patches import Patch
+    axes[2].legend(handles=[Patch(color="#d73027", label="F_k > 0 (forgetting)"),
+                            Patch(color="#4575b4", label="F_k < 0 (backward transfer)"),
+                            Patch(color="#f7f7f7", ec="grey", label="F_k = 0 (unaffected)")],
+                   fontsize=7, loc="lower left")
+    fig.suptitle(f"K = 2 phase diagram over {len(g1)}×{len(g2)} parallel shifts "
+                 f"({protocol_text(protocol)})", fontsize=10)
+    fig.tight_layout()
+    return fig
