@@ -9,8 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..setting import DEFAULT_EPS, DEFAULT_ETA, Protocol
-from . import app, options
+from ..setting import Protocol
+from . import app
+from .setting_options import Eps, Eta, EtaFt, build_protocol
 
 
 class Format(str, Enum):
@@ -88,21 +89,14 @@ def reproduce(
         help="table (terminal), markdown or json.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
         help="Write to FILE (atomically) instead of the terminal; needs markdown or json.")] = None,
-    eps: Annotated[Optional[str], typer.Option("--eps", metavar="FLOAT",
-        help=f"Stopping rule ε [default: {DEFAULT_EPS:g}].")] = None,
-    eta: Annotated[Optional[str], typer.Option("--eta", metavar="FLOAT",
-        help=f"Pretraining step size [default: {DEFAULT_ETA:g}].")] = None,
-    eta_ft: Annotated[Optional[str], typer.Option("--eta-ft", metavar="FLOAT",
-        help="Fine-tuning step size [default: --eta].")] = None,
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None,
 ) -> None:
     """Reproduce the seed's synthetic tables (K = 4, d = 8; K = 2 γ sweep) beside its figures."""
     from ..experiments import reproduce as run
     from ..errors import InputError
     from ..io import write_text_atomic
 
-    protocol = Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
-                        eta=options.positive("--eta", eta) or DEFAULT_ETA,
-                        eta_ft=options.positive("--eta-ft", eta_ft))
+    protocol = build_protocol(eps, eta, eta_ft)
     if output is not None and output_format is Format.table:
         raise InputError("--output", str(output), "writing a file needs --format markdown or json")
     tables = run(protocol)

@@ -1,0 +1,110 @@
+"""The geometry and protocol options that every command taking a setting shares
+(``predict``, ``simulate``, ``plot``...), and their conversion into a validated Setting.
+
+Declare them in a command's signature with these aliases, then call ``build_setting``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .. import geometry as geo
+from ..errors import InputError
+from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, Protocol, Setting
+from . import options
+
+Text = Optional[str]
+GEOMETRY_OPTIONS = "--gamma, --theta, --mean-query, --orthogonal or --features/--ood"
+GEOMETRY_PANEL = "Geometry (choose one)"
+PROTOCOL_PANEL = "Protocol"
+
+Gamma = Annotated[Text, typer.Option("--gamma", metavar="G1,G2,...",
+    help="Parallel shift: γ_k = ⟨v_k, u_k⟩ in [-1, 1], one per feature (K = count).",
+    rich_help_panel=GEOMETRY_PANEL)]
+Theta = Annotated[Text, typer.Option("--theta", metavar="RAD",
+    help="Rotation of every feature by θ radians (e.g. 0.5236 or pi/6); needs --K.",
+    rich_help_panel=GEOMETRY_PANEL)]
+MeanQuery = Annotated[bool, typer.Option("--mean-query",
+    help="u_1 = v̄, the others complete a basis of span(V); needs --K.",
+    rich_help_panel=GEOMETRY_PANEL)]
+Orthogonal = Annotated[bool, typer.Option("--orthogonal",
+    help="span(U) ⊥ span(V); needs --K.", rich_help_panel=GEOMETRY_PANEL)]
+Features = Annotated[Optional[Path], typer.Option("--features", metavar="V_FILE",
+    help="Training features V: d × K .npy, .csv or .json, each column a feature.",
+    rich_help_panel=GEOMETRY_PANEL)]
+Ood = Annotated[Optional[Path], typer.Option("--ood", metavar="U_FILE",
+    help="OOD features U, same shape as V.", rich_help_panel=GEOMETRY_PANEL)]
+NumFeatures = Annotated[Text, typer.Option("--K", "-K", metavar="INT",
+    help="Number of features for --theta, --mean-query, --orthogonal.",
+    rich_help_panel=GEOMETRY_PANEL)]
+Dimension = Annotated[Text, typer.Option("--d", metavar="INT",
+    help="Ambient dimension.", show_default="smallest that holds the geometry",
+    rich_help_panel=GEOMETRY_PANEL)]
+Tolerance = Annotated[Text, typer.Option("--tol", metavar="FLOAT",
+    help="Orthonormality tolerance for feature files.", show_default=f"{geo.ORTHONORMAL_TOL:g}",
+    rich_help_panel=GEOMETRY_PANEL)]
+Eps = Annotated[Text, typer.Option("--eps", metavar="FLOAT",
+    help="Stopping rule: every e_k <= eps (L_k <= eps/K).", show_default=f"{DEFAULT_EPS:g}",
+    rich_help_panel=PROTOCOL_PANEL)]
+Eta = Annotated[Text, typer.Option("--eta", metavar="FLOAT",
+    help="Pretraining step size.", show_default=f"{DEFAULT_ETA:g}", rich_help_panel=PROTOCOL_PANEL)]
+EtaFt = Annotated[Text, typer.Option("--eta-ft", metavar="FLOAT",
+    help="Fine-tuning step size.", show_default="--eta", rich_help_panel=PROTOCOL_PANEL)]
+MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT",
+    help="Step cap per phase.", show_default=f"{DEFAULT_MAX_STEPS}", rich_help_panel=PROTOCOL_PANEL)]
+
+
+def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -> Protocol:
+    return Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
+                    eta=options.positive("--eta", eta) or DEFAULT_ETA,
+                    eta_ft=options.positive("--eta-ft", eta_ft),
+                    max_steps=options.integer("--max-steps", max_steps, 1) or DEFAULT_MAX_STEPS)
+
+
+def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogonal: bool,
+                  features: Optional[Path], ood: Optional[Path], d: Text, tol: Text,
+                  eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -> Setting:
+    """Turn the command-line text into a validated Setting (errors name the option)."""
+    chosen = [name for name, given in (("--gamma", gamma is not None),
+                                       ("--theta", theta is not None),
+                                       ("--mean-query", mean_query),
+                                       ("--orthogonal", orthogonal),
+                                       ("--features/--ood", features or ood)) if given]
+    if len(chosen) != 1:
+        raise InputError("geometry", " and ".join(chosen) if chosen else "none",
+                         f"choose exactly one of {GEOMETRY_OPTIONS}")
+    d_value = options.integer("--d", d, 2)
+    k_value = options.integer("--K", K, 2)
+    if k_value is not None and chosen[0] in ("--gamma", "--features/--ood"):
+        raise InputError("--K", K, f"K follows from {chosen[0]}; omit --K")
+    if chosen[0] in ("--theta", "--mean-query", "--orthogonal") and k_value is None:
+        raise InputError("--K", "nothing", f"{chosen[0]} needs the number of features, "
+                         "e.g. --K 4")
+    try:
+        geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol)
+    except InputError as err:
+        if err.what != "d":
+            raise
+        raise InputError("--d", d, err.accepted) from None
+    return Setting(geometry, build_protocol(eps, eta, eta_ft, max_steps))
+
+
+def _geometry(kind: str, gamma: Text, theta: Text, K: int | None, features: Optional[Path],
+              ood: Optional[Path], d: int | None, tol: Text) -> geo.Geometry:
+    if kind == "--gamma":
+        return geo.parallel_shift(options.numbers("--gamma", gamma), d, name="--gamma")
+    if kind == "--theta":
+        return geo.rotation(options.angle("--theta", theta), K, d)
+    if kind == "--mean-query":
+        return geo.mean_query(K, d)
+    if kind == "--orthogonal":
+        return geo.orthogonal(K, d)
+    if features is None or ood is None:
+        missing = "--ood" if features else "--features"
+        raise InputError(missing, "nothing", "--features and --ood go together: "
+                         "two d × K files, each column a feature")
+    tolerance = options.positive("--tol", tol) or geo.ORTHONORMAL_TOL
+    return geo.from_files(features, ood, d, tol=tolerance, names=("--features", "--ood"))
