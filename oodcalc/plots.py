@@ -33,10 +33,19 @@ def _pyplot():
     return plt
 
 
-def save(fig, path: str | Path, option: str = "--output") -> Path:
+def check_output(path: str | Path, option: str = "--output") -> Path:
+    """Fail before any work if the figure could not be written there."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise InputError(option, str(path), "the file name must end in .png, .svg or .pdf")
+    if not (path.parent if str(path.parent) else Path(".")).is_dir():
+        raise InputError(option, str(path), f"the directory {path.parent} does not exist")
+    _pyplot()
+    return path
+
+
+def save(fig, path: str | Path, option: str = "--output") -> Path:
+    path = check_output(path, option)
     written = write_atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix[1:].lower(),
                                                          dpi=150, bbox_inches="tight"),
                            option=option)
@@ -133,7 +142,8 @@ def weight_trajectories(report: Report):
     T1, source, ood = _phases(report)
     K = report.parameters["K"]
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharex="col")
-    phases = [("pretraining on V: weights of v", source[:T1 + 1], 0),
+    phases = [("pretraining on V: weights of v (equal for every k by symmetry)",
+               source[:T1 + 1], 0),
               ("fine-tuning on U: weights of u", ood[T1:], T1)]
     for row, (label, z, start) in enumerate(phases):
         steps = start + np.arange(len(z))
