@@ -41,7 +41,7 @@ def as_markdown(tables, protocol: Protocol) -> str:
             q = r.quantity
             cells = [q.experiment, q.name, fmt(r.theory), *(fmt(v) for v in r.simulations.values()),
                      f"{q.seed_text} (line {q.seed_line})", r.sign, r.magnitude, r.note]
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
     return "\n".join(lines)
 

@@ -1,0 +1,21 @@
+"""Generated blocks in the README stay true: regenerate and compare."""
+
+import re
+from pathlib import Path
+
+from oodcalc.cli import main
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def block(name: str) -> str:
+    match = re.search(rf"<!-- {name}:start -->\n(.*?)\n<!-- {name}:end -->", README.read_text(), re.S)
+    assert match, f"README has no {name} block"
+    return match.group(1).strip()
+
+
+def test_reproduce_block_is_current(capsys):
+    assert main(["reproduce", "-f", "markdown"]) == 0
+    assert block("reproduce") == capsys.readouterr().out.strip(), (
+        "README is stale: paste the output of `oodcalc reproduce -f markdown` into its "
+        "reproduce block")
