@@ -36,15 +36,19 @@ def errors_and_gradient(Q: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def train(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
-          phase: str, watch: np.ndarray | None = None) -> tuple[np.ndarray, int, list]:
+          phase: str, watch: np.ndarray | None = None,
+          snapshots: list | None = None) -> tuple[np.ndarray, int, list]:
     """GD on ``Q`` until every ``e_k <= eps``; returns the final Q, the step count and,
-    if ``watch`` features are given, their errors at every step."""
+    if ``watch`` features are given, their errors at every step. If ``snapshots`` is a
+    list, a copy of every iterate ``Q^(t)`` (t = 0 .. stop) is appended to it."""
     Q = Q.copy()
     watched = []
     for t in range(max_steps + 1):
         errors, _, grad = errors_and_gradient(Q, F)
         if watch is not None:
             watched.append(errors_and_gradient(Q, watch)[0])
+        if snapshots is not None:
+            snapshots.append(Q.copy())
         if np.all(errors <= eps):
             return Q, t, watched
         if t < max_steps:
@@ -57,13 +61,15 @@ def simulate_population(setting: Setting) -> Report:
     """Pretrain on V from Q = 0, evaluate on U, fine-tune on U, watch V throughout."""
     geo, proto = setting.geometry, setting.protocol
     V, U, K = geo.V, geo.U, geo.K
+    pre_path: list = []
+    ft_path: list = []
     Q1, T1, _ = train(np.zeros((geo.d, geo.d)), V, proto.eta, proto.eps,
-                      proto.max_steps, "pretraining")
+                      proto.max_steps, "pretraining", snapshots=pre_path)
     z1 = V.T @ Q1 @ V
     errors_v, _, _ = errors_and_gradient(Q1, V)
     errors_u, attn_u, _ = errors_and_gradient(Q1, U)
     Q2, T2, source_errors = train(Q1, U, proto.eta_ft, proto.eps, proto.max_steps,
-                                  "fine-tuning", watch=V)
+                                  "fine-tuning", watch=V, snapshots=ft_path)
     source_loss = np.array(source_errors) / K
     forgetting = [FeatureForgetting(k=k + 1, F_k=float(source_loss[-1, k] - source_loss[0, k]),
                                     loss_before=float(source_loss[0, k]),
@@ -78,5 +84,11 @@ def simulate_population(setting: Setting) -> Report:
         finetune=Finetune(T2=T2, z_ood=U.T @ Q2 @ U, z_source=V.T @ Q2 @ V,
                           error_ood=errors_and_gradient(Q2, U)[0]),
         forgetting=forgetting,
-        trajectories={"finetune_source_loss": source_loss},
+        trajectories={
+            "finetune_source_loss": source_loss,
+            # z[n, k] = f_nᵀ Q^(t) f_k at every step, read off the full Q
+            "pretrain": np.einsum("dn,tde,ek->tnk", V, np.array(pre_path), V),
+            "finetune_ood": np.einsum("dn,tde,ek->tnk", U, np.array(ft_path), U),
+            "finetune_source": np.einsum("dn,tde,ek->tnk", V, np.array(ft_path), V),
+        },
     )
