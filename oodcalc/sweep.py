@@ -1,0 +1,522 @@
+"""Sweeps: many configurations at once, by the exact batched dynamics.
+
+A sweep is a table of configurations (one geometry and one protocol per row). It is
+computed in two batched passes, never a Python loop over configurations:
+
+1. Pretraining depends only on ``(K, eps, eta)`` (from ``Q = 0`` the logits never see
+   the geometry), so every distinct ``(eps, eta)`` of a given ``K`` is pretrained once,
+   all of them together in one batched descent.
+2. Fine-tuning runs for every row at once (each row stopping on its own), in chunks of
+   rows. Chunks are pure functions of their rows and a seed
+   (``np.random.SeedSequence(seed).spawn``), so they can go to any
+   ``concurrent.futures.Executor``: a local process pool, or a dask.distributed cluster
+   through ``Client.get_executor()``. The exact dynamics draw no random numbers; the
+   seed is carried and recorded so that every task has the same shape as a stochastic
+   one, and the results are identical whatever the split (the tests check this).
+
+Per row the result holds T1, T2, the OOD loss at T1, forgetting F and every F_k, the
+theorem's regime for each source feature (parallel shifts and rotations), and whether
+both phases met the stopping rule; a row that did not is marked, not fatal.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from . import theory
+from .dynamics import descend, ood_start, source_logits
+from .errors import InputError
+from .geometry import Geometry, check_K
+from .io import write_atomic
+from .model import conditional_errors
+from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS
+
+#: Rows per chunk when no executor is given (bounds memory; one chunk is one batch).
+SERIAL_CHUNK = 1 << 17
+#: Chunks per sweep when an executor is given and no chunk size is.
+EXECUTOR_CHUNKS = 16
+
+#: Largest grid accepted at once (a K = 2 row holds a few hundred bytes while it runs).
+MAX_ROWS = 20_000_000
+
+FORMATS = ("csv", "npz")
+
+
+# --- the configurations ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Grid:
+    """Configurations that share ``K``: one row each.
+
+    ``M`` is ``VᵀU`` per row (all the exact dynamics need of a geometry), ``d`` the
+    smallest dimension that holds each geometry (results do not depend on ``d``),
+    ``gamma`` the ``γ_k`` per row where the geometry is a parallel shift (a rotation is one
+    with every ``γ_k = cos θ``), and ``params`` the columns that name the geometry.
+    ``axes`` lists the product axes, outermost first, when the grid is a full product.
+    """
+
+    K: int
+    geometry: str
+    M: np.ndarray
+    d: np.ndarray
+    eps: np.ndarray
+    eta: np.ndarray
+    eta_ft: np.ndarray
+    params: dict[str, np.ndarray] = field(default_factory=dict)
+    gamma: np.ndarray | None = None
+    axes: tuple[tuple[str, np.ndarray], ...] = ()
+
+    def __len__(self) -> int:
+        return self.M.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(values) for _, values in self.axes)
+
+
+def _positive_axis(values: Any, name: str) -> np.ndarray:
+    x = np.atleast_1d(np.asarray(values, dtype=np.float64)).ravel()
+    bad = ~(np.isfinite(x) & (x > 0))
+    if x.size == 0:
+        raise InputError(name, "nothing", "give at least one value")
+    if bad.any():
+        raise InputError(name, repr(float(x[bad][0])), "expected finite numbers > 0")
+    return x
+
+
+def _protocol_axes(eps: Any, eta: Any, eta_ft: Any) -> list[tuple[str, np.ndarray]]:
+    axes = [("eps", _positive_axis(eps, "eps")), ("eta", _positive_axis(eta, "eta"))]
+    if eta_ft is not None:
+        axes.append(("eta_ft", _positive_axis(eta_ft, "eta_ft")))
+    return axes
+
+
+def _product(axes: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Every combination, the first axis outermost (C order)."""
+    mesh = np.meshgrid(*(values for _, values in axes), indexing="ij")
+    return {name: m.ravel() for (name, _), m in zip(axes, mesh)}
+
+
+def _build(K: int, geometry: str, geo_axes: list[tuple[str, np.ndarray]], eps, eta, eta_ft,
+           make: Callable[[dict[str, np.ndarray]], tuple]) -> Grid:
+    axes = _protocol_axes(eps, eta, eta_ft) + geo_axes
+    rows = math.prod(len(values) for _, values in axes)
+    if rows > MAX_ROWS:
+        raise InputError("grid", f"{rows:,} configurations", f"at most {MAX_ROWS:,} in one "
+                         "grid; split the sweep or coarsen an axis")
+    columns = _product(axes)
+    M, d, gamma, params = make(columns)
+    return Grid(K=K, geometry=geometry, M=M, d=d, eps=columns["eps"], eta=columns["eta"],
+                eta_ft=columns.get("eta_ft", columns["eta"]), params=params, gamma=gamma,
+                axes=tuple(axes))
+
+
+def gamma_grid(gammas: Sequence[Any], eps: Any = DEFAULT_EPS, eta: Any = DEFAULT_ETA,
+               eta_ft: Any = None, *, name: str = "gamma") -> Grid:
+    """Parallel shifts over the product of one axis of ``γ`` values per feature.
+
+    ``gamma_grid([np.linspace(-1, 1, 201)] * 2)`` is the K = 2 phase diagram; a plain
+    number fixes that feature. ``eps``, ``eta``, ``eta_ft`` (default: ``eta``) are numbers
+    or sequences, also in the product (outermost). Rows run in C order over
+    ``(eps, eta[, eta_ft], gamma_1, …, gamma_K)``.
+    """
+    K = check_K(len(gammas), f"{name} (number of features)")
+    geo_axes = []
+    for k, values in enumerate(gammas):
+        label = f"{name}[{k + 1}]"
+        try:
+            x = np.atleast_1d(np.asarray(values, dtype=np.float64)).ravel()
+        except (TypeError, ValueError):
+            raise InputError(label, repr(values), "expected real numbers in [-1, 1]") from None
+        if x.size == 0:
+            raise InputError(label, "nothing", "give at least one value")
+        bad = ~(np.isfinite(x) & (np.abs(x) <= 1.0))
+        if bad.any():
+            raise InputError(label, repr(float(x[bad][0])), "each γ must be a finite number "
+                             "in [-1, 1]")
+        geo_axes.append((f"gamma_{k + 1}", x))
+
+    def make(columns):
+        gamma = np.stack([columns[f"gamma_{k + 1}"] for k in range(K)], axis=1)
+        M = np.zeros((len(gamma), K, K))
+        M[:, np.arange(K), np.arange(K)] = gamma
+        d = K + (np.abs(gamma) < 1.0).sum(axis=1)   # as geometry.parallel_shift
+        return M, d, gamma, {}
+
+    return _build(K, "parallel-shift", geo_axes, eps, eta, eta_ft, make)
+
+
+def theta_grid(theta: Any, K: int, eps: Any = DEFAULT_EPS, eta: Any = DEFAULT_ETA,
+               eta_ft: Any = None) -> Grid:
+    """Rotations by each ``θ`` (radians) of ``K`` features, as ``geometry.rotation``."""
+    K = check_K(K)
+    try:
+        x = np.atleast_1d(np.asarray(theta, dtype=np.float64)).ravel()
+    except (TypeError, ValueError):
+        raise InputError("theta", repr(theta), "expected angles in radians") from None
+    if x.size == 0 or not np.isfinite(x).all():
+        raise InputError("theta", repr(theta), "expected finite angles in radians")
+
+    def make(columns):
+        th = columns["theta"]
+        c, s = np.cos(th), np.sin(th)
+        multiple_of_pi = np.abs(s) < 1e-12          # u_k = ±v_k exactly, as rotation()
+        c = np.where(multiple_of_pi, np.round(c), c)
+        gamma = np.repeat(c[:, None], K, axis=1)
+        M = np.zeros((len(th), K, K))
+        M[:, np.arange(K), np.arange(K)] = gamma
+        d = np.where(multiple_of_pi, K, 2 * K)
+        return M, d, gamma, {"theta": th}
+
+    return _build(K, "rotation", [("theta", x)], eps, eta, eta_ft, make)
+
+
+def geometry_grid(geometries: Sequence[Geometry], eps: Any = DEFAULT_EPS,
+                  eta: Any = DEFAULT_ETA, eta_ft: Any = None) -> Grid:
+    """Any geometries with the same ``K`` (row column ``geometry_index`` points into the
+    list), each under every protocol of the product."""
+    geometries = list(geometries)
+    if not geometries:
+        raise InputError("geometries", "nothing", "give at least one geometry")
+    K = geometries[0].K
+    if any(g.K != K for g in geometries):
+        raise InputError("geometries", "different K", "all geometries of a grid share K")
+    Ms = np.stack([g.M for g in geometries])
+    ds = np.array([g.d for g in geometries])
+    gammas = [g.gamma for g in geometries]
+    kinds = {g.kind for g in geometries}
+
+    def make(columns):
+        i = columns["geometry_index"].astype(np.int64)
+        gamma = np.stack(gammas)[i] if all(g is not None for g in gammas) else None
+        return Ms[i], ds[i], gamma, {"geometry_index": i}
+
+    kind = kinds.pop() if len(kinds) == 1 else "mixed"
+    return _build(K, kind, [("geometry_index", np.arange(len(geometries)))], eps, eta,
+                  eta_ft, make)
+
+
+# --- the theorem's regimes, vectorised --------------------------------------------------
+
+REGIMES = ("forgetting", "backward-transfer", "undetermined", "unaffected")
+
+
+def regimes(gamma: np.ndarray) -> np.ndarray:
+    """``theory.forgetting_regimes`` for a stack ``γ`` of shape ``(B, K)``: one regime name
+    per row and source feature, shape ``(B, K)`` (the same rule, tie for tie)."""
+    gamma = np.asarray(gamma, dtype=np.float64)
+    B, K = gamma.shape
+    products = gamma[:, :, None] * gamma[:, None, :]          # γ_k γ_m at [b, k, m]
+    self_pair = np.eye(K, dtype=bool)
+    lhs0 = -np.where(self_pair, -np.inf, products).max(axis=2)   # −γ_k γ_m0
+    lhs1 = -np.where(self_pair, np.inf, products).min(axis=2)    # −γ_k γ_m1
+    square = gamma ** 2
+    unaffected = np.abs(gamma) <= theory.ZERO_TOL
+    if K == 2:
+        unaffected |= np.abs(square - lhs0) <= theory.ZERO_TOL
+    out = np.full((B, K), "undetermined", dtype=object)
+    out[lhs1 < square] = "backward-transfer"
+    out[lhs0 > square] = "forgetting"
+    out[unaffected] = "unaffected"
+    return out
+
+
+# --- one chunk: fine-tuning a block of rows ------------------------------------------
+
+@dataclass(frozen=True)
+class Chunk:
+    """A task: rows ``start:stop`` of a grid, everything fine-tuning needs, and a seed."""
+
+    start: int
+    stop: int
+    M: np.ndarray          # (B, K, K)
+    z1: np.ndarray         # (B, K, K) pretrained logits of each row
+    eps: np.ndarray
+    eta_ft: np.ndarray
+    max_steps: int
+    seed: np.random.SeedSequence
+
+
+def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
+                   ) -> tuple[int, int, dict[str, np.ndarray]]:
+    """Fine-tune every row of ``chunk`` at once; return ``(start, stop, columns)``.
+
+    A pure function of the chunk: the exact dynamics are deterministic, so
+    ``chunk.seed`` is not drawn from (a stochastic task would seed its generator here).
+    """
+    K = chunk.M.shape[-1]
+    z_ood0 = ood_start(chunk.z1, chunk.M)
+    ood_loss = conditional_errors(z_ood0).sum(axis=-1) / K
+    ft = descend(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress)
+    before = conditional_errors(chunk.z1) / K                      # L_{v_k}(Q^(T1))
+    after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
+    return chunk.start, chunk.stop, {"T2": ft.steps, "converged_finetune": ft.converged,
+                                     "ood_loss": ood_loss, "F_k": after - before}
+
+
+# --- the result -------------------------------------------------------------------------
+
+@dataclass
+class SweepResult:
+    """One row per configuration; ``columns`` maps each column name to an array.
+
+    Columns: ``geometry, K, d``, the geometry's parameters (``gamma_1..gamma_K``,
+    ``theta``, ``geometry_index``), ``eps, eta, eta_ft, max_steps, seed``, then ``T1, T2,
+    converged, converged_pretrain, converged_finetune, ood_loss, F, F_1..F_K,
+    regime_1..regime_K``. Rows of smaller K hold NaN (or "") in the columns of features
+    they lack. ``shape`` is the product grid's shape when the sweep is one grid.
+    """
+
+    columns: dict[str, np.ndarray]
+    meta: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        shape = self.meta.get("shape")
+        return tuple(shape) if shape else None
+
+    def grid(self, name: str) -> np.ndarray:
+        """A column reshaped to the product grid, e.g. ``F`` over ``(eps, eta, γ1, γ2)``."""
+        if self.shape is None:
+            raise ValueError("this sweep is not a single product grid")
+        return self.columns[name].reshape(self.shape)
+
+    def rows(self) -> Iterable[dict[str, Any]]:
+        names = list(self.columns)
+        for values in zip(*(self.columns[n].tolist() for n in names)):
+            yield dict(zip(names, values))
+
+    def to_csv(self) -> str:
+        buffer = io.StringIO()
+        write_csv(self, buffer)
+        return buffer.getvalue()
+
+    def write(self, path: str | Path, format: str | None = None, *,
+              option: str = "output") -> Path:
+        """Write atomically (temp file beside ``path``, then rename): CSV or NPZ."""
+        fmt = format or output_format(path)
+        if fmt == "csv":
+            def write(tmp: Path) -> None:
+                with open(tmp, "w", newline="", encoding="utf-8") as f:
+                    write_csv(self, f)
+        elif fmt == "npz":
+            def write(tmp: Path) -> None:
+                arrays = {n: (c.astype(str) if c.dtype == object else c)
+                          for n, c in self.columns.items()}
+                with open(tmp, "wb") as f:
+                    np.savez_compressed(f, **arrays,
+                                        __meta__=np.array(json.dumps(self.meta)))
+        else:
+            raise InputError("format", fmt, f"choose one of {', '.join(FORMATS)}")
+        return write_atomic(path, write, option=option)
+
+
+def output_format(path: str | Path) -> str:
+    suffix = Path(path).suffix.lower().lstrip(".")
+    return suffix if suffix in FORMATS else "csv"
+
+
+def _cell(x: Any) -> str:
+    if isinstance(x, float):
+        return "" if math.isnan(x) else repr(x)
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    return str(x)
+
+
+def write_csv(result: SweepResult, f) -> None:
+    """Header then one row per configuration; floats round-trip exactly; absent → empty."""
+    writer = csv.writer(f, lineterminator="\n")
+    writer.writerow(result.columns)
+    for row in zip(*(c.tolist() for c in result.columns.values())):
+        writer.writerow([_cell(x) for x in row])
+
+
+def read_result(path: str | Path) -> SweepResult:
+    """Read back an ``.npz`` written by :meth:`SweepResult.write`."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["__meta__"]))
+        columns = {n: data[n] for n in data.files if n != "__meta__"}
+    for n, c in columns.items():
+        if c.dtype.kind == "U":
+            columns[n] = c.astype(object)
+    return SweepResult(columns, meta)
+
+
+# --- running a sweep --------------------------------------------------------------------
+
+def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One batched descent over the distinct ``(eps, eta)`` of the grid; per row
+    ``z1``, ``T1`` and whether pretraining converged."""
+    pairs = np.stack([grid.eps, grid.eta], axis=1)
+    unique, row_group = np.unique(pairs, axis=0, return_inverse=True)
+    row_group = row_group.ravel()
+    run = descend(np.zeros((len(unique), grid.K, grid.K)), unique[:, 1], unique[:, 0],
+                  max_steps)
+    return run.z[row_group], run.steps[row_group], run.converged[row_group]
+
+
+def _chunks(n: int, size: int) -> list[tuple[int, int]]:
+    return [(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
+          executor: cf.Executor | None = None, chunk_size: int | None = None,
+          seed: int = 0, progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Run every configuration of ``grids`` to the stopping rule, batched and exact.
+
+    ``executor``: any ``concurrent.futures.Executor`` (``ProcessPoolExecutor``, or
+    ``dask.distributed.Client(...).get_executor()``); without one the chunks run here, in
+    order. ``chunk_size``: rows per task (default: one chunk of up to
+    ``SERIAL_CHUNK`` rows serially, about ``EXECUTOR_CHUNKS`` chunks with an executor).
+    ``seed``: root of the per-chunk ``SeedSequence.spawn``; recorded in every row.
+    ``progress(done, total)`` is called as configurations finish fine-tuning.
+    """
+    grids = [grids] if isinstance(grids, Grid) else list(grids)
+    if not grids:
+        raise InputError("grids", "nothing", "give at least one grid")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) \
+            or max_steps < 1:
+        raise InputError("max_steps", max_steps, "expected an integer >= 1")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or chunk_size < 1):
+        raise InputError("chunk_size", chunk_size, "expected an integer >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError("seed", seed, "expected an integer >= 0")
+    max_steps, seed = int(max_steps), int(seed)
+    total = sum(len(g) for g in grids)
+    if chunk_size is None:
+        chunk_size = SERIAL_CHUNK if executor is None else max(1, -(-total // EXECUTOR_CHUNKS))
+
+    # Pretraining (shared per (K, eps, eta)) and the fine-tuning tasks of every grid.
+    pretrained, tasks = [], []
+    for gi, grid in enumerate(grids):
+        z1, T1, ok = _pretrain(grid, max_steps)
+        pretrained.append((T1, ok))
+        for start, stop in _chunks(len(grid), chunk_size):
+            tasks.append((gi, start, stop, z1))
+    seeds = np.random.SeedSequence(seed).spawn(len(tasks))
+    chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
+                    grids[gi].eps[start:stop], grids[gi].eta_ft[start:stop], max_steps, s)
+              for (gi, start, stop, z1), s in zip(tasks, seeds)]
+    owner = [gi for gi, *_ in tasks]
+
+    parts: list[dict[str, np.ndarray]] = [dict() for _ in grids]
+    done = 0
+
+    def collect(index: int, out) -> None:
+        start, stop, columns = out
+        gi = owner[index]
+        for name, values in columns.items():
+            if name not in parts[gi]:
+                shape = (len(grids[gi]),) + values.shape[1:]
+                parts[gi][name] = np.empty(shape, dtype=values.dtype)
+            parts[gi][name][start:stop] = values
+
+    if executor is None:
+        def tick(n: int) -> None:
+            nonlocal done
+            done += n
+            progress(done, total)
+
+        for i, chunk in enumerate(chunks):
+            collect(i, finetune_chunk(chunk, tick if progress else None))
+            if progress:   # rows that did not converge count as done here
+                done = sum(len(g) for g in grids[:owner[i]]) + chunk.stop
+                progress(done, total)
+    else:
+        futures = {executor.submit(finetune_chunk, chunk): i for i, chunk in enumerate(chunks)}
+        try:
+            for future in cf.as_completed(futures):
+                i = futures[future]
+                collect(i, future.result())
+                done += chunks[i].stop - chunks[i].start
+                if progress:
+                    progress(done, total)
+        finally:
+            for future in futures:
+                future.cancel()
+
+    tables = [_table(grid, T1, ok, part, max_steps, seed)
+              for grid, (T1, ok), part in zip(grids, pretrained, parts)]
+    meta = {"seed": seed, "max_steps": max_steps, "chunks": len(chunks),
+            "chunk_size": chunk_size, "rows": total,
+            "shape": list(grids[0].shape) if len(grids) == 1 else None,
+            "axes": [name for name, _ in grids[0].axes] if len(grids) == 1 else None,
+            "grids": [{"K": g.K, "geometry": g.geometry, "rows": len(g),
+                       "axes": {n: v.tolist() for n, v in g.axes
+                                if n != "geometry_index"}} for g in grids]}
+    return SweepResult(_concat(tables), meta)
+
+
+def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int) -> dict[str, np.ndarray]:
+    B, K = len(grid), grid.K
+    cols: dict[str, np.ndarray] = {
+        "geometry": np.full(B, grid.geometry, dtype=object),
+        "K": np.full(B, K, dtype=np.int64),
+        "d": grid.d.astype(np.int64),
+    }
+    if grid.gamma is not None:
+        cols |= {f"gamma_{k + 1}": grid.gamma[:, k] for k in range(K)}
+    cols |= dict(grid.params)
+    cols |= {"eps": grid.eps, "eta": grid.eta, "eta_ft": grid.eta_ft,
+             "max_steps": np.full(B, max_steps, dtype=np.int64),
+             "seed": np.full(B, seed, dtype=np.int64),
+             "T1": T1, "T2": part["T2"],
+             "converged": pre_ok & part["converged_finetune"],
+             "converged_pretrain": pre_ok,
+             "converged_finetune": part["converged_finetune"],
+             "ood_loss": part["ood_loss"],
+             "F": part["F_k"].sum(axis=1)}
+    cols |= {f"F_{k + 1}": part["F_k"][:, k] for k in range(K)}
+    if grid.gamma is not None:
+        r = regimes(grid.gamma)
+        cols |= {f"regime_{k + 1}": r[:, k] for k in range(K)}
+    return cols
+
+
+_ORDER = ("geometry", "K", "d", "gamma_", "theta", "geometry_index", "eps", "eta",
+          "eta_ft", "max_steps", "seed", "T1", "T2", "converged", "converged_pretrain",
+          "converged_finetune", "ood_loss", "F", "F_", "regime_")
+
+
+def _rank(name: str) -> tuple[int, int]:
+    for i, key in enumerate(_ORDER):
+        if key.endswith("_") and name.startswith(key) and name[len(key):].isdigit():
+            return i, int(name[len(key):])
+        if name == key:
+            return i, 0
+    return len(_ORDER), 0
+
+
+def _concat(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Stack tables row-wise; columns a table lacks are NaN (numbers) or "" (text)."""
+    names = sorted({n for t in tables for n in t}, key=_rank)
+    out = {}
+    for name in names:
+        pieces = []
+        kind = next(t[name] for t in tables if name in t)
+        for t in tables:
+            n = len(t["K"])
+            if name in t:
+                pieces.append(t[name])
+            elif kind.dtype == object:
+                pieces.append(np.full(n, "", dtype=object))
+            else:
+                pieces.append(np.full(n, np.nan))
+        out[name] = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+    return out
