@@ -156,6 +156,20 @@ def check_simulation_inputs(N: int, batch: int, stop: str, holdout: int, K: int)
         raise InputError("stop", stop, f"expected one of {', '.join(STOP_RULES)}")
 
 
+def phase_generators(seed: int) -> tuple[np.random.Generator, ...]:
+    """One independent stream each for pretraining, fine-tuning and the held-out sample."""
+    return tuple(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+
+
+def pretrain_prompts(V: np.ndarray, eta: float, eps: float, max_steps: int, N: int,
+                     batch: int, *, resample: bool = False, seed: int = 0) -> Phase:
+    """Pretraining alone (population stopping rule), with the same seeding as
+    :func:`simulate_prompts`: ``pretrain_prompts(...).Q`` is that run's ``Q^(T1)``."""
+    check_simulation_inputs(N, batch, "population", V.shape[1], V.shape[1])
+    return train_on_prompts(np.zeros((V.shape[0],) * 2), V, eta, eps, max_steps,
+                            "pretraining", phase_generators(seed)[0], N, batch, resample, None)
+
+
 def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
                      resample: bool = False, seed: int = 0, stop: str = "population",
                      holdout: int = 4096) -> Report:
@@ -168,8 +182,7 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     geo, proto = setting.geometry, setting.protocol
     V, U, K = geo.V, geo.U, geo.K
     check_simulation_inputs(N, batch, stop, holdout, K)
-    pre_seq, ft_seq, hold_seq = np.random.SeedSequence(seed).spawn(3)
-    hold_rng = np.random.default_rng(hold_seq)
+    pre_rng, ft_rng, hold_rng = phase_generators(seed)
     balanced = np.repeat(np.arange(K), holdout // K)
     hold_v = hold_u = None
     if stop == "heldout":
@@ -177,11 +190,11 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
         hold_u = sample_prompts(U, N, len(balanced), hold_rng, queries=balanced)
 
     pre = train_on_prompts(np.zeros((geo.d, geo.d)), V, proto.eta, proto.eps,
-                           proto.max_steps, "pretraining", np.random.default_rng(pre_seq),
+                           proto.max_steps, "pretraining", pre_rng,
                            N, batch, resample, hold_v)
     Q1 = pre.Q
     ft = train_on_prompts(Q1, U, proto.eta_ft, proto.eps, proto.max_steps, "fine-tuning",
-                          np.random.default_rng(ft_seq), N, batch, resample, hold_u)
+                          ft_rng, N, batch, resample, hold_u)
     Q2 = ft.Q
 
     def project(F, path):
