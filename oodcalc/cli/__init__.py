@@ -35,6 +35,8 @@ from . import predict as _predict  # noqa: E402,F401  (each import registers a c
 from . import reproduce as _reproduce  # noqa: E402,F401
 from . import sweep as _sweep  # noqa: E402,F401
 from . import plot as _plot  # noqa: E402,F401
+from . import simulate as _simulate  # noqa: E402,F401
+from . import verify as _verify  # noqa: E402,F401
 
 
 def error_line(message: str) -> None:

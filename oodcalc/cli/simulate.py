@@ -1,0 +1,213 @@
+"""``oodcalc simulate``: train a simulator on a geometry and protocol, optionally beside the
+theory (``--compare``)."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+
+from ..errors import InputError
+from . import app, options
+from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
+                              NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
+
+SIM_PANEL = "Simulator"
+Text = Optional[str]
+
+
+class Simulator(str, Enum):
+    population = "population"
+    prompts = "prompts"
+
+
+class Stop(str, Enum):
+    population = "population"
+    heldout = "heldout"
+
+
+def thin(length: int, rows: int) -> list[int]:
+    """About ``rows`` step indices from 0 to length − 1, always both ends."""
+    return sorted(set(np.linspace(0, length - 1, min(rows, length)).round().astype(int)))
+
+
+def trajectory_json(trajectories: dict) -> dict:
+    return {name: np.asarray(v).tolist() for name, v in trajectories.items()}
+
+
+def render(report, rows: int, comparison=None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from .render import describe_geometry, fmt
+
+    from rich.markup import escape
+
+    console = Console(highlight=False)
+    if comparison is not None and console.width < 100:
+        console = Console(highlight=False, width=100)
+    p = report.parameters
+    K = p["K"]
+    console.print(f"[bold]oodcalc simulate[/bold] · {describe_geometry(p['geometry'])}")
+    console.print(f"{report.source}; K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, "
+                  f"η = {fmt(p['eta'])}, η_ft = {fmt(p['eta_ft'])}")
+    console.print(f"T1 = {report.pretrain.T1}: α = {fmt(report.pretrain.alpha)}, "
+                  f"β = {fmt(report.pretrain.beta)}, max e_k = "
+                  f"{fmt(float(report.pretrain.error.max()))}; OOD loss at T1 = "
+                  f"{fmt(float(report.ood.error.sum() / K))}; T2 = {report.finetune.T2}; "
+                  f"F = {report.F:+.5g}")
+
+    table = Table(title="Trajectories (α, β: means over features and pairs; L: Σe_k/K)",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("phase", "t", "α", "β", "L on the trained features", "L_tr on V"):
+        table.add_column(name, justify="right")
+
+    def stats(z):
+        off = z[~np.eye(K, dtype=bool)]
+        return fmt(float(np.mean(np.diag(z)))), fmt(float(off.mean()))
+
+    from ..simulate.population import errors_and_gradient
+    eye = np.eye(K)
+    pre = report.trajectories["pretrain"]
+    for t in thin(len(pre), rows):
+        a, b = stats(pre[t])
+        loss = errors_and_gradient(pre[t], eye)[0].sum() / K
+        table.add_row("pretrain", str(t), a, b, fmt(loss), fmt(loss))
+    ood, src = report.trajectories["finetune_ood"], report.trajectories["finetune_source"]
+    for t in thin(len(ood), rows):
+        a, b = stats(ood[t])
+        table.add_row("fine-tune", str(report.pretrain.T1 + t), a, b,
+                      fmt(errors_and_gradient(ood[t], eye)[0].sum() / K),
+                      fmt(errors_and_gradient(src[t], eye)[0].sum() / K))
+    console.print(table)
+    table = Table(box=box.SIMPLE_HEAD)
+    for name in ("k", "F_k", "L_{v_k} trend along fine-tuning"):
+        table.add_column(name)
+    for f in report.forgetting:
+        table.add_row(str(f.k), f"{f.F_k:+.4g}", f.trend)
+    console.print(table)
+
+    if comparison is not None:
+        table = Table(title="Theory (exact population dynamics, closed forms) beside the "
+                            "simulation, field by field", title_justify="left",
+                      box=box.SIMPLE_HEAD)
+        table.add_column("field", no_wrap=True)
+        for name in ("theory", "simulation"):
+            table.add_column(name, justify="right", max_width=20, overflow="ellipsis",
+                             no_wrap=True)
+        for name in ("max |diff|", "max rel"):
+            table.add_column(name, justify="right", no_wrap=True)
+
+        def show(v):
+            if isinstance(v, list):
+                if v and isinstance(v[0], list):
+                    return f"[{len(v)}×{len(v[0])} matrix]"
+                if v and len(v) <= 4:
+                    return ", ".join(show(x) for x in v)
+                return f"[{len(v)} values]" if v else "—"
+            if isinstance(v, float):
+                return fmt(v)
+            return "—" if v is None else str(v)
+
+        def short(name):
+            return escape(name.replace("forgetting.per_feature", "F")
+                          .replace("at_alpha_star", "at α*"))
+        for d in comparison:
+            if d.field.endswith("].k"):
+                continue
+            if d.max_abs is not None:
+                table.add_row(short(d.field), show(d.theory), show(d.simulation),
+                              f"{d.max_abs:.3g}", f"{d.max_rel:.3g}")
+            elif d.agree is not None:
+                table.add_row(short(d.field), show(d.theory), show(d.simulation),
+                              "same" if d.agree else "[red]differs[/red]", "")
+            else:
+                table.add_row(short(d.field), show(d.theory), show(d.simulation), "", "")
+        console.print(table)
+
+
+@app.command()
+def simulate(
+    gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
+    orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
+    K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+    simulator: Annotated[Simulator, typer.Option("--simulator", "-s",
+        help="population: GD on the full Q with the population loss (ground truth); "
+             "prompts: GD on sampled prompts of N tokens.", rich_help_panel=SIM_PANEL)]
+        = Simulator.population,
+    N: Annotated[Text, typer.Option("--N", "-N", metavar="INT",
+        help="prompts: tokens per prompt.", show_default="32", rich_help_panel=SIM_PANEL)] = None,
+    batch: Annotated[Text, typer.Option("--batch", metavar="INT",
+        help="prompts: prompts per GD step.", show_default="1024",
+        rich_help_panel=SIM_PANEL)] = None,
+    fixed_sample: Annotated[bool, typer.Option("--fixed-sample",
+        help="prompts: one fixed sample of --batch prompts per phase (full-batch GD on it) "
+             "instead of fresh mini-batches every step.", rich_help_panel=SIM_PANEL)] = False,
+    seed: Annotated[Text, typer.Option("--seed", metavar="INT",
+        help="prompts: seed of np.random.SeedSequence.", show_default="0",
+        rich_help_panel=SIM_PANEL)] = None,
+    stop: Annotated[Stop, typer.Option("--stop",
+        help="prompts: evaluate the stopping rule on the population errors of the current Q, "
+             "or on a held-out sample of prompts.", rich_help_panel=SIM_PANEL)] = Stop.population,
+    holdout: Annotated[Text, typer.Option("--holdout", metavar="INT",
+        help="prompts with --stop heldout: held-out prompts.", show_default="4096",
+        rich_help_panel=SIM_PANEL)] = None,
+    compare: Annotated[bool, typer.Option("--compare",
+        help="Also run the theory and show both side by side with their differences.")] = False,
+    rows: Annotated[Text, typer.Option("--rows", metavar="INT",
+        help="Trajectory rows shown per phase.", show_default="8")] = None,
+    trajectories: Annotated[bool, typer.Option("--trajectories",
+        help="With --json: include every step's logits and losses.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Train a simulator (no closed forms inside) and report in the theory's schema.
+
+    Examples: oodcalc simulate --gamma 1,-0.9 --compare;
+    oodcalc simulate --gamma 1,-0.9 -s prompts --N 64 --seed 3 --json
+    """
+    setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
+                            eps, eta, eta_ft, max_steps)
+    n_rows = options.integer("--rows", rows, 2) or 8
+    prompt_options = {"--N": N, "--batch": batch, "--seed": seed, "--holdout": holdout}
+    if simulator is Simulator.population:
+        given = [(name, repr(v)) for name, v in prompt_options.items() if v is not None]
+        given += [("--fixed-sample", "the flag")] if fixed_sample else []
+        given += [("--stop", stop.value)] if stop is not Stop.population else []
+        if given:
+            raise InputError(given[0][0], given[0][1], "only --simulator prompts takes "
+                             "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
+        from ..simulate import simulate_population
+        report = simulate_population(setting)
+    else:
+        if holdout is not None and stop is not Stop.heldout:
+            raise InputError("--holdout", holdout, "only used with --stop heldout")
+        from ..simulate import simulate_prompts
+        report = simulate_prompts(
+            setting, N=options.integer("--N", N, 1) or 32,
+            batch=options.integer("--batch", batch, 1) or 1024,
+            resample=not fixed_sample, seed=options.integer("--seed", seed, 0) or 0,
+            stop=stop.value,
+            holdout=options.integer("--holdout", holdout, setting.K) or 4096)
+    comparison = None
+    if compare:
+        from ..compare import compare as compare_reports
+        from ..predict import predict
+        theory = predict(setting)
+        comparison = compare_reports(theory, report)
+    if as_json:
+        out = report.to_dict()
+        if trajectories:
+            out["trajectories"] = trajectory_json(report.trajectories)
+        if comparison is not None:
+            from ..report import jsonable
+            out = {"parameters": out["parameters"], "theory": theory.to_dict(),
+                   "simulation": out,
+                   "differences": jsonable([d.to_dict() for d in comparison])}
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+    else:
+        render(report, n_rows, comparison)
