@@ -220,3 +220,16 @@ def phase_diagram(F: np.ndarray, F_k: np.ndarray, gamma1: Sequence[float],
                  f"({protocol_text(protocol)})", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def phase_diagram_k2(n: int = 201, protocol: Protocol | None = None, **sweep_options):
+    """Compute the K = 2 grid with :func:`oodcalc.sweep.sweep` and draw it."""
+    from .sweep import gamma_grid, sweep
+    protocol = protocol or Protocol()
+    axis = np.linspace(-1.0, 1.0, n)
+    result = sweep(gamma_grid([axis, axis], eps=protocol.eps, eta=protocol.eta,
+                              eta_ft=protocol.eta_ft),
+                   max_steps=protocol.max_steps, **sweep_options)
+    F = result.grid("F").reshape(n, n)
+    F_k = np.stack([result.grid(f"F_{k}").reshape(n, n) for k in (1, 2)], axis=-1)
+    return phase_diagram(F, F_k, axis, axis, protocol)
