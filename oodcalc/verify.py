@@ -471,7 +471,9 @@ def ctx_population(ctx: Context, setting: Setting):
 
 # --- claim 3: convergence at T1 -------------------------------------------------------
 
-def check_claim_3(ctx: Context):
+def population_claim_3(ctx: Context) -> PopulationCheck:
+    """Claim 3 against simulator (a): the bracket of α* by the last GD step, and the
+    exact structure of β and Q^(T1) at the α reached."""
     cases = [(K, eps, eta, d) for K, eps, eta, d in
              ((2, 0.01, 0.1, 3), (3, 0.01, 0.1, 6), (4, 0.01, 0.4, 8), (4, 0.001, 0.5, 5),
               (8, 0.02, 0.2, 11))]
@@ -504,7 +506,11 @@ def check_claim_3(ctx: Context):
         bracket_ok and structure_err <= EXACT_TOL,
         lines + [f"max error of β and Q^(T1) against the formula at α(T1): {structure_err:.2g}",
                  "max_abs / max_rel above are the discrete overshoot α(T1) − α*"])
+    return population
 
+
+def check_claim_3(ctx: Context):
+    population = population_claim_3(ctx)
     theory_main = ctx.theory(MAIN)
     points, spread = [], []
     for N in ctx.budget.Ns:

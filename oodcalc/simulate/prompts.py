@@ -10,9 +10,10 @@ of that sampled loss. α and β are read off by projecting ``Q`` on the features
 
 Two ways to draw prompts (``resample``):
 
+* ``True`` (default): a fresh mini-batch of ``batch`` prompts at every step (stochastic
+  gradients; the noise averages over the trajectory, so the finite-N bias shows);
 * ``False``: one fixed sample of ``batch`` prompts per phase, full-batch gradient descent on
-  its empirical loss (deterministic given the seed);
-* ``True``: a fresh mini-batch of ``batch`` prompts at every step (stochastic gradients).
+  its empirical loss (deterministic given the seed; its sampling error stays frozen in).
 
 The stopping rule (``stop``). MODEL.md stops at the first step with ``L_k(Q) <= ε/K`` for
 every k, where ``L_k`` is the population loss. With sampled losses there are two honest
@@ -162,7 +163,7 @@ def phase_generators(seed: int) -> tuple[np.random.Generator, ...]:
 
 
 def pretrain_prompts(V: np.ndarray, eta: float, eps: float, max_steps: int, N: int,
-                     batch: int, *, resample: bool = False, seed: int = 0) -> Phase:
+                     batch: int, *, resample: bool = True, seed: int = 0) -> Phase:
     """Pretraining alone (population stopping rule), with the same seeding as
     :func:`simulate_prompts`: ``pretrain_prompts(...).Q`` is that run's ``Q^(T1)``."""
     check_simulation_inputs(N, batch, "population", V.shape[1], V.shape[1])
@@ -171,7 +172,7 @@ def pretrain_prompts(V: np.ndarray, eta: float, eps: float, max_steps: int, N: i
 
 
 def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
-                     resample: bool = False, seed: int = 0, stop: str = "population",
+                     resample: bool = True, seed: int = 0, stop: str = "population",
                      holdout: int = 4096) -> Report:
     """Pretrain on prompts over V from Q = 0, evaluate on U, fine-tune on prompts over U.
 
