@@ -67,7 +67,7 @@ def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
     from .simulate import simulate_population
     plt = _pyplot()
     protocol = protocol or Protocol()
-    simulators = {"simulation: GD on Q (d×d)": simulate_population} if simulators is None else simulators
+    simulators = {"GD on Q": simulate_population} if simulators is None else simulators
     z1 = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps).z[0]
     thetas = np.linspace(0, math.pi / 2, 181)
     line = [conditional_errors(ood_start(z1, geo.rotation(t, K).M)).mean() for t in thetas]
@@ -77,7 +77,8 @@ def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
     for i, (label, simulate) in enumerate(simulators.items()):
         values = [simulate(Setting(geo.rotation(t, K, d=2 * K), protocol)).ood.error.mean()
                   for t in grid]
-        ax.plot(grid, values, "o", mfc="none", color=f"C{i + 1}", ms=8, label=label)
+        ax.plot(grid, values, "os^"[i % 3], mfc="none", color=f"C{i + 1}", ms=8 + 3 * i,
+                label=f"simulation: {label}")
     ax.axhline(theory.uniform_error(K), color="grey", ls="--", lw=1,
                label=f"random guessing, (K−1)/(2K) = {theory.uniform_error(K):g}")
     ax.axhline(protocol.eps, color="grey", ls=":", lw=1, label=f"stopping level ε = {protocol.eps:g}")

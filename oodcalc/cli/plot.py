@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -30,6 +30,8 @@ def plot(
         help="Where to write the figure; .png, .svg or .pdf (written atomically).")],
     grid: Annotated[str, typer.Option("--grid", metavar="N",
         help="phase-diagram: N × N points over [-1, 1]².")] = "201",
+    prompts: Annotated[Optional[str], typer.Option("--prompts", metavar="N",
+        help="ood-vs-theta: also mark the finite-prompt simulator with N tokens per prompt.")] = None,
     gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
@@ -48,7 +50,10 @@ def plot(
     else:
         protocol = build_protocol(eps, eta, eta_ft, max_steps)
         if kind is Kind.ood_vs_theta:
-            figure = plots.ood_error_vs_theta(options.integer("--K", K, 2) or 4, protocol)
+            from .reproduce import simulators
+            chosen = simulators(options.integer("--prompts", prompts, 1), seed=0)
+            figure = plots.ood_error_vs_theta(options.integer("--K", K, 2) or 4, protocol,
+                                              simulators=chosen)
         else:
             figure = plots.phase_diagram_k2(options.integer("--grid", grid, 3), protocol)
     print(plots.save(figure, output))
