@@ -23,6 +23,9 @@ class Claim:
     statement: str              # one line, plain Unicode
     derivation: str | None = None   # "module:function" → symbolic derivation
     numeric_check: str | None = None  # "module:function" → numeric check vs simulation
+    #: what the symbolic engine proves: "symbolic K", "explicit K", "numeric only" or
+    #: "rests on the paper" (tests keep it equal to the derivation's own status)
+    proof: str | None = None
 
     def load(self, attribute: str) -> Callable[..., Any] | None:
         target = getattr(self, attribute)
@@ -35,37 +38,46 @@ class Claim:
 CLAIMS: tuple[Claim, ...] = (
     Claim(1, "aggregated-attention", "Aggregated attention",
           "Attn_v = e^{α_v} / (e^{α_v} + Σ_{v'≠v} e^{β_{v',v}}) in the population limit.",
-          numeric_check="oodcalc.verify:check_claim_1"),
+          numeric_check="oodcalc.verify:check_claim_1",
+          derivation="oodcalc.symbolic.aggregated:derive", proof="symbolic K"),
     Claim(2, "conservation", "Conservation law",
           "At every GD step the growth of α_{v_k} equals the total decrease of the "
           "β_{v_n,v_k}, n ≠ k: Δ_{k,α} = Σ_{n≠k} Λ_{k,n,β}.",
-          numeric_check="oodcalc.verify:check_claim_2"),
+          numeric_check="oodcalc.verify:check_claim_2",
+          derivation="oodcalc.symbolic.conservation:derive", proof="symbolic K"),
     Claim(3, "convergence", "Convergence at T1",
           "At T1 every α equals α*_{K,ε} (closed form from the stopping rule) and every "
           "β equals −α*_{K,ε}/(K−1); Q^(T1) = α*K/(K−1)(VVᵀ − v̄v̄ᵀ).",
-          numeric_check="oodcalc.verify:check_claim_3"),
+          numeric_check="oodcalc.verify:check_claim_3",
+          derivation="oodcalc.symbolic.convergence:derive", proof="symbolic K"),
     Claim(4, "t1-growth", "T1 is polynomial",
           "T1 = poly(1/ε, K, 1/η).",
-          numeric_check="oodcalc.verify:check_claim_4"),
+          numeric_check="oodcalc.verify:check_claim_4",
+          derivation="oodcalc.symbolic.growth:derive", proof="numeric only"),
     Claim(5, "ood-weights", "OOD weights at T1",
           "α_{u_k} = Kα*/(K−1)([MᵀM]_kk − ⟨u_k,v̄⟩²), β_{u_k',u_k} = Kα*/(K−1)"
           "([MᵀM]_k'k − ⟨u_k,v̄⟩⟨u_k',v̄⟩), with M = VᵀU.",
-          numeric_check="oodcalc.verify:check_claim_5"),
+          numeric_check="oodcalc.verify:check_claim_5",
+          derivation="oodcalc.symbolic.ood:derive", proof="symbolic K"),
     Claim(6, "corollary", "Two failure cases",
           "span(V) ⊥ span(U), or u_k = v̄ with span(U) = span(V), gives α = β = 0, "
           "attention 1/K and the error of random guessing.",
-          numeric_check="oodcalc.verify:check_claim_6"),
+          numeric_check="oodcalc.verify:check_claim_6",
+          derivation="oodcalc.symbolic.corollary:derive", proof="symbolic K"),
     Claim(7, "finetune-projection", "Fine-tuning seen from the source",
           "Under a parallel shift, α_{v_k} gains γ_k² Δ_{k,α} and β_{v_n,v_k} changes by "
           "−γ_kγ_n Λ_{n,k,β} over fine-tuning.",
-          numeric_check="oodcalc.verify:check_claim_7"),
+          numeric_check="oodcalc.verify:check_claim_7",
+          derivation="oodcalc.symbolic.finetune:derive", proof="symbolic K"),
     Claim(8, "forgetting-threshold", "Forgetting threshold",
           "−γ_kγ_m0 > γ_k² (m0 = argmax γ_kγ_m) makes L_{v_k} rise through fine-tuning; "
           "−γ_kγ_m1 < γ_k² (m1 = argmin) makes it fall.",
-          numeric_check="oodcalc.verify:check_claim_8"),
+          numeric_check="oodcalc.verify:check_claim_8",
+          derivation="oodcalc.symbolic.forgetting:derive", proof="symbolic K"),
     Claim(9, "step-size", "Fine-tuning step size",
           "η <= min_{n≠k} exp(−β_{u_n,u_k}^(T1)).",
-          numeric_check="oodcalc.verify:check_claim_9"),
+          numeric_check="oodcalc.verify:check_claim_9",
+          derivation="oodcalc.symbolic.stepsize:derive", proof="rests on the paper"),
 )
 
 

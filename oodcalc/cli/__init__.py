@@ -37,6 +37,7 @@ from . import sweep as _sweep  # noqa: E402,F401
 from . import plot as _plot  # noqa: E402,F401
 from . import simulate as _simulate  # noqa: E402,F401
 from . import verify as _verify  # noqa: E402,F401
+from . import derive as _derive  # noqa: E402,F401
 
 
 def error_line(message: str) -> None:

@@ -6,7 +6,7 @@ import random
 
 import sympy as sp
 
-from .core import (EXPLICIT, K_RANGE, SYMBOLIC, Recorder, attention, cayley_orthonormal,
+from .core import (eq, EXPLICIT, K_RANGE, SYMBOLIC, Recorder, attention, cayley_orthonormal,
                    k_range_text, sym_K)
 
 
@@ -19,7 +19,7 @@ def derive():
     softmax_i = sp.exp(s[i]) / sp.Sum(sp.exp(s[m]), (m, 1, N))
     r.step("A prompt has N tokens x_1..x_N, each one of the orthonormal features f_1..f_K, "
            "and a query f_k. Token i gets the score s_i = x_iᵀ Q f_k and the softmax weight",
-           sp.Eq(sp.Symbol("softmax_i"), softmax_i))
+           eq(sp.Symbol("softmax_i"), softmax_i))
 
     # Grouping: the tokens of feature f_n all score z_{n,k}; checked on explicit prompts.
     ok = True
@@ -38,7 +38,7 @@ def derive():
             ok &= sp.simplify(token_sum - counts[q] * sp.exp(zs[q]) / grouped_total) == 0
     attn_c = c[n] * sp.exp(z[n]) / sp.Sum(c[m] * sp.exp(z[m]), (m, 1, K))
     r.step("If c_n tokens are f_n (Σ c_n = N), they all score z_{n,k} = f_nᵀ Q f_k, so the "
-           "attention they receive together is", sp.Eq(sp.Symbol("Attn_n"), attn_c))
+           "attention they receive together is", eq(sp.Symbol("Attn_n"), attn_c))
     r.check("summing the token softmax over the tokens of each feature gives "
             "c_n e^{z_n} / Σ_m c_m e^{z_m} (random shuffled prompts, random counts)",
             EXPLICIT, ok, k_range_text(K_RANGE))
@@ -63,7 +63,7 @@ def derive():
     target = sp.exp(z[n]) / sp.Sum(sp.exp(z[m]), (m, 1, K))
     balanced_ok = sp.simplify(balanced_s - target) == 0
     r.step("With balanced counts c_n = c (the population limit) the counts cancel:",
-           sp.Eq(sp.Symbol("Attn_n"), balanced_s))
+           eq(sp.Symbol("Attn_n"), balanced_s))
     r.check("balanced counts cancel, Attn_n = e^{z_n}/Σ_m e^{z_m}, symbolic K", SYMBOLIC,
             balanced_ok)
 
@@ -79,7 +79,7 @@ def derive():
     alpha, beta = sp.Symbol("alpha_v"), sp.IndexedBase("beta")
     r.step("Write z_{k,k} = α_{v_k} = v_kᵀQv_k and z_{n,k} = β_{v_n,v_k} = v_nᵀQv_k (n ≠ k); "
            "the column softmax at n = k is the paper's form",
-           sp.Eq(sp.Symbol("Attn_v"), sp.exp(alpha) / (sp.exp(alpha) + sp.Sum(
+           eq(sp.Symbol("Attn_v"), sp.exp(alpha) / (sp.exp(alpha) + sp.Sum(
                sp.exp(beta[n]), (n, 1, K - 1)))))
     r.check("the column softmax with z_kk = α, z_nk = β_n equals the paper's expression",
             EXPLICIT, ok, k_range_text(K_RANGE))
@@ -100,7 +100,7 @@ def derive():
         ok &= sp.expand(expectation - expected) == 0
     r.step("The prediction is ŷ = Σ_n Attn_n wᵀf_n. Over w ~ N(0, I_d), E[(aᵀw)²] = ‖a‖², "
            "so with orthonormal features the conditional error is",
-           sp.Eq(sp.Symbol("e_k"), sp.Rational(1, 2) * ((1 - sp.Symbol("Attn_k")) ** 2
+           eq(sp.Symbol("e_k"), sp.Rational(1, 2) * ((1 - sp.Symbol("Attn_k")) ** 2
                  + sp.Sum(sp.Indexed("Attn", n) ** 2, (n, 1, K - 1)))))
     r.check("E_w(ŷ − wᵀf_k)² = (1 − A_k)² + Σ_{n≠k} A_n² with exact rational orthonormal "
             "features (Cayley transform) and E[w_i w_j] = δ_ij", EXPLICIT, ok,

@@ -13,7 +13,7 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from .core import (EXPLICIT, K_RANGE, MP_DPS, MP_TOL, NUMERIC, SYMBOLIC, Recorder, attention,
+from .core import (eq, EXPLICIT, K_RANGE, MP_DPS, MP_TOL, NUMERIC, SYMBOLIC, Recorder, attention,
                    cayley_orthonormal, column_symbols, conditional_error, is_zero_rational,
                    k_range_text, logits, loss, mp_lambdify, sym_K)
 
@@ -114,14 +114,14 @@ def derive():
     a_n = sp.exp(z[n]) / sp.Sum(sp.exp(z[m]), (m, 1, K))
     e_k = sp.Rational(1, 2) * sp.Sum((a_n - sp.KroneckerDelta(n, k)) ** 2, (n, 1, K))
     r.step("Definitions (one column k of the logits, z_n = z_{n,k}; L = Σ_k e_k/K and e_k "
-           "depends on column k only):", sp.Eq(sp.Symbol("a_n"), a_n),
-           sp.Eq(sp.Symbol("e_k"), e_k))
+           "depends on column k only):", eq(sp.Symbol("a_n"), a_n),
+           eq(sp.Symbol("e_k"), e_k))
 
     ok = all(q_gradient_is_z_gradient(Kx, d, seed=Kx) for Kx, d in ((2, 3), (3, 3)))
     r.step("Gradient with respect to Q: z_{n,k} = f_nᵀQf_k is linear in Q, so "
            "∇_Q L = Σ_{n,k} (∂L/∂z_{n,k}) f_n f_kᵀ and, the features being orthonormal, one "
            "GD step Q ← Q − η∇_Q L moves every logit by",
-           sp.Eq(sp.Symbol("Delta z_{n,k}"), -eta * sp.Derivative(sp.Symbol("L"),
+           eq(sp.Symbol("Delta z_{n,k}"), -eta * sp.Derivative(sp.Symbol("L"),
                                                                   sp.Symbol("z_{n,k}"))))
     r.check("∇_Q L(FᵀQF) = F(∂L/∂z)Fᵀ for a d×d symbolic Q and exact orthonormal F "
             "(sympy differentiates in all d² entries; compared at 3 random points, 50 digits)",
@@ -135,9 +135,9 @@ def derive():
     r.step("Shift invariance: adding the same c to every logit of column k leaves the "
            "softmax, hence e_k, unchanged. sympy expands e_k(z + c·1) − e_k(z) for symbolic "
            "K and gets 0. Differentiating at c = 0 (chain rule along the direction 1):",
-           sp.Eq(sp.Sum(sp.Derivative(sp.Symbol("e_k"), z[n]), (n, 1, K)),
-                 sp.Derivative(sp.Function("e_k")(z[n] + c), c).subs(c, 0), evaluate=False),
-           sp.Eq(sp.Sum(sp.Derivative(sp.Symbol("e_k"), z[n]), (n, 1, K)), 0))
+           eq(sp.Sum(sp.Derivative(sp.Symbol("e_k"), z[n]), (n, 1, K)),
+                 sp.Derivative(sp.Function("e_k")(z[n] + c), c).subs(c, 0)),
+           eq(sp.Sum(sp.Derivative(sp.Symbol("e_k"), z[n]), (n, 1, K)), 0))
     r.check("e_k(z + c·1) − e_k(z) = 0 for symbolic K (Sum with one canonical index)",
             SYMBOLIC, invariant)
 
@@ -149,14 +149,14 @@ def derive():
     r.step("Write Δ_{k,α} = α^{(t+1)} − α^{(t)} = −η ∂L/∂z_{k,k} for the growth of α_{v_k} "
            "and Λ_{k,n,β} = β^{(t)} − β^{(t+1)} = η ∂L/∂z_{n,k} for the decrease of "
            "β_{v_n,v_k}. The column sum vanishing is the conservation law:",
-           sp.Eq(Delta, sp.Sum(sp.Indexed(Lam, k, n), (n, 1, K - 1))))
+           eq(Delta, sp.Sum(sp.Indexed(Lam, k, n), (n, 1, K - 1))))
 
     # The gradient in closed form (explicit K), and the numeric model's gradient.
     a_k, a_j, S2, e = sp.symbols("a_k a_n Sigma_m(a_m^2) e_k")
     ok = all(_closed_form_matches(Kx) for Kx in K_RANGE)
     r.step("Differentiating e_k gives, with Σ a_m² the sum of squared attentions,",
-           sp.Eq(sp.Symbol("∂e_k/∂z_{k,k}"), -2 * a_k * e),
-           sp.Eq(sp.Symbol("∂e_k/∂z_{n,k}"), a_j * (a_j + a_k - S2)))
+           eq(sp.Symbol("∂e_k/∂z_{k,k}"), -2 * a_k * e),
+           eq(sp.Symbol("∂e_k/∂z_{n,k}"), a_j * (a_j + a_k - S2)))
     r.check("∂e_k/∂z_kk = −2a_k e_k and ∂e_k/∂z_nk = a_n(a_n + a_k − Σa²) (sympy's "
             "derivative minus the closed form cancels to 0)", EXPLICIT, ok,
             k_range_text(K_RANGE))
@@ -187,7 +187,7 @@ def derive():
     r.step("One finite prompt. Let the query be f_k and let c_n ≥ 0 of the tokens be f_n, "
            "with labels summing to Y_n over those tokens (any task w, any label noise); "
            "tokens of f_n all score z_{n,k}, so the prompt's prediction and squared error are",
-           sp.Eq(sp.Symbol("hat y"), yhat), sp.Eq(sp.Symbol("ell"), ell))
+           eq(sp.Symbol("hat y"), yhat), eq(sp.Symbol("ell"), ell))
     ell_shift = ell.subs(z[n], z[n] + c)
     ell_shift = ell_shift.replace(lambda x: isinstance(x, sp.Sum),
                                   lambda x: sp.Sum(x.function.subs(z[n], z[n] + c), *x.limits))

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import sympy as sp
 
-from .core import (EXPLICIT, K_RANGE, NUMERIC, SYMBOLIC, Recorder, k_range_text, logits, loss,
+from .core import (eq, EXPLICIT, K_RANGE, NUMERIC, SYMBOLIC, Recorder, k_range_text, logits, loss,
                    matrix_expr_is_zero, sym_K)
 
 
@@ -34,10 +34,10 @@ def _solve():
     K = sym_K()
     alpha, beta, a_k, a_n, e_k = symmetric_ray()
     eps = sp.Symbol("epsilon", positive=True)
-    beta_of_alpha = sp.solve(sp.Eq(alpha + (K - 1) * beta, 0), beta)[0]
+    beta_of_alpha = sp.solve(eq(alpha + (K - 1) * beta, 0), beta)[0]
     t = sp.Symbol("t", positive=True)                 # t = e^{α − β}, the margin's exp
     e_t = sp.factor(sp.simplify(e_k.subs(alpha, beta + sp.log(t))))
-    roots = sp.solve(sp.Eq(e_t, eps), t)
+    roots = sp.solve(eq(e_t, eps), t)
     # keep the root that is > 0 on the domain 0 < ε < (K−1)/(2K) (checked at a sample)
     sample = {K: 4, eps: sp.Rational(1, 100)}
     roots = [x for x in roots if sp.N(x.subs(sample)) > 0]
@@ -95,7 +95,7 @@ def derive():
     alpha_star, eps, delta, delta_value, beta_of_alpha, e_t, t, t_star, e_k = _solve()
     alpha, beta = sp.symbols("alpha beta", real=True)
     r.step("Conservation (claim 2): every column of Z sums to its initial value 0 at every "
-           "step, so α + (K − 1)β = 0 and sympy solves", sp.Eq(beta, beta_of_alpha))
+           "step, so α + (K − 1)β = 0 and sympy solves", eq(beta, beta_of_alpha))
     r.check("β = −α/(K−1) solved from α + (K−1)β = 0", SYMBOLIC,
             sp.simplify(beta_of_alpha + alpha / (K - 1)) == 0)
 
@@ -106,19 +106,19 @@ def derive():
                                     / (1 - a_k_sym)))
     r.step("On the ray every wrong feature gets a_n = (1 − a_k)/(K − 1); sympy builds e_k "
            "from the definitions with symbolic K and finds",
-           sp.Eq(sp.Symbol("a_k"), ray_a), sp.Eq(sp.Symbol("e_k"), sp.factor(ek_in_ak)))
+           eq(sp.Symbol("a_k"), ray_a), eq(sp.Symbol("e_k"), sp.factor(ek_in_ak)))
     r.check("e_k = K(1 − a_k)²/(2(K − 1)) on the symmetric ray", SYMBOLIC,
             sp.simplify(ek_in_ak - K * (1 - a_k_sym) ** 2 / (2 * (K - 1))) == 0)
     decreasing = sp.simplify(sp.diff(e_t, t)).subs(K, sp.Symbol("j", nonnegative=True) + 2)
     r.step("With t = e^{α − β} (the exponentiated margin), e_k depends on t alone and falls "
-           "as t grows:", sp.Eq(sp.Symbol("e_k"), e_t),
-           sp.Eq(sp.Derivative(sp.Symbol("e_k"), t), sp.factor(sp.diff(e_t, t))))
+           "as t grows:", eq(sp.Symbol("e_k"), e_t),
+           eq(sp.Derivative(sp.Symbol("e_k"), t), sp.factor(sp.diff(e_t, t))))
     r.check("de_k/dt < 0 for every K ≥ 2, t > 0", SYMBOLIC, bool(decreasing.is_negative))
     r.step("Since α only grows (claim 2), the stopping rule e_k ≤ ε is first met at the "
            "margin where e_k = ε. sympy solves e_k(t) = ε for t > 0 and, with "
            "α − β = αK/(K − 1), α = (K − 1)/K · ln t:",
-           sp.Eq(t, t_star), sp.Eq(sp.Symbol("alpha^*_{K,epsilon}"), alpha_star),
-           sp.Eq(delta, delta_value))
+           eq(t, t_star), eq(sp.Symbol("alpha^*_{K,epsilon}"), alpha_star),
+           eq(delta, delta_value))
     paper = (K - 1) / K * sp.log((K - 1) * (1 - delta) / delta)
     r.check("the solved α* equals (K−1)/K · ln((K−1)(1−δ)/δ), δ = √(2ε(K−1)/K)", SYMBOLIC,
             sp.simplify(sp.exp(alpha_star * K / (K - 1)) - sp.exp(paper * K / (K - 1))) == 0)
@@ -151,7 +151,7 @@ def derive():
     ok_q = matrix_expr_is_zero(lhs - rhs)
     r.step("Every iterate is Q = V Z Vᵀ (the gradient lies in span{v_n v_kᵀ}), so at T1, "
            "with v̄ = (1/√K) Σ_i v_i = V1/√K,",
-           sp.Eq(sp.Symbol("Q^{(T_1)}"), a * Ks / (Ks - 1) * (sp.Symbol("V V^T")
+           eq(sp.Symbol("Q^{(T_1)}"), a * Ks / (Ks - 1) * (sp.Symbol("V V^T")
                  - sp.Symbol("vbar vbar^T"))))
     r.check("V(αI + β(11ᵀ − I))Vᵀ with β = −α/(K−1) equals αK/(K−1)(VVᵀ − v̄v̄ᵀ) "
             "(matrix algebra with symbolic K)", SYMBOLIC, ok_q)

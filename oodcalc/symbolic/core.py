@@ -98,6 +98,13 @@ class Recorder:
                           " ".join(scope.split()), tuple(self.findings))
 
 
+def eq(lhs, rhs) -> sp.Eq:
+    """An unevaluated equation for display (matrices allowed on either side)."""
+    def fix(x):
+        return sp.ImmutableMatrix(x) if isinstance(x, sp.MatrixBase) else x
+    return sp.Eq(fix(lhs), fix(rhs), evaluate=False)
+
+
 # --- the model's definitions ----------------------------------------------------------
 
 def attention(column: Sequence[sp.Expr]) -> list[sp.Expr]:

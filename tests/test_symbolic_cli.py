@@ -1,0 +1,91 @@
+"""`oodcalc derive`, `oodcalc predict --precision` and the mpmath closed forms."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import mpmath
+import numpy as np
+import pytest
+
+from oodcalc import theory
+from oodcalc.cli import main
+from oodcalc.model import conditional_errors
+from oodcalc.symbolic import highprec
+
+
+def test_derive_list(capsys):
+    assert main(["derive", "--list"]) == 0
+    out = capsys.readouterr().out
+    for key in ("conservation", "forgetting-threshold", "step-size"):
+        assert key in out
+    assert "symbolic K" in out and "numeric only" in out and "rests on the paper" in out
+
+
+@pytest.mark.parametrize("fmt,marker", [("text", "Proof status: symbolic K"),
+                                        ("markdown", "$$"), ("latex", r"\documentclass")])
+def test_derive_formats(capsys, fmt, marker):
+    assert main(["derive", "corollary", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert marker in out and "Two failure cases" in out
+
+
+def test_derive_bad_input(capsys):
+    assert main(["derive", "99"]) == 2
+    assert "claim" in capsys.readouterr().err
+    assert main(["derive", "2", "--format", "pdf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--format" in err
+
+
+def test_derive_write(tmp_path, capsys):
+    assert main(["derive", "--write", str(tmp_path)]) == 0
+    assert (tmp_path / "claim2-conservation.tex").exists()
+    assert (tmp_path / "README.md").exists()
+
+
+def test_alpha_star_agrees_with_float64_where_float64_works():
+    for K, eps in ((2, 0.01), (4, 1e-3), (10, 1e-8)):
+        assert float(highprec.alpha_star(K, eps)) == pytest.approx(theory.alpha_star(K, eps),
+                                                                   rel=1e-13)
+
+
+def test_high_precision_where_float64_fails():
+    # float64 misses the threshold error at eps = 1e-30 by >10 %; mpmath hits it
+    K, eps = 4, mpmath.mpf("1e-30")
+    float_error = conditional_errors(theory.symmetric_logits(K, theory.alpha_star(K, 1e-30)))
+    assert abs(float_error[0] / 1e-30 - 1) > 0.1
+    values = highprec.closed_forms(np.eye(K).tolist(), eps, 60)
+    with mpmath.workdps(60):
+        assert abs(values["train_error_at_alpha_star"] / eps - 1) < mpmath.mpf(10) ** -45
+    # huge weights: exp(−β) underflows/overflows in float64, not in mpmath
+    values = highprec.closed_forms([[1, 0], [0, -1]], "1e-1500", 30)   # eps < float64 range
+    assert values["step_size_bound"] > 0 and mpmath.isfinite(values["step_size_bound"])
+    assert float(values["alpha_star"]) > 709
+    z = theory.ood_logits(np.diag([1.0, -1.0]), float(values["alpha_star"]))
+    assert theory.step_size_bounds(z).min() == 0.0          # float64 underflows
+
+
+def test_predict_precision(capsys):
+    assert main(["predict", "--gamma", "1,-0.9", "--eps", "1e-30", "--precision", "40",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["digits"] == 40 and out["parameters"]["K"] == 2
+    assert out["parameters"]["eps"].startswith("1.0e-30")
+    assert out["alpha_star"].startswith("17.26938819745534213013493591013")
+    assert main(["predict", "--gamma", "1,-0.9", "--precision", "50"]) == 0
+    assert "α*_(K,ε)" in capsys.readouterr().out
+    assert main(["predict", "--gamma", "1,-0.9", "--precision", "two"]) == 2
+    assert main(["predict", "--gamma", "1,-0.9", "--precision", "20", "--eps", "0"]) == 2
+
+
+def test_predict_default_path_stays_light():
+    code = ("import sys; from oodcalc.cli import main; "
+            "main(['predict', '--gamma', '1,-0.9', '--json']); "
+            "sys.stderr.write(str(sorted(m for m in ('sympy', 'mpmath') if m in sys.modules)))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip() == "[]"
