@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -19,11 +19,21 @@ def predict(
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (schema in the README).")] = False,
+    precision: Annotated[Optional[str], typer.Option("--precision", metavar="DIGITS",
+        help="Print only the closed forms (α*, β*, OOD weights and errors at α*, step-size "
+             "bound), evaluated with mpmath at DIGITS significant digits; --eps is read at "
+             "that precision (e.g. 1e-30 or 1e-600). The float64 dynamics are not run.")] = None,
 ) -> None:
     """Predict pretraining, OOD error and forgetting for a geometry, exactly.
 
     Example: oodcalc predict --gamma 1,-0.9
     """
+    if precision is not None:
+        from ..symbolic.highprec import print_high_precision
+        setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
+                                None, eta, eta_ft, max_steps)
+        print_high_precision(setting, eps, precision, as_json)
+        return
     from ..predict import predict as run_predict
 
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
