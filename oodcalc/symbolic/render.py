@@ -29,7 +29,7 @@ def _symbol_latex(name: str) -> str:
     if name in _SPECIAL_NAMES:
         return _SPECIAL_NAMES[name]
     if _SIMPLE.match(name):
-        return sp.latex(sp.Symbol(name))
+        return _GREEK.sub(r"\\\1", sp.latex(sp.Symbol(name)))
     out = name
     for piece, latex in _NAME_PIECES:
         out = out.replace(piece, latex)
