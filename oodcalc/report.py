@@ -94,6 +94,14 @@ class FeatureForgetting:
     regime: str | None = None      # the theorem's verdict (parallel shifts only)
     condition: str | None = None   # its inequality, in numbers
 
+    @property
+    def theorem_holds(self) -> bool | None:
+        """Whether the exact trajectory does what the theorem's verdict says (claim 8:
+        a monotone rise, a monotone fall, or no motion); None where it says nothing."""
+        expected = {"forgetting": "rising", "backward-transfer": "falling",
+                    "unaffected": "flat"}.get(self.regime)
+        return None if expected is None else self.trend == expected
+
 
 @dataclass(frozen=True)
 class Finetune:
@@ -134,7 +142,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         per_feature = [{"k": f.k, "regime": f.regime, "condition": f.condition,
                         "F_k": f.F_k, "loss_before": f.loss_before,
-                        "loss_after": f.loss_after, "trend": f.trend}
+                        "loss_after": f.loss_after, "trend": f.trend,
+                        "theorem_holds": f.theorem_holds}
                        for f in self.forgetting]
         return jsonable({
             "source": self.source,

@@ -93,7 +93,7 @@ def test_k2_regime_is_the_sign_of_exact_forgetting(g1, g2):
     report = oc.predict(oc.Setting(oc.parallel_shift([g1, g2])))
     for f in report.forgetting:
         if f.regime == "forgetting":
-            assert f.F_k > 0 and f.trend == "rising"
+            assert f.F_k > 0 and f.trend == "rising" and f.theorem_holds
         elif f.regime == "backward-transfer":
             assert f.F_k < 0 and f.trend == "falling"
         else:
@@ -124,3 +124,17 @@ def test_conservation_along_exact_trajectories():
         z = report.trajectories[name]
         change = z - z[0]
         np.testing.assert_allclose(change.sum(axis=-2), 0.0, atol=1e-12)
+
+
+def test_k3_counterexample_to_the_forgetting_condition_is_flagged():
+    # Finding (see README): for K > 2 the condition −γ_kγ_m0 > γ_k² is not sufficient.
+    # Here feature 1 meets it (0.63 > 0.49) yet its loss falls at every step, in the exact
+    # dynamics and in plain GD on the full Q alike.
+    setting = oc.Setting(oc.parallel_shift([-0.7, 0.9, 0.95]))
+    report = oc.predict(setting)
+    first = report.forgetting[0]
+    assert first.regime == "forgetting" and first.trend == "falling" and first.F_k < 0
+    assert first.theorem_holds is False
+    assert report.to_dict()["forgetting"]["per_feature"][0]["theorem_holds"] is False
+    from oodcalc.simulate import simulate_population
+    assert simulate_population(setting).forgetting[0].trend == "falling"

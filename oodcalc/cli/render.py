@@ -86,8 +86,12 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         style = REGIME_STYLE[f.regime]
         verdict = (f"[{style}]{f.regime}[/{style}]: {f.condition}" if f.regime
                    else "[dim]n/a: the theorem assumes a parallel shift[/dim]")
-        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, f"{f.F_k:+.4g}", f.trend)
+        trend = f.trend if f.theorem_holds is not False else f"[red]{f.trend} ✗[/red]"
+        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, f"{f.F_k:+.4g}", trend)
     console.print(table)
+    if any(f.theorem_holds is False for f in report.forgetting):
+        console.print("[red]✗[/red] the exact dynamics contradict the theorem's verdict for this "
+                      "feature: for K > 2 the condition is not sufficient (see README, Findings).")
     F = report.F
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
