@@ -82,6 +82,14 @@ class Grid:
     def shape(self) -> tuple[int, ...]:
         return tuple(len(values) for _, values in self.axes)
 
+    def take(self, rows: Any) -> "Grid":
+        """The configurations at ``rows`` (indices or a mask), as a grid with no axes."""
+        rows = np.asarray(rows)
+        return Grid(K=self.K, geometry=self.geometry, M=self.M[rows], d=self.d[rows],
+                    eps=self.eps[rows], eta=self.eta[rows], eta_ft=self.eta_ft[rows],
+                    params={n: v[rows] for n, v in self.params.items()},
+                    gamma=None if self.gamma is None else self.gamma[rows])
+
 
 def _positive_axis(values: Any, name: str) -> np.ndarray:
     x = np.atleast_1d(np.asarray(values, dtype=np.float64)).ravel()

@@ -1,0 +1,65 @@
+"""Start-up cost: ``oodcalc predict --gamma 1,-0.9`` against ``python -c "import numpy"``.
+
+    python benchmarks/bench_cli.py [--runs 15]
+
+Both commands run as fresh processes, alternately, ``--runs`` times each; the table gives
+the median wall time and the ratio. Target: the prediction within 3× the numpy import.
+The prediction's output is checked (T1 = 357, T2 and the regimes as the API gives them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+
+from _common import machine, median, table, verdict
+
+TARGET = 3.0
+
+
+def wall(cmd) -> tuple[float, str]:
+    start = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return time.perf_counter() - start, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+    print(machine())
+    exe = shutil.which("oodcalc")
+    predict = ([exe] if exe else [sys.executable, "-m", "oodcalc"]) + \
+        ["predict", "--gamma", "1,-0.9"]
+    numpy = [sys.executable, "-c", "import numpy"]
+    bare = [sys.executable, "-c", "pass"]
+    wall(predict), wall(numpy)  # warm the file cache
+    times = {"predict": [], "numpy": [], "bare": []}
+    for _ in range(args.runs):
+        for name, cmd in (("numpy", numpy), ("predict", predict), ("bare", bare)):
+            times[name].append(wall(cmd)[0])
+
+    import json
+    import oodcalc as oc
+    report = json.loads(wall(predict + ["--json"])[1])
+    expected = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+    assert report["pretrain"]["T1"] == expected.pretrain.T1 == 357
+    assert report["finetune"]["T2"] == expected.finetune.T2
+    assert [f["regime"] for f in report["forgetting"]["per_feature"]] == \
+        [f.regime for f in expected.forgetting]
+
+    t_numpy, t_predict, t_bare = (median(times[n]) for n in ("numpy", "predict", "bare"))
+    ratio = t_predict / t_numpy
+    print(f"\nmedian of {args.runs} fresh processes each; output checked against the API\n")
+    print(table(["command", "median wall time", "vs import numpy", "target"], [
+        ['python -c "pass"', f"{t_bare * 1e3:.0f} ms", f"{t_bare / t_numpy:.2f}×", ""],
+        ['python -c "import numpy"', f"{t_numpy * 1e3:.0f} ms", "1×", ""],
+        [" ".join(["oodcalc"] + predict[-3:]), f"{t_predict * 1e3:.0f} ms", f"{ratio:.2f}×",
+         f"<= {TARGET:g}×: {verdict(ratio <= TARGET)}"]]))
+
+
+if __name__ == "__main__":
+    main()
