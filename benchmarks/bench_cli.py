@@ -36,10 +36,18 @@ def main() -> None:
         ["predict", "--gamma", "1,-0.9"]
     numpy = [sys.executable, "-c", "import numpy"]
     bare = [sys.executable, "-c", "pass"]
+    # Where the time goes: the imports the command cannot avoid, step by step.
+    parts = {
+        "numpy + typer + rich": "import numpy, typer, rich.console",
+        "... + typer._adapters (pydantic)": "import numpy, typer, rich.console, typer._adapters",
+        "import oodcalc.cli (every command)": "import oodcalc.cli, typer._adapters",
+    }
     wall(predict), wall(numpy)  # warm the file cache
-    times = {"predict": [], "numpy": [], "bare": []}
+    commands = {"numpy": numpy, "predict": predict, "bare": bare}
+    commands |= {label: [sys.executable, "-c", code] for label, code in parts.items()}
+    times = {name: [] for name in commands}
     for _ in range(args.runs):
-        for name, cmd in (("numpy", numpy), ("predict", predict), ("bare", bare)):
+        for name, cmd in commands.items():
             times[name].append(wall(cmd)[0])
 
     import json
@@ -57,6 +65,8 @@ def main() -> None:
     print(table(["command", "median wall time", "vs import numpy", "target"], [
         ['python -c "pass"', f"{t_bare * 1e3:.0f} ms", f"{t_bare / t_numpy:.2f}×", ""],
         ['python -c "import numpy"', f"{t_numpy * 1e3:.0f} ms", "1×", ""],
+        *([f"python -c: {label}", f"{median(times[label]) * 1e3:.0f} ms",
+           f"{median(times[label]) / t_numpy:.2f}×", ""] for label in parts),
         [" ".join(["oodcalc"] + predict[-3:]), f"{t_predict * 1e3:.0f} ms", f"{ratio:.2f}×",
          f"<= {TARGET:g}×: {verdict(ratio <= TARGET)}"]]))
 
