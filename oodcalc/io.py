@@ -21,11 +21,22 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], *, option: str
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, _mode_for(path))   # mkstemp makes 0600; give the file its usual mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _mode_for(path: Path) -> int:
+    """The existing file's mode, else what a plain ``open(path, "w")`` would give."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_text_atomic(path: str | Path, text: str, *, option: str = "output") -> Path:
