@@ -36,11 +36,11 @@ def main() -> None:
         ["predict", "--gamma", "1,-0.9"]
     numpy = [sys.executable, "-c", "import numpy"]
     bare = [sys.executable, "-c", "pass"]
-    # Where the time goes: the imports the command cannot avoid, step by step.
+    # Where the time goes: the imports the command cannot avoid, step by step. (typer 0.29
+    # also imported pydantic on every parse, +100 ms: why pyproject pins typer < 0.29.)
     parts = {
         "numpy + typer + rich": "import numpy, typer, rich.console",
-        "... + typer._adapters (pydantic)": "import numpy, typer, rich.console, typer._adapters",
-        "import oodcalc.cli (every command)": "import oodcalc.cli, typer._adapters",
+        "import oodcalc.cli (every command)": "import oodcalc.cli",
     }
     wall(predict), wall(numpy)  # warm the file cache
     commands = {"numpy": numpy, "predict": predict, "bare": bare}
