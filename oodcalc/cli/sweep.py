@@ -46,7 +46,13 @@ def _range(option: str, item: str, parse, allow_log: bool) -> list[float]:
     if len(parts) != 3 and not log:
         raise InputError(option, repr(item), usage)
     start, stop = parse(option, parts[0].strip()), parse(option, parts[1].strip())
-    num = options.integer(option, parts[2].strip(), 1)
+    try:
+        num = int(parts[2])
+    except ValueError:
+        num = 0
+    if num < 1:
+        raise InputError(option, repr(item), f"NUM in START:STOP:NUM must be an integer >= 1, "
+                         f"got {parts[2].strip()!r}")
     if log:
         if start <= 0 or stop <= 0:
             raise InputError(option, repr(item), "a :log range needs START and STOP > 0")
