@@ -63,6 +63,20 @@ class Geometry:
                 "M": self.M.tolist()}
 
 
+def describe_text(description: dict[str, Any]) -> str:
+    """One line for people, from :meth:`Geometry.describe`'s dict."""
+    kind = description["kind"]
+    if kind == "parallel-shift":
+        return "parallel shift, γ = (" + ", ".join(f"{g:.5g}" for g in description["gamma"]) + ")"
+    if kind == "rotation":
+        return f"rotation by θ = {description['theta']:.5g} rad"
+    if kind == "mean-query":
+        return "mean-centred query, u_1 = v̄"
+    if kind == "orthogonal":
+        return "orthogonal subspaces, span(U) ⊥ span(V)"
+    return f"features from {description['features']} and {description['ood']}"
+
+
 # --- validation helpers ---------------------------------------------------------------
 
 def check_dimension(d: int | None, d_min: int, name: str = "d") -> int:

@@ -15,7 +15,7 @@ from .dynamics import ood_start
 from .errors import InputError
 from .io import write_atomic
 from .model import conditional_errors
-from .predict import predict, pretrain_logits
+from .predict import pretrain_logits
 from .report import Report
 from .setting import Protocol, Setting
 
@@ -105,9 +105,8 @@ def _phases(report: Report):
 
 
 def _title(report: Report) -> str:
-    from .cli.render import describe_geometry
     p = report.parameters
-    return f"{describe_geometry(p['geometry'])}; K = {p['K']}, {protocol_text(p)}"
+    return f"{geo.describe_text(p['geometry'])}; K = {p['K']}, {protocol_text(p)}"
 
 
 def loss_trajectories(report: Report):

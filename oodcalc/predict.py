@@ -8,24 +8,8 @@ import numpy as np
 from . import theory
 from .dynamics import descend, ood_start, require_converged, source_logits
 from .model import attention, conditional_errors
-from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, off_diagonal
+from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, off_diagonal, trend
 from .setting import Setting
-
-#: Loss changes smaller than this (absolute) count as no change when naming a trend.
-TREND_TOL = 1e-15
-
-
-def trend(series: np.ndarray) -> str:
-    """``rising``, ``falling``, ``flat`` or ``non-monotone`` for a 1-D series."""
-    steps = np.diff(series)
-    if steps.size == 0 or np.all(np.abs(steps) <= TREND_TOL):
-        return "flat"
-    if np.all(steps >= -TREND_TOL):
-        return "rising"
-    if np.all(steps <= TREND_TOL):
-        return "falling"
-    return "non-monotone"
-
 
 def pretrain_logits(K: int, eps: float, eta: float, max_steps: int,
                     record: bool = False):

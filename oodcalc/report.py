@@ -39,6 +39,22 @@ def off_diagonal(z: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Loss changes smaller than this (absolute) count as no change when naming a trend.
+TREND_TOL = 1e-15
+
+
+def trend(series: np.ndarray) -> str:
+    """``rising``, ``falling``, ``flat`` or ``non-monotone`` for a 1-D series."""
+    steps = np.diff(series)
+    if steps.size == 0 or np.all(np.abs(steps) <= TREND_TOL):
+        return "flat"
+    if np.all(steps >= -TREND_TOL):
+        return "rising"
+    if np.all(steps <= TREND_TOL):
+        return "falling"
+    return "non-monotone"
+
+
 @dataclass(frozen=True)
 class Pretrain:
     T1: int

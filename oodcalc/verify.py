@@ -40,8 +40,8 @@ import numpy as np
 from . import geometry as geo
 from . import theory
 from .claims import CLAIMS, Claim
-from .predict import predict, trend
-from .report import jsonable
+from .predict import predict
+from .report import jsonable, trend
 from .setting import Protocol, Setting
 from .errors import ComputationError
 from .simulate.population import errors_and_gradient, simulate_population, train

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import theory
+from ..geometry import describe_text as describe_geometry
 from ..report import Report
 
 REGIME_STYLE = {"forgetting": "red", "backward-transfer": "green",
@@ -16,19 +17,6 @@ REGIME_STYLE = {"forgetting": "red", "backward-transfer": "green",
 
 def fmt(x: float, digits: int = 5) -> str:
     return f"{x:.{digits}g}"
-
-
-def describe_geometry(geometry: dict) -> str:
-    kind = geometry["kind"]
-    if kind == "parallel-shift":
-        return "parallel shift, γ = (" + ", ".join(fmt(g) for g in geometry["gamma"]) + ")"
-    if kind == "rotation":
-        return f"rotation by θ = {fmt(geometry['theta'])} rad"
-    if kind == "mean-query":
-        return "mean-centred query, u_1 = v̄"
-    if kind == "orthogonal":
-        return "orthogonal subspaces, span(U) ⊥ span(V)"
-    return f"features from {geometry['features']} and {geometry['ood']}"
 
 
 def render_prediction(report: Report, console: Console | None = None) -> None:

@@ -43,7 +43,8 @@ def render(report, rows: int, comparison=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .render import describe_geometry, fmt
+    from ..geometry import describe_text as describe_geometry
+    from .render import fmt
 
     from rich.markup import escape
 

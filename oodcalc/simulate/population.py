@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ComputationError
-from ..predict import trend
-from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report
+from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
 from ..setting import Setting
 
 

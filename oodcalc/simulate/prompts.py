@@ -43,8 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ComputationError, InputError
-from ..predict import trend
-from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report
+from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
 from ..setting import Setting
 from .population import errors_and_gradient
 
