@@ -13,9 +13,6 @@ at least 2× the autograd steps per second.
 from __future__ import annotations
 
 import argparse
-import time
-
-import numpy as np
 
 from _common import machine, table, timed, verdict
 

@@ -57,7 +57,6 @@ def k_table(full_K: int) -> list[list[str]]:
         per_step /= 100
         if K <= full_K:
             t_full, r = timed(sweep, theta_grid([theta], K), repeat=1)
-            steps = int(r["T1"][0] + r["T2"][0])
             full = [f"{int(r['T1'][0]):,}", f"{int(r['T2'][0]):,}", f"{t_full:.3f} s"]
         else:
             full = ["—", "—", "not run"]

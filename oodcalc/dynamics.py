@@ -19,7 +19,6 @@ from typing import Callable
 import numpy as np
 
 from .errors import ComputationError
-from .model import attention, errors_from_attention, loss_gradient_from_attention
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def descend(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
     frozen in place (step 0) and dropped from the batch once they are a quarter of it.
     """
     z = np.array(z0, dtype=np.float64, copy=True)
-    B, K = z.shape[0], z.shape[-1]
+    B = z.shape[0]
     eta = np.broadcast_to(np.asarray(eta, dtype=np.float64), (B,))
     eps = np.broadcast_to(np.asarray(eps, dtype=np.float64), (B,))
     steps = np.full(B, max_steps, dtype=np.int64)

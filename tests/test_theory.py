@@ -7,8 +7,8 @@ import pytest
 
 import oodcalc as oc
 from oodcalc import theory
-from oodcalc.dynamics import descend, ood_start
-from oodcalc.model import attention, conditional_errors
+from oodcalc.dynamics import ood_start
+from oodcalc.model import conditional_errors
 from oodcalc.predict import pretrain_logits
 
 from conftest import random_orthonormal

@@ -1,7 +1,6 @@
 """The ledger: every claim's numeric check runs real GD and passes under the quick budget;
 the checks have teeth (a wrong closed form fails); the statistics behave."""
 
-import numpy as np
 import pytest
 
 from oodcalc import theory, verify

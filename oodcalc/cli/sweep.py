@@ -14,7 +14,6 @@ Grid syntax (every option is text, parsed here with one-line errors):
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from enum import Enum

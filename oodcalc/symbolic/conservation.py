@@ -175,9 +175,9 @@ def derive():
             zv = rng.uniform(-3, 3, (Kx, Kx))
             worst = max(worst, float(np.abs(np.asarray(grad(*zv.ravel()), float)
                         - loss_gradient_from_attention(np_attention(zv))).max()))
-    r.check("sympy's ∂L/∂z equals oodcalc.model.loss_gradient_from_attention (the gradient "
-            "the exact dynamics use)", NUMERIC, worst < 1e-12,
-            f"K = 2, 3, 5, 8, 3 random points each, max |difference| < 1e-12")
+    r.check("sympy's ∂L/∂z equals oodcalc.model.loss_gradient_from_attention (the reference "
+            "gradient; the exact dynamics evaluate the same expression in place)", NUMERIC,
+            worst < 1e-12, "K = 2, 3, 5, 8, 3 random points each, max |difference| < 1e-12")
 
     # Finite prompts.
     cc, Y = sp.IndexedBase("c"), sp.IndexedBase("Y")

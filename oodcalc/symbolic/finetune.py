@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .core import (eq, EXPLICIT, SYMBOLIC, Recorder, cayley_orthonormal, matrix_expr_is_zero,
+from .core import (eq, EXPLICIT, SYMBOLIC, Recorder, matrix_expr_is_zero,
                    sym_K)
 from .conservation import q_gradient_is_z_gradient
 
