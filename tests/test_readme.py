@@ -15,7 +15,7 @@ def block(name: str) -> str:
 
 
 def test_reproduce_block_is_current(capsys):
-    assert main(["reproduce", "-f", "markdown"]) == 0
+    assert main(["reproduce", "synthetic", "-f", "markdown"]) == 0
     assert block("reproduce") == capsys.readouterr().out.strip(), (
-        "README is stale: paste the output of `oodcalc reproduce -f markdown` into its "
+        "README is stale: paste the output of `oodcalc reproduce synthetic -f markdown` into its "
         "reproduce block")

@@ -32,12 +32,12 @@ def test_reproduce_cli_formats(capsys, tmp_path):
     assert "seed" in capsys.readouterr().out
     target = tmp_path / "tables.json"
     target.write_text("old")
-    assert main(["reproduce", "-f", "json", "-o", str(target)]) == 0
+    assert main(["reproduce", "synthetic", "-f", "json", "-o", str(target)]) == 0
     data = json.loads(target.read_text())
     assert data["parameters"]["eps"] == 0.01 and len(data["tables"]) == 2
-    assert main(["reproduce", "-f", "markdown"]) == 0
+    assert main(["reproduce", "synthetic", "-f", "markdown"]) == 0
     assert "| experiment |" in capsys.readouterr().out
-    assert main(["reproduce", "-o", str(target)]) == 2   # a file needs markdown or json
+    assert main(["reproduce", "synthetic", "-o", str(target)]) == 2   # a file needs markdown or json
     assert json.loads(target.read_text()) == data        # and the old file is intact
 
 

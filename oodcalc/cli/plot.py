@@ -1,8 +1,11 @@
-"""``oodcalc plot KIND -o FILE``: the pictures of oodcalc.plots (needs the plot extra)."""
+"""``oodcalc plot KIND -o FILE``: the pictures of oodcalc.plots (needs the plot extra).
+
+One subcommand per kind of figure, each with only the options it uses; a new figure is one
+more ``@plot_app.command``. The figures of other experiments register here too.
+"""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,47 +16,87 @@ from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSt
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_protocol,
                               build_setting)
 
+plot_app = typer.Typer(no_args_is_help=True, help="Draw a figure to a file (PNG, SVG or PDF "
+                       "by the extension). Examples: oodcalc plot losses --gamma 1,-0.9 -o "
+                       "losses.png; oodcalc plot phase-diagram -o phase.png")
+app.add_typer(plot_app, name="plot")
 
-class Kind(str, Enum):
-    phase_diagram = "phase-diagram"
-    ood_vs_theta = "ood-vs-theta"
-    losses = "losses"
-    weights = "weights"
+Output = Annotated[Path, typer.Option("--output", "-o", metavar="FILE",
+    help="Where to write the figure; .png, .svg or .pdf (written atomically).")]
 
 
-@app.command()
-def plot(
-    kind: Annotated[Kind, typer.Argument(help="phase-diagram: F and regimes over (γ1, γ2), K = 2; "
-                                         "ood-vs-theta: OOD error against rotation angle; "
-                                         "losses / weights: trajectories for one geometry.")],
-    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE",
-        help="Where to write the figure; .png, .svg or .pdf (written atomically).")],
-    grid: Annotated[str, typer.Option("--grid", metavar="N",
-        help="phase-diagram: N × N points over [-1, 1]².")] = "201",
-    prompts: Annotated[Optional[str], typer.Option("--prompts", metavar="N",
-        help="ood-vs-theta: also mark the finite-prompt simulator with N tokens per prompt.")] = None,
+def draw(make_figure, output: Path) -> None:
+    """Check the destination first, then build the figure and write it."""
+    from .. import plots
+    plots.check_output(output)
+    print(plots.save(make_figure(), output))
+
+
+def trajectories(kind: str, output: Path, gamma, theta, K, mean_query, orthogonal, features,
+                 ood, d, tol, eps, eta, eta_ft, max_steps) -> None:
+    from .. import plots
+    from ..predict import predict
+
+    def make():
+        report = predict(build_setting(gamma, theta, K, mean_query, orthogonal, features, ood,
+                                       d, tol, eps, eta, eta_ft, max_steps))
+        return getattr(plots, kind)(report)
+    draw(make, output)
+
+
+@plot_app.command("losses")
+def losses(
+    output: Output,
     gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
 ) -> None:
-    """Draw a figure. Examples: oodcalc plot losses --gamma 1,-0.9 -o losses.png;
-    oodcalc plot phase-diagram -o phase.png; oodcalc plot ood-vs-theta --K 4 -o theta.svg"""
-    from .. import plots
+    """Source and OOD losses through pretraining and fine-tuning, for one geometry."""
+    trajectories("loss_trajectories", output, gamma, theta, K, mean_query, orthogonal,
+                 features, ood, d, tol, eps, eta, eta_ft, max_steps)
 
-    plots.check_output(output)
-    if kind in (Kind.losses, Kind.weights):
-        from ..predict import predict
-        report = predict(build_setting(gamma, theta, K, mean_query, orthogonal, features, ood,
-                                       d, tol, eps, eta, eta_ft, max_steps))
-        figure = (plots.loss_trajectories if kind is Kind.losses else plots.weight_trajectories)(report)
-    else:
-        protocol = build_protocol(eps, eta, eta_ft, max_steps)
-        if kind is Kind.ood_vs_theta:
-            from .reproduce import simulators
-            chosen = simulators(options.integer("--prompts", prompts, 1), seed=0)
-            figure = plots.ood_error_vs_theta(options.integer("--K", K, 2) or 4, protocol,
-                                              simulators=chosen)
-        else:
-            figure = plots.phase_diagram_k2(options.integer("--grid", grid, 3), protocol)
-    print(plots.save(figure, output))
+
+@plot_app.command("weights")
+def weights(
+    output: Output,
+    gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
+    orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
+    K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+) -> None:
+    """α- and β-type weights through both phases, with the conservation law."""
+    trajectories("weight_trajectories", output, gamma, theta, K, mean_query, orthogonal,
+                 features, ood, d, tol, eps, eta, eta_ft, max_steps)
+
+
+@plot_app.command("ood-vs-theta")
+def ood_vs_theta(
+    output: Output,
+    K: Annotated[Optional[str], typer.Option("--K", "-K", metavar="INT",
+        help="Number of features.", show_default="4")] = None,
+    prompts: Annotated[Optional[str], typer.Option("--prompts", metavar="N",
+        help="Also mark the finite-prompt simulator with N tokens per prompt.")] = None,
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+) -> None:
+    """OOD error against the rotation angle θ: theory line, simulation markers."""
+    from .. import plots
+    from .reproduce import simulators
+    protocol = build_protocol(eps, eta, eta_ft, max_steps)
+    chosen = simulators(options.integer("--prompts", prompts, 1), seed=0)
+    n = options.integer("--K", K, 2) or 4
+    draw(lambda: plots.ood_error_vs_theta(n, protocol, simulators=chosen), output)
+
+
+@plot_app.command("phase-diagram")
+def phase_diagram(
+    output: Output,
+    grid: Annotated[str, typer.Option("--grid", metavar="N",
+        help="N × N points over [-1, 1]².")] = "201",
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+) -> None:
+    """Forgetting F and the theorem's regimes over (γ1, γ2), K = 2."""
+    from .. import plots
+    protocol = build_protocol(eps, eta, eta_ft, max_steps)
+    n = options.integer("--grid", grid, 3)
+    draw(lambda: plots.phase_diagram_k2(n, protocol), output)

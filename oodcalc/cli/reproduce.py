@@ -1,4 +1,8 @@
-"""``oodcalc reproduce``: the seed's synthetic tables under MODEL.md's protocol."""
+"""``oodcalc reproduce``: the paper's experiments, one subcommand each.
+
+``oodcalc reproduce`` alone runs ``synthetic`` (the one-layer tables) with its defaults;
+other experiments register a subcommand on ``reproduce_app``.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,17 @@ import typer
 from ..setting import Protocol
 from . import app, options
 from .setting_options import Eps, Eta, EtaFt, build_protocol
+
+reproduce_app = typer.Typer(help="Reproduce the paper's experiments beside its figures. "
+                            "Without a subcommand: the synthetic one-layer tables.")
+app.add_typer(reproduce_app, name="reproduce")
+
+
+@reproduce_app.callback(invoke_without_command=True)
+def reproduce(ctx: typer.Context) -> None:
+    """Reproduce the paper's experiments beside its figures (default: synthetic)."""
+    if ctx.invoked_subcommand is None:
+        synthetic()
 
 
 class Format(str, Enum):
@@ -94,8 +109,8 @@ def simulators(prompts: int | None, seed: int) -> dict:
     return chosen
 
 
-@app.command()
-def reproduce(
+@reproduce_app.command("synthetic")
+def synthetic(
     output_format: Annotated[Format, typer.Option("--format", "-f",
         help="table (terminal), markdown or json.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
@@ -107,7 +122,7 @@ def reproduce(
     seed: Annotated[str, typer.Option("--seed", metavar="INT",
         help="Seed of the finite-prompt simulator.")] = "0",
 ) -> None:
-    """Reproduce the seed's synthetic tables (K = 4, d = 8; K = 2 γ sweep) beside its figures."""
+    """The one-layer synthetic tables (K = 4, d = 8; K = 2 γ sweep) beside the paper's figures."""
     from ..experiments import reproduce as run
     from ..errors import InputError
     from ..io import write_text_atomic
