@@ -52,13 +52,17 @@ def predict(setting: Setting) -> Report:
     source_loss = conditional_errors(source_path) / K   # L_{v_k} along fine-tuning
     gamma = geo.gamma
     regimes = theory.forgetting_regimes(gamma) if gamma is not None else [None] * K
+    D = theory.first_step_D(gamma, z_ood0) if gamma is not None else [None] * K
+    directions = theory.initial_directions(gamma, z_ood0) if gamma is not None else [None] * K
     forgetting = [
         FeatureForgetting(k=k + 1, F_k=float(source_loss[-1, k] - source_loss[0, k]),
                           loss_before=float(source_loss[0, k]),
                           loss_after=float(source_loss[-1, k]),
                           trend=trend(source_loss[:, k]),
                           regime=r.regime if r else None,
-                          condition=r.condition if r else None)
+                          condition=r.condition if r else None,
+                          D_k=None if D[k] is None else float(D[k]),
+                          initial_direction=directions[k])
         for k, r in enumerate(regimes)]
 
     return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,

@@ -109,6 +109,8 @@ class FeatureForgetting:
     trend: str               # rising | falling | flat | non-monotone, along fine-tuning
     regime: str | None = None      # the theorem's verdict (parallel shifts only)
     condition: str | None = None   # its inequality, in numbers
+    D_k: float | None = None       # claim 8 derived: sign of the first-step change of e_k
+    initial_direction: str | None = None   # rising | falling | flat, from D_k
 
     @property
     def theorem_holds(self) -> bool | None:
@@ -159,7 +161,8 @@ class Report:
         per_feature = [{"k": f.k, "regime": f.regime, "condition": f.condition,
                         "F_k": f.F_k, "loss_before": f.loss_before,
                         "loss_after": f.loss_after, "trend": f.trend,
-                        "theorem_holds": f.theorem_holds}
+                        "theorem_holds": f.theorem_holds, "D_k": f.D_k,
+                        "initial_direction": f.initial_direction}
                        for f in self.forgetting]
         return jsonable({
             "source": self.source,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import conditional_errors
+from .model import attention, conditional_errors
 
 #: |value| below this counts as zero in the exact-equality cases of the theorems.
 ZERO_TOL = 1e-12
@@ -57,16 +57,17 @@ def q_at_t1(V: np.ndarray, alpha: float) -> np.ndarray:
 # --- claim 5 and 6: OOD weights and the corollary -------------------------------------
 
 def mean_projections(M: np.ndarray) -> np.ndarray:
-    """``⟨u_k, v̄⟩ = (Mᵀ 1)_k / √K``."""
-    return M.sum(axis=0) / math.sqrt(M.shape[0])
+    """``⟨u_k, v̄⟩ = (Mᵀ 1)_k / √K`` (batched over leading axes)."""
+    return M.sum(axis=-2) / math.sqrt(M.shape[-2])
 
 
 def ood_logits(M: np.ndarray, alpha: float) -> np.ndarray:
     """Claim 5: ``z[k', k] = αK/(K−1) ([MᵀM]_{k'k} − ⟨u_k, v̄⟩⟨u_k', v̄⟩)``;
-    the diagonal is ``α_{u_k}``, the off-diagonal ``β_{u_k', u_k}``."""
-    K = M.shape[0]
+    the diagonal is ``α_{u_k}``, the off-diagonal ``β_{u_k', u_k}``. ``M`` may be a
+    stack ``(..., K, K)``."""
+    K = M.shape[-1]
     b = mean_projections(M)
-    return alpha * K / (K - 1) * (M.T @ M - np.outer(b, b))
+    return alpha * K / (K - 1) * (np.swapaxes(M, -1, -2) @ M - b[..., :, None] * b[..., None, :])
 
 
 def uniform_error(K: int) -> float:
@@ -115,9 +116,26 @@ def forgetting_regimes(gamma: np.ndarray) -> list[Regime]:
     move: ``γ_k = 0`` (claim 7 multiplies every change by γ_k), and for K = 2 the
     boundary ``γ_k² + γ_kγ_m = 0`` (the margin changes by that factor times Δα ≥ 0).
     For K > 2, ``undetermined`` is the band between the two sufficient conditions.
+    The paper's forgetting condition is not sufficient for K > 2 (see
+    :func:`corrected_regimes` and :func:`first_step_D`); this is the paper's verdict.
     """
+    return _regimes(gamma, corrected=False)
+
+
+def corrected_regimes(gamma: np.ndarray) -> list[Regime]:
+    """Claim 8 with the derived forgetting threshold: ``−γ_kγ_m0 > (K−1)γ_k²`` gives
+    ``forgetting`` (sufficient for an initial rise of L_{v_k} when every OOD share
+    ``Λ_n`` of column k is >= 0, see :func:`first_step_D`), ``−γ_kγ_m1 < γ_k²`` the
+    paper's ``backward-transfer``; ``unaffected`` and ``undetermined`` as in
+    :func:`forgetting_regimes`. For K = 2 the two functions agree (K − 1 = 1)."""
+    return _regimes(gamma, corrected=True)
+
+
+def _regimes(gamma: np.ndarray, corrected: bool) -> list[Regime]:
     gamma = np.asarray(gamma, dtype=np.float64)
     K = len(gamma)
+    names = regime_names(gamma[None], corrected=corrected)[0]
+    factor = K - 1 if corrected else 1
     out = []
     for k in range(K):
         others = [m for m in range(K) if m != k]
@@ -128,16 +146,133 @@ def forgetting_regimes(gamma: np.ndarray) -> list[Regime]:
         g0 = f"−γ{k + 1}·γ{m0 + 1} = {lhs0:+.4g}"
         g1 = f"−γ{k + 1}·γ{m1 + 1} = {lhs1:+.4g}"
         sq = f"γ{k + 1}² = {square:.4g}"
-        if abs(gamma[k]) <= ZERO_TOL or (K == 2 and abs(square - lhs0) <= ZERO_TOL):
-            regime, condition = "unaffected", f"{g0} = {sq}: source margins of v{k + 1} cannot move"
-        elif lhs0 > square:
-            regime, condition = "forgetting", f"{g0} > {sq}"
-        elif lhs1 < square:
-            regime, condition = "backward-transfer", f"{g1} < {sq}"
-        else:
-            regime, condition = "undetermined", f"{g0} <= {sq} <= {g1}"
+        threshold = sq if factor == 1 else f"{factor}·γ{k + 1}² = {factor * square:.4g}"
+        regime = names[k]
+        condition = {
+            "unaffected": f"{g0} = {sq}: source margins of v{k + 1} cannot move",
+            "forgetting": f"{g0} > {threshold}",
+            "backward-transfer": f"{g1} < {sq}",
+            "undetermined": (f"{g0} <= {sq} <= {g1}" if factor == 1
+                             else f"{g0} <= {threshold}, {g1} >= {sq}"),
+        }[regime]
         out.append(Regime(k + 1, regime, condition, m0 + 1, m1 + 1))
     return out
+
+
+REGIMES = ("forgetting", "backward-transfer", "undetermined", "unaffected")
+
+
+def regime_names(gamma: np.ndarray, corrected: bool = False) -> np.ndarray:
+    """The verdicts of :func:`forgetting_regimes` (or, with ``corrected``, of
+    :func:`corrected_regimes`) for a stack ``γ`` of shape ``(B, K)``: one name per row
+    and source feature, shape ``(B, K)``, object dtype."""
+    gamma = np.asarray(gamma, dtype=np.float64)
+    B, K = gamma.shape
+    products = gamma[:, :, None] * gamma[:, None, :]          # γ_k γ_m at [b, k, m]
+    self_pair = np.eye(K, dtype=bool)
+    lhs0 = -np.where(self_pair, -np.inf, products).max(axis=2)   # −γ_k γ_m0
+    lhs1 = -np.where(self_pair, np.inf, products).min(axis=2)    # −γ_k γ_m1
+    square = gamma ** 2
+    unaffected = np.abs(gamma) <= ZERO_TOL
+    if K == 2:
+        unaffected |= np.abs(square - lhs0) <= ZERO_TOL
+    out = np.full((B, K), "undetermined", dtype=object)
+    out[lhs1 < square] = "backward-transfer"
+    out[lhs0 > (K - 1 if corrected else 1) * square] = "forgetting"
+    out[unaffected] = "unaffected"
+    return out
+
+
+# --- claim 8, derived: the direction of the first fine-tuning step ----------------------
+
+#: ``D_k`` counts as zero (direction ``flat``) when ``|D_k|`` is at most this fraction of
+#: the magnitudes it is made of (float64 rounding of a sum of K terms is far below it).
+FLAT_RTOL = 1e-12
+
+DIRECTIONS = ("rising", "falling", "flat")
+
+
+def ood_shares(z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What one fine-tuning step does to the OOD logits, in units of ``η/K``.
+
+    For column k with attention ``a = softmax(z_ood[:, k])``, ``Λ[n, k] =
+    a_n (a_n + a_k − Σ_m a_m²)`` is the decrease of ``β_{u_n,u_k}`` (n ≠ k; zero on the
+    diagonal) and ``Δ_k = Σ_n Λ[n, k] = 2 a_k e_k`` the growth of ``α_{u_k}``
+    (conservation). Shapes ``(..., K, K)`` → ``(..., K, K)``, ``(..., K)``.
+    """
+    shares = _shares(z_ood)[0]
+    return shares, shares.sum(axis=-2)
+
+
+def _shares(z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Λ[n, k]`` and the magnitudes it is computed from, ``a_n (a_n + a_k + Σ a_m²)``."""
+    a = attention(np.asarray(z_ood, dtype=np.float64))
+    K = a.shape[-1]
+    a_k = np.diagonal(a, axis1=-2, axis2=-1)[..., None, :]
+    sum_sq = np.einsum("...nk,...nk->...k", a, a)[..., None, :]
+    shares, size = a * (a + a_k - sum_sq), a * (a + a_k + sum_sq)
+    shares[..., np.arange(K), np.arange(K)] = 0.0
+    size[..., np.arange(K), np.arange(K)] = 0.0
+    return shares, size
+
+
+def first_step_terms(gamma: np.ndarray, z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``D_k`` (see :func:`first_step_D`) and the sum of the magnitudes it is made of
+    (inside ``Λ_n`` too), the scale against which :data:`FLAT_RTOL` decides that ``D_k``
+    is zero."""
+    gamma = np.asarray(gamma, dtype=np.float64)
+    K = gamma.shape[-1]
+    shares, size = _shares(z_ood)
+    cross = gamma[..., :, None] * gamma[..., None, :]              # γ_n γ_k at [n, k]
+    square = gamma ** 2
+    D = -np.einsum("...nk,...nk->...k", cross, shares) - (K - 1) * square * shares.sum(axis=-2)
+    scale = (np.einsum("...nk,...nk->...k", np.abs(cross), size)
+             + (K - 1) * square * size.sum(axis=-2))
+    return D, scale
+
+
+def first_step_D(gamma: np.ndarray, z_ood: np.ndarray) -> np.ndarray:
+    """Claim 8, derived: the first fine-tuning step changes the source error ``e_k`` (on
+    ``v_k``) by ``(η/K) g_k D_k + O(η²)`` with ``g_k > 0``, where
+
+    ``D_k = Σ_{n≠k} (−γ_kγ_n) Λ_n − (K−1) γ_k² Δ``
+
+    with ``Λ_n``, ``Δ`` the shares of OOD column k at T1 (:func:`ood_shares`). Why: the
+    source column k is symmetric at T1 (claim 3), so ``∂e_k/∂z_{n,k}`` is the same
+    ``g_k`` for every n ≠ k and ``−(K−1)g_k`` on the diagonal (conservation), and the
+    step moves the source column by ``γ_k²`` times the OOD diagonal change and
+    ``γ_nγ_k`` times the off-diagonal ones (claim 7). For K = 2, ``D_k =
+    −Δγ_k(γ_k + γ_m)``: the paper's theorem.
+
+    ``gamma``: ``(..., K)`` of a parallel shift; ``z_ood``: the T1 OOD logits
+    ``(..., K, K)``, ``z[n, k] = u_nᵀQ^(T1)u_k``. Returns ``(..., K)``.
+    """
+    return first_step_terms(gamma, z_ood)[0]
+
+
+def directions_from_D(D: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``rising`` (D > 0), ``falling`` (D < 0) or ``flat`` (``|D| <= FLAT_RTOL·scale``),
+    elementwise, object dtype."""
+    out = np.where(D > 0, "rising", "falling").astype(object)
+    out[np.abs(D) <= FLAT_RTOL * scale] = "flat"
+    return out
+
+
+def initial_directions(gamma: np.ndarray, z_ood: np.ndarray) -> list[str] | np.ndarray:
+    """Which way ``L_{v_k}`` moves at the first fine-tuning step, from the sign of
+    :func:`first_step_D`: ``rising``, ``falling``, or ``flat`` where ``D_k`` is zero
+    (``γ_k = 0``, or for K = 2 the boundary ``γ_k² = −γ_kγ_m``) within
+    :data:`FLAT_RTOL` of its terms' magnitudes. A list for one setting (``gamma`` of shape
+    ``(K,)``), an object array ``(..., K)`` for a batch."""
+    out = directions_from_D(*first_step_terms(gamma, z_ood))
+    return out.tolist() if np.ndim(gamma) == 1 else out
+
+
+def hypothesis_H(z_ood: np.ndarray) -> np.ndarray:
+    """Whether every share ``Λ_n`` (n ≠ k) of OOD column k is >= 0 at T1, per k: under it
+    ``−γ_kγ_m0 > (K−1)γ_k²`` makes ``D_k > 0`` (an initial rise). Holds for K = 2, when
+    the other γ are equal, and whenever ``a_k + a_n >= max_m a_m``."""
+    return (ood_shares(z_ood)[0] >= 0.0).all(axis=-2)
 
 
 def ood_errors(M: np.ndarray, alpha: float) -> np.ndarray:

@@ -130,3 +130,31 @@ def test_console_script_exit_codes():
     bad = subprocess.run([sys.executable, "-m", "oodcalc", "predict", "--gamma", "3,0"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("oodcalc: error: --gamma[1]")
+
+
+def test_predict_shows_the_first_step_criterion(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run(capsys, "predict", "--gamma=-0.7,0.9,0.95")
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    header = next(line for line in lines if "paper's verdict" in line)
+    assert "first step" in header and "F_k (exact)" in header and "trend" in header
+    row = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1   -0.7"))
+    assert "forgetting" in lines[row] and "falling" in lines[row] and "✗" in lines[row]
+    assert "−γ1·γ2 = +0.63 > γ1² = 0.49" in lines[row + 1]
+    assert "D_k = -0.0715" in lines[row + 1]
+    assert any(line.startswith("✗ the exact trajectory contradicts") for line in lines)
+
+
+def test_predict_json_first_step_fields(capsys, tmp_path):
+    code, out, _ = run(capsys, "predict", "--gamma", "0.5,-0.9,-0.9", "--json")
+    per = json.loads(out)["forgetting"]["per_feature"]
+    assert per[0]["initial_direction"] == "falling" and per[0]["D_k"] < 0
+    assert per[0]["regime"] == "forgetting" and per[0]["theorem_holds"] is False
+    code, out, _ = run(capsys, "predict", "--theta", "0.5", "--K", "3", "--json")
+    per = json.loads(out)["forgetting"]["per_feature"]   # a rotation is a parallel shift
+    assert all(f["initial_direction"] == "falling" and f["D_k"] < 0 for f in per)
+    code, out, _ = run(capsys, "predict", "--mean-query", "--K", "3", "--json")
+    per = json.loads(out)["forgetting"]["per_feature"]
+    assert all(f["D_k"] is None and f["initial_direction"] is None for f in per)

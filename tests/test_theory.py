@@ -138,3 +138,121 @@ def test_k3_counterexample_to_the_forgetting_condition_is_flagged():
     assert report.to_dict()["forgetting"]["per_feature"][0]["theorem_holds"] is False
     from oodcalc.simulate import simulate_population
     assert simulate_population(setting).forgetting[0].trend == "falling"
+
+
+# --- claim 8, derived: the first-step criterion D_k ---------------------------------------
+
+def t1_ood_logits(gamma, eps=0.01):
+    gamma = np.asarray(gamma, dtype=float)
+    K = gamma.shape[-1]
+    z1 = pretrain_logits(K, eps, 0.1, 10**6).z[0]
+    return ood_start(np.broadcast_to(z1, gamma.shape + (K,)), gamma[..., :, None] * np.eye(K))
+
+
+@pytest.mark.parametrize("gamma", [[1, -0.9], [0.3, 0.8], [-0.6, -0.2], [0.95, -0.1]])
+def test_D_for_two_features_is_the_papers_theorem(gamma):
+    # K = 2: D_k = −Δγ_k(γ_k + γ_m), whose sign is the paper's exact K = 2 condition
+    z = t1_ood_logits(gamma)
+    shares, growth = theory.ood_shares(z)
+    g = np.array(gamma)
+    np.testing.assert_allclose(theory.first_step_D(g, z), -growth * g * (g + g[::-1]),
+                               rtol=1e-12)
+    expected = ["rising" if r.regime == "forgetting" else "falling"
+                for r in theory.forgetting_regimes(g)]
+    assert theory.initial_directions(g, z) == expected
+
+
+def test_ood_shares_conserve_and_equal_the_models_gradient():
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(5, 4, 4))
+    shares, growth = theory.ood_shares(z)
+    from oodcalc.model import loss_gradient_from_attention
+    from oodcalc.model import attention as attn
+    grad = 4 * loss_gradient_from_attention(attn(z))        # ∂e_k/∂z = K ∂L/∂z
+    off = ~np.eye(4, dtype=bool)
+    np.testing.assert_allclose(shares[:, off], grad[:, off], atol=1e-15)
+    np.testing.assert_allclose(-growth, np.diagonal(grad, axis1=1, axis2=2), atol=1e-15)
+    errors = conditional_errors(z)
+    np.testing.assert_allclose(growth, 2 * np.diagonal(attn(z), axis1=1, axis2=2) * errors,
+                               atol=1e-15)
+
+
+@pytest.mark.parametrize("gamma, regime", [((-0.7, 0.9, 0.95), "forgetting"),
+                                           ((0.5, -0.9, -0.9), "forgetting")])
+def test_D_explains_the_counterexamples(gamma, regime):
+    # the paper says v1 forgets; D_1 < 0 (its loss falls), and the corrected threshold
+    # (K − 1)γ_1² is not met, so the corrected verdict does not claim a rise
+    report = oc.predict(oc.Setting(oc.parallel_shift(gamma)))
+    first = report.forgetting[0]
+    assert first.regime == regime and first.D_k < 0 and first.initial_direction == "falling"
+    assert first.trend == "falling"
+    assert theory.corrected_regimes(np.array(gamma))[0].regime == "undetermined"
+
+
+@pytest.mark.parametrize("g1, direction", [(0.4, "rising"), (0.45, "flat"), (0.5, "falling")])
+def test_equal_other_gammas_threshold_is_K_minus_1(g1, direction):
+    # γ = (g1, −0.9, −0.9): all Λ_n equal, D_1 ∝ −γ_1γ − (K−1)γ_1²; zero at g1 = 0.45
+    gamma = np.array([g1, -0.9, -0.9])
+    D, scale = theory.first_step_terms(gamma, t1_ood_logits(gamma))
+    if direction == "flat":
+        assert abs(D[0]) <= 1e-13 * scale[0]
+    else:
+        assert theory.initial_directions(gamma, t1_ood_logits(gamma))[0] == direction
+        report = oc.predict(oc.Setting(oc.parallel_shift(gamma)))
+        assert report.forgetting[0].trend == direction   # exact and monotone in this family
+
+
+def test_flat_only_where_D_vanishes_relative_tolerance():
+    z = t1_ood_logits([0.0, 0.7, -0.3])
+    assert theory.initial_directions(np.array([0.0, 0.7, -0.3]), z)[0] == "flat"
+    for gamma in ([0.5, -0.5], [1.0, -1.0], [-0.25, 0.25]):     # the K = 2 boundary
+        assert theory.initial_directions(np.array(gamma), t1_ood_logits(gamma)) == ["flat"] * 2
+    # tiny but nonzero: a relative rule still sees the sign (an absolute one would not)
+    for gamma in ([1e-9, 0.7, -0.3], [0.5, -0.5 + 1e-9]):
+        D, scale = theory.first_step_terms(np.array(gamma), t1_ood_logits(gamma))
+        assert 0 < abs(D[0]) < 1e-9
+        assert theory.initial_directions(np.array(gamma), t1_ood_logits(gamma))[0] != "flat"
+    # and the rule really is relative: a D at the edge of the tolerance flips to flat
+    D, scale = np.array([1.0, 1.0]), np.array([1.0, 1.0 / theory.FLAT_RTOL])
+    assert theory.directions_from_D(D, scale).tolist() == ["rising", "flat"]
+
+
+def test_initial_directions_batch_and_single_agree():
+    rng = np.random.default_rng(6)
+    gamma = rng.uniform(-1, 1, (20, 4))
+    z = t1_ood_logits(gamma)
+    batch = theory.initial_directions(gamma, z)
+    assert batch.shape == (20, 4) and batch.dtype == object
+    D = theory.first_step_D(gamma, z)
+    for b in range(20):
+        assert theory.initial_directions(gamma[b], z[b]) == batch[b].tolist()
+        np.testing.assert_allclose(theory.first_step_D(gamma[b], z[b]), D[b], rtol=1e-14)
+
+
+def test_corrected_regimes():
+    # K = 2: K − 1 = 1, the same verdicts and conditions as the paper
+    for gamma in ([1, -0.9], [-0.9, 1], [0.5, -0.5], [0, 0.3]):
+        assert theory.corrected_regimes(gamma) == theory.forgetting_regimes(gamma)
+    r = theory.corrected_regimes([0.4, -0.9, -0.9])[0]
+    assert r.regime == "forgetting" and r.condition == "−γ1·γ2 = +0.36 > 2·γ1² = 0.32"
+    r = theory.corrected_regimes([0.5, -0.9, -0.9])[0]
+    assert r.regime == "undetermined" and "2·γ1² = 0.5" in r.condition
+    assert theory.forgetting_regimes([0.5, -0.9, -0.9])[0].regime == "forgetting"
+
+
+def test_corrected_forgetting_implies_an_initial_rise_under_H():
+    rng = np.random.default_rng(8)
+    for K in (3, 4, 6):
+        gamma = rng.uniform(-1, 1, (3000, K))
+        z = t1_ood_logits(gamma)
+        rise = theory.regime_names(gamma, corrected=True) == "forgetting"
+        H = theory.hypothesis_H(z)
+        assert rise.any() and H.all()
+        assert (theory.first_step_D(gamma, z)[rise] > 0).all()
+
+
+def test_hypothesis_H_fails_where_another_feature_dominates_the_column():
+    z = np.zeros((3, 3))
+    z[2, 0] = 5.0                         # query u_1: tokens of u_3 take the attention
+    shares, _ = theory.ood_shares(z)
+    assert shares[1, 0] < 0 and not theory.hypothesis_H(z)[0] and theory.hypothesis_H(z)[1:].all()

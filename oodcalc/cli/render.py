@@ -66,20 +66,26 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("k")
     table.add_column("γ_k", justify="right")
-    table.add_column("theorem (claim 8): regime and condition", ratio=1)
+    table.add_column("paper's verdict (claim 8)", ratio=1)
+    table.add_column("first step", no_wrap=True)
     table.add_column("F_k (exact)", justify="right", no_wrap=True)
     table.add_column("L_{v_k} trend", no_wrap=True)
     gamma = p["geometry"].get("gamma") or np.diag(np.asarray(p["geometry"]["M"]))
     for f in report.forgetting:
         style = REGIME_STYLE[f.regime]
-        verdict = (f"[{style}]{f.regime}[/{style}]: {f.condition}" if f.regime
+        verdict = (f"[{style}]{f.regime}[/{style}]\n{f.condition}" if f.regime
                    else "[dim]n/a: the theorem assumes a parallel shift[/dim]")
+        first = (f"{f.initial_direction}\nD_k = {f.D_k:+.4g}" if f.initial_direction
+                 else "[dim]n/a[/dim]")
         trend = f.trend if f.theorem_holds is not False else f"[red]{f.trend} ✗[/red]"
-        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, f"{f.F_k:+.4g}", trend)
+        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, first, f"{f.F_k:+.4g}", trend)
     console.print(table)
+    if any(f.initial_direction for f in report.forgetting):
+        console.print("First step: the sign of D_k = Σ_(n≠k)(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ "
+                      "(derived; see README, Findings).")
     if any(f.theorem_holds is False for f in report.forgetting):
-        console.print("[red]✗[/red] the exact dynamics contradict the theorem's verdict for this "
-                      "feature: for K > 2 the condition is not sufficient (see README, Findings).")
+        console.print("[red]✗[/red] the exact trajectory contradicts the paper's verdict: "
+                      "for K > 2 its condition is not sufficient.")
     F = report.F
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
