@@ -15,8 +15,9 @@ computed in two batched passes, never a Python loop over configurations:
    one, and the results are identical whatever the split (the tests check this).
 
 Per row the result holds T1, T2, the OOD loss at T1, forgetting F and every F_k, the
-theorem's regime for each source feature (parallel shifts and rotations), and whether
-both phases met the stopping rule; a row that did not is marked, not fatal.
+theorem's regime for each source feature and the derived first-step criterion D_k with
+the initial direction it gives (parallel shifts and rotations), and whether both phases
+met the stopping rule; a row that did not is marked, not fatal.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .errors import InputError
 from .geometry import Geometry, check_K
 from .io import write_atomic
 from .model import conditional_errors
-from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS
+from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, check_positive
 
 #: Rows per chunk when no executor is given (bounds memory; one chunk is one batch).
 SERIAL_CHUNK = 1 << 17
@@ -155,12 +156,40 @@ def gamma_grid(gammas: Sequence[Any], eps: Any = DEFAULT_EPS, eta: Any = DEFAULT
 
     def make(columns):
         gamma = np.stack([columns[f"gamma_{k + 1}"] for k in range(K)], axis=1)
-        M = np.zeros((len(gamma), K, K))
-        M[:, np.arange(K), np.arange(K)] = gamma
-        d = K + (np.abs(gamma) < 1.0).sum(axis=1)   # as geometry.parallel_shift
-        return M, d, gamma, {}
+        return *_shift(gamma), gamma, {}
 
     return _build(K, "parallel-shift", geo_axes, eps, eta, eta_ft, make)
+
+
+def _shift(gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``M = diag(γ)`` and the smallest ``d`` per row of a stack of parallel shifts."""
+    B, K = gamma.shape
+    M = np.zeros((B, K, K))
+    M[:, np.arange(K), np.arange(K)] = gamma
+    d = K + (np.abs(gamma) < 1.0).sum(axis=1)   # as geometry.parallel_shift
+    return M, d
+
+
+def gamma_rows(gamma: Any, eps: float = DEFAULT_EPS, eta: float = DEFAULT_ETA,
+               eta_ft: float | None = None) -> Grid:
+    """Parallel shifts, one row per row of ``gamma`` ``(B, K)`` (no product: random or
+    scattered γ), all under one protocol."""
+    try:
+        gamma = np.array(gamma, dtype=np.float64, ndmin=2)
+    except (TypeError, ValueError):
+        raise InputError("gamma", repr(gamma), "expected rows of real numbers in [-1, 1]") from None
+    if gamma.ndim != 2 or gamma.size == 0:
+        raise InputError("gamma", f"shape {gamma.shape}", "expected (rows, K) with rows >= 1")
+    K = check_K(gamma.shape[1], "gamma (number of features)")
+    if not (np.isfinite(gamma) & (np.abs(gamma) <= 1.0)).all():
+        raise InputError("gamma", "a value outside [-1, 1]", "each γ must be a finite number "
+                         "in [-1, 1]")
+    B = len(gamma)
+    eps, eta = check_positive(eps, "eps"), check_positive(eta, "eta")
+    eta_ft = eta if eta_ft is None else check_positive(eta_ft, "eta_ft")
+    M, d = _shift(gamma)
+    return Grid(K=K, geometry="parallel-shift", M=M, d=d, eps=np.full(B, eps),
+                eta=np.full(B, eta), eta_ft=np.full(B, eta_ft), gamma=gamma)
 
 
 def theta_grid(theta: Any, K: int, eps: Any = DEFAULT_EPS, eta: Any = DEFAULT_ETA,
@@ -215,27 +244,13 @@ def geometry_grid(geometries: Sequence[Geometry], eps: Any = DEFAULT_EPS,
 
 # --- the theorem's regimes, vectorised --------------------------------------------------
 
-REGIMES = ("forgetting", "backward-transfer", "undetermined", "unaffected")
+REGIMES = theory.REGIMES
 
 
 def regimes(gamma: np.ndarray) -> np.ndarray:
     """``theory.forgetting_regimes`` for a stack ``γ`` of shape ``(B, K)``: one regime name
     per row and source feature, shape ``(B, K)`` (the same rule, tie for tie)."""
-    gamma = np.asarray(gamma, dtype=np.float64)
-    B, K = gamma.shape
-    products = gamma[:, :, None] * gamma[:, None, :]          # γ_k γ_m at [b, k, m]
-    self_pair = np.eye(K, dtype=bool)
-    lhs0 = -np.where(self_pair, -np.inf, products).max(axis=2)   # −γ_k γ_m0
-    lhs1 = -np.where(self_pair, np.inf, products).min(axis=2)    # −γ_k γ_m1
-    square = gamma ** 2
-    unaffected = np.abs(gamma) <= theory.ZERO_TOL
-    if K == 2:
-        unaffected |= np.abs(square - lhs0) <= theory.ZERO_TOL
-    out = np.full((B, K), "undetermined", dtype=object)
-    out[lhs1 < square] = "backward-transfer"
-    out[lhs0 > square] = "forgetting"
-    out[unaffected] = "unaffected"
-    return out
+    return theory.regime_names(gamma)
 
 
 # --- one chunk: fine-tuning a block of rows ------------------------------------------
@@ -252,6 +267,7 @@ class Chunk:
     eta_ft: np.ndarray
     max_steps: int
     seed: np.random.SeedSequence
+    gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and directions
 
 
 def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
@@ -267,8 +283,12 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     ft = descend(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress)
     before = conditional_errors(chunk.z1) / K                      # L_{v_k}(Q^(T1))
     after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
-    return chunk.start, chunk.stop, {"T2": ft.steps, "converged_finetune": ft.converged,
-                                     "ood_loss": ood_loss, "F_k": after - before}
+    columns = {"T2": ft.steps, "converged_finetune": ft.converged,
+               "ood_loss": ood_loss, "F_k": after - before}
+    if chunk.gamma is not None:   # claim 8, derived: the first step's direction
+        D, scale = theory.first_step_terms(chunk.gamma, z_ood0)
+        columns |= {"D_k": D, "initial_direction_k": theory.directions_from_D(D, scale)}
+    return chunk.start, chunk.stop, columns
 
 
 # --- the result -------------------------------------------------------------------------
@@ -280,8 +300,10 @@ class SweepResult:
     Columns: ``geometry, K, d``, the geometry's parameters (``gamma_1..gamma_K``,
     ``theta``, ``geometry_index``), ``eps, eta, eta_ft, max_steps, seed``, then ``T1, T2,
     converged, converged_pretrain, converged_finetune, ood_loss, F, F_1..F_K,
-    regime_1..regime_K``. Rows of smaller K hold NaN (or "") in the columns of features
-    they lack. ``shape`` is the product grid's shape when the sweep is one grid.
+    regime_1..regime_K, D_1..D_K, initial_direction_1..initial_direction_K`` (the last
+    three for parallel shifts and rotations: the paper's verdict, and claim 8's derived
+    first-step criterion ``theory.first_step_D`` with its direction). Rows of smaller K
+    hold NaN (or "") in the columns of features they lack. ``shape`` is the product grid's shape when the sweep is one grid.
     """
 
     columns: dict[str, np.ndarray]
@@ -419,7 +441,8 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
             tasks.append((gi, start, stop, z1))
     seeds = np.random.SeedSequence(seed).spawn(len(tasks))
     chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
-                    grids[gi].eps[start:stop], grids[gi].eta_ft[start:stop], max_steps, s)
+                    grids[gi].eps[start:stop], grids[gi].eta_ft[start:stop], max_steps, s,
+                    None if grids[gi].gamma is None else grids[gi].gamma[start:stop])
               for (gi, start, stop, z1), s in zip(tasks, seeds)]
     owner = [gi for gi, *_ in tasks]
 
@@ -494,12 +517,15 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int) -> dict[str,
     if grid.gamma is not None:
         r = regimes(grid.gamma)
         cols |= {f"regime_{k + 1}": r[:, k] for k in range(K)}
+        cols |= {f"D_{k + 1}": part["D_k"][:, k] for k in range(K)}
+        cols |= {f"initial_direction_{k + 1}": part["initial_direction_k"][:, k]
+                 for k in range(K)}
     return cols
 
 
 _ORDER = ("geometry", "K", "d", "gamma_", "theta", "geometry_index", "eps", "eta",
           "eta_ft", "max_steps", "seed", "T1", "T2", "converged", "converged_pretrain",
-          "converged_finetune", "ood_loss", "F", "F_", "regime_")
+          "converged_finetune", "ood_loss", "F", "F_", "regime_", "D_", "initial_direction_")
 
 
 def _rank(name: str) -> tuple[int, int]:

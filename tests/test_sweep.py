@@ -11,6 +11,7 @@ import pytest
 import oodcalc as oc
 from oodcalc import sweep as sw
 from oodcalc.cli import main
+from oodcalc import theory
 from oodcalc.theory import forgetting_regimes
 
 AGREE = 1e-12  # the same float64 GD on the same logits; only summation order may differ
@@ -40,6 +41,8 @@ def assert_row_matches_predict(result, i, setting):
     for f in report.forgetting:
         assert math.isclose(row[f"F_{f.k}"], f.F_k, rel_tol=0, abs_tol=AGREE)
         assert row[f"regime_{f.k}"] == f.regime
+        assert math.isclose(row[f"D_{f.k}"], f.D_k, rel_tol=1e-12, abs_tol=1e-15)
+        assert row[f"initial_direction_{f.k}"] == f.initial_direction
     p = setting.protocol
     assert (row["eps"], row["eta"], row["eta_ft"]) == (p.eps, p.eta, p.eta_ft)
 
@@ -86,12 +89,40 @@ def test_any_geometry_grid_equals_predict():
     geometries = [oc.mean_query(3), oc.orthogonal(3), oc.parallel_shift([0.2, -0.4, 1])]
     result = sw.sweep(sw.geometry_grid(geometries, eta=[0.1, 0.2]))
     assert "regime_1" not in result.columns  # not every geometry is a parallel shift
+    assert "D_1" not in result.columns and "initial_direction_1" not in result.columns
     for i in range(6):
         row = {name: values[i] for name, values in result.columns.items()}
         geometry = geometries[row["geometry_index"]]
         report = oc.predict(oc.Setting(geometry, oc.Protocol(eta=row["eta"])))
         assert (row["T1"], row["T2"]) == (report.pretrain.T1, report.finetune.T2)
         assert math.isclose(row["F"], report.F, abs_tol=AGREE)
+
+
+def test_gamma_rows_equal_the_product_grid_row_for_row():
+    g = [[-1.0, 0.5, 0.9], [0.5, -0.5]]
+    grid = sw.gamma_grid(g)
+    rows = sw.gamma_rows(grid.gamma)
+    assert rows.axes == () and len(rows) == len(grid)
+    a, b = sw.sweep(grid), sw.sweep(rows)
+    for name in b.columns:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    # the K = 2 boundary γ_1 = −γ_2 = 0.5 is flat; direction is the sign of D elsewhere
+    for i in range(len(b)):
+        for k in (1, 2):
+            D, direction = b[f"D_{k}"][i], b[f"initial_direction_{k}"][i]
+            assert direction == ("flat" if D == 0 else "rising" if D > 0 else "falling")
+    assert b["initial_direction_1"][3] == "flat" and b["D_1"][3] == 0.0   # γ = (0.5, −0.5)
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    ([[0.1, 1.5]], "outside"), ([[0.1]], "number of features"), ([], "rows"),
+    ([["a", 0.1]], "gamma"), ([[0.1, float("nan")]], "outside"),
+])
+def test_gamma_rows_bad_input(bad, fragment):
+    with pytest.raises(oc.InputError, match=fragment):
+        sw.gamma_rows(bad)
+    with pytest.raises(oc.InputError, match="eta_ft"):
+        sw.gamma_rows([[0.1, 0.2]], eta_ft=0)
 
 
 def test_vectorised_regimes_equal_the_theorem():
@@ -102,8 +133,10 @@ def test_vectorised_regimes_equal_the_theorem():
                                 rng.choice(edges, (200, K)),
                                 np.repeat(np.array(edges)[:, None], K, axis=1)])
         fast = sw.regimes(gamma)
+        corrected = theory.regime_names(gamma, corrected=True)
         for b in range(len(gamma)):
             assert fast[b].tolist() == [r.regime for r in forgetting_regimes(gamma[b])]
+            assert corrected[b].tolist() == [r.regime for r in theory.corrected_regimes(gamma[b])]
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +223,9 @@ def test_csv_and_npz_round_trip(tmp_path, serial):
         assert float(rows[i]["F"]) == serial["F"][i]          # repr round-trips exactly
         assert int(rows[i]["T2"]) == serial["T2"][i]
         assert rows[i]["converged"] == "true" and rows[i]["regime_1"] == serial["regime_1"][i]
+        assert float(rows[i]["D_2"]) == serial["D_2"][i]
+        assert rows[i]["initial_direction_2"] == serial["initial_direction_2"][i]
+    assert list(rows[0])[-4:] == ["D_1", "D_2", "initial_direction_1", "initial_direction_2"]
     back = sw.read_result(serial.write(tmp_path / "phase.npz"))
     assert_same(serial, back)
     assert back.meta == serial.meta and back.grid("F").shape == serial.shape
