@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
-SMALL_ARGS = {"own_features.py": ["{tmp}"], "phase_diagram.py": ["{tmp}/phase.png", "21"]}
+SMALL_ARGS = {"own_features.py": ["{tmp}"], "phase_diagram.py": ["{tmp}/phase.png", "21"],
+              "claim8_rules.py": ["--n", "50", "--K", "2,3"]}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
