@@ -33,8 +33,8 @@ def main() -> None:
           f"numpy default_rng({args.seed}); ε = {protocol.eps}, η = {protocol.eta}, "
           f"η_ft = {protocol.eta_ft}, max_steps = {protocol.max_steps}.")
     print("Coverage: share of source features the rule decides; accuracy: share of those "
-          "where it gives the sign of F_k. Misses are named by the shape of L_{v_k} along "
-          "fine-tuning ('first-step': the exact first step at η_ft already differs from "
+          "where it gives the sign of F_k. Misses read 'verdict→shape of L_{v_k} along "
+          "fine-tuning' ('first-step': the exact first step at η_ft already differs from "
           "the sign of D_k).\n")
     results = []
     start = time.perf_counter()

@@ -14,10 +14,11 @@ Three rules say, per source feature k of a parallel shift, whether fine-tuning o
 through the batched sweep (``sweep.gamma_rows``), and counts for each rule how many
 features it decides (coverage) and how many of those it gets right against the sign of
 the exact ``F_k`` (accuracy). Every miss is explained by the shape of the exact
-trajectory of ``L_{v_k}`` (recorded only for the rows with a miss): a rule can miss
-because the trajectory turns (``rise-then-fall``, ``fall-then-rise``, ``oscillating``),
-because it is monotone the other way, or, for ``D_sign``, because the exact first step at
-``η_ft`` already differs from its first-order sign (``first-step``). It also counts the
+trajectory of ``L_{v_k}`` (recorded only for the rows with a miss), keyed
+``"verdict→shape"``: a rule can miss because the trajectory turns (``rise-then-fall``,
+``fall-then-rise``, ...), because it is monotone the other way (``forgetting→falling``),
+or, for ``D_sign``, because the exact first step at ``η_ft`` already differs from its
+first-order sign (``first-step``). It also counts the
 features where hypothesis H (every OOD share ``Λ_n`` of column k is >= 0 at T1) fails.
 """
 
@@ -121,7 +122,7 @@ class RuleScore:
     features: int
     decided: int
     correct: int
-    misses: dict[str, int] = field(default_factory=dict)   # why, by trajectory shape
+    misses: dict[str, int] = field(default_factory=dict)   # "verdict→shape": count
 
     @property
     def coverage(self) -> float:
@@ -224,7 +225,8 @@ def agreement(K: int, n: int, seed: int, protocol: Protocol | None = None) -> Ag
         why = Counter()
         for b, k in zip(*np.nonzero(wrong[name])):
             first_differs = name == "D_sign" and first[b, k] != D_sign[b, k]
-            why["first-step" if first_differs else shapes[b][k]] += 1
+            why[f"{verdicts[name][b, k]}→"
+                f"{'first-step' if first_differs else shapes[b][k]}"] += 1
         scores[name] = RuleScore(features=gamma.size, decided=int(decided[name].sum()),
                                  correct=int((decided[name] & ~wrong[name]).sum()),
                                  misses=dict(sorted(why.items())))
@@ -267,23 +269,29 @@ def H_violation_rate(K: int, eps: float, n: int, seed: int) -> float:
 
 def table(results: list[Agreement]) -> str:
     """A Markdown table of :func:`agreement` results, one row per K."""
-    def pct(x: float) -> str:
-        return "—" if x != x else f"{100 * x:.1f} %"
+    def scored(s: RuleScore, coverage: bool = True) -> str:
+        wrong = s.decided - s.correct
+        accuracy = "—" if not s.decided else f"{100 * s.accuracy:.2f} % ({wrong} wrong)"
+        return f"{100 * s.coverage:.1f} % · {accuracy}" if coverage else accuracy
 
     def misses(s: RuleScore) -> str:
-        return ", ".join(f"{k} {v}" for k, v in s.misses.items()) or "none"
+        return ", ".join(f"{k} {v}" for k, v in s.misses.items()) or "—"
 
-    lines = ["| K | settings | features | paper: coverage / accuracy | corrected: coverage / "
-             "accuracy | sign D_k: accuracy | D_k vs exact first step | paper misses | "
-             "D_k misses | H fails (features; paper / corrected / D_k misses there) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    def H(r: Agreement) -> str:
+        if not r.H_violated:
+            return "0"
+        m = r.H_violated_misses
+        return (f"{r.H_violated} (misses there: paper {m['paper']}, corrected "
+                f"{m['corrected']}, D_k {m['D_sign']})")
+
+    lines = ["| K | settings | paper: coverage · accuracy | corrected: coverage · accuracy "
+             "| sign D_k: accuracy | sign D_k = exact first step | paper's misses "
+             "| D_k's misses | H fails |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         p, c, d = (r.scores[name] for name in RULES)
-        h = r.H_violated_misses
         lines.append(
-            f"| {r.K} | {r.rows} | {r.features} | {pct(p.coverage)} / {pct(p.accuracy)} | "
-            f"{pct(c.coverage)} / {pct(c.accuracy)} | {pct(d.accuracy)} "
-            f"({d.decided - d.correct} wrong) | {r.first_step_agree}/{r.first_step_features} | "
-            f"{misses(p)} | {misses(d)} | {r.H_violated}; {h['paper']} / {h['corrected']} / "
-            f"{h['D_sign']} |")
+            f"| {r.K} | {r.rows} | {scored(p)} | {scored(c)} | {scored(d, coverage=False)} "
+            f"| {r.first_step_agree}/{r.first_step_features} | {misses(p)} | {misses(d)} "
+            f"| {H(r)} |")
     return "\n".join(lines)
