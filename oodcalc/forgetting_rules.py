@@ -18,8 +18,8 @@ trajectory of ``L_{v_k}`` (recorded only for the rows with a miss), keyed
 ``"verdict→shape"``: a rule can miss because the trajectory turns (``rise-then-fall``,
 ``fall-then-rise``, ...), because it is monotone the other way (``forgetting→falling``),
 or, for ``D_sign``, because the exact first step at ``η_ft`` already differs from its
-first-order sign (``first-step``). It also counts the
-features where hypothesis H (every OOD share ``Λ_n`` of column k is >= 0 at T1) fails.
+first-order sign (``first-step``). It also counts the features where hypothesis H (every
+OOD share ``Λ_n`` of column k is >= 0 at T1) fails.
 """
 
 from __future__ import annotations

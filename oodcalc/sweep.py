@@ -303,7 +303,8 @@ class SweepResult:
     regime_1..regime_K, D_1..D_K, initial_direction_1..initial_direction_K`` (the last
     three for parallel shifts and rotations: the paper's verdict, and claim 8's derived
     first-step criterion ``theory.first_step_D`` with its direction). Rows of smaller K
-    hold NaN (or "") in the columns of features they lack. ``shape`` is the product grid's shape when the sweep is one grid.
+    hold NaN (or "") in the columns of features they lack. ``shape`` is the product
+    grid's shape when the sweep is one grid.
     """
 
     columns: dict[str, np.ndarray]
