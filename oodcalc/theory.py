@@ -54,6 +54,33 @@ def q_at_t1(V: np.ndarray, alpha: float) -> np.ndarray:
     return alpha * K / (K - 1) * (V @ V.T - np.outer(vbar, vbar))
 
 
+# --- claim 4: how T1 grows -------------------------------------------------------------
+
+def flow_time(K: int, eps: float, eta: float) -> float:
+    """Gradient-flow time to the stopping margin on the symmetric ray (claim 4):
+    ``T_flow = ∫_{u*}^{1} (1 + m u)³/(ηK u³) du`` with ``m = K − 1``, ``u = e^{−s}`` and
+    ``u* = δ/(m(1 − δ))``; 0 when Q = 0 already meets the rule."""
+    if stopping_margin(K, eps) == 0.0:
+        return 0.0
+    m = K - 1
+    delta = math.sqrt(2.0 * eps * m / K)
+    u = delta / (m * (1.0 - delta))
+
+    def antiderivative(x: float) -> float:
+        return -0.5 / x ** 2 - 3 * m / x + 3 * m ** 2 * math.log(x) + m ** 3 * x
+    return (antiderivative(1.0) - antiderivative(u)) / (eta * K)
+
+
+def t1_bracket(K: int, eps: float, eta: float) -> tuple[float, float]:
+    """Bounds ``T_flow/ρ₊ <= T1 < T_flow/ρ₋ + 1`` on the discrete T1 (claim 4): each GD step
+    advances the flow clock by between ``ρ₋ = (1 − e^{−cH})/(cH)`` and ``ρ₊ = (e^{cH} − 1)/(cH)``
+    with ``c = 2`` (a bound on |(log h)'|) and ``H = 4ηK/(27(K − 1)²)`` (the largest step)."""
+    T = flow_time(K, eps, eta)
+    cH = 2.0 * 4.0 * eta * K / (27.0 * (K - 1) ** 2)
+    rho_minus, rho_plus = -math.expm1(-cH) / cH, math.expm1(cH) / cH
+    return T / rho_plus, T / rho_minus + 1.0
+
+
 # --- claim 5 and 6: OOD weights and the corollary -------------------------------------
 
 def mean_projections(M: np.ndarray) -> np.ndarray:

@@ -10,3 +10,19 @@ def random_orthonormal(rng: np.random.Generator, d: int, K: int) -> np.ndarray:
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture(scope="session")
+def quick_context():
+    """One verification context (quick budget) for the whole session: the ledger test and
+    the numeric mutation tests share its simulations (the mutations change only what the
+    simulations are compared with)."""
+    from oodcalc import verify
+    return verify.Context(verify.QUICK)
+
+
+@pytest.fixture(scope="session")
+def quick_ledger(quick_context):
+    from oodcalc import verify
+    from oodcalc.claims import CLAIMS
+    return verify.Ledger(verify.QUICK, [verify.run_claim(c, quick_context) for c in CLAIMS], 0.0)

@@ -75,11 +75,25 @@ def test_verify_one_claim(capsys):
 
 
 def test_verify_fail_exits_1(capsys, monkeypatch):
+    from oodcalc.claims import claim1_attention
+
     def failing(ctx):
         return (verify.PopulationCheck("forced", 1.0, 1.0, "<= 0", False), None, ["forced"])
-    monkeypatch.setattr(verify, "check_claim_1", failing)
+    monkeypatch.setattr(claim1_attention, "check", failing)
     code, out, _ = run(capsys, "verify", "--quick", "--claim", "1")
     assert code == 1 and "FAIL" in out
+
+
+def test_verify_refuted_exits_0_and_a_lost_counterexample_fails(capsys, monkeypatch):
+    code, out, _ = run(capsys, "verify", "--quick", "--claim", "8b", "--json")
+    row = json.loads(out)["rows"][0]
+    assert code == 0 and row["verdict"] == "REFUTED" and row["claim"] == "8b"
+    assert any("(0.5, -0.9, -0.9)" in d and "reproduced" in d
+               for d in row["population"]["details"])
+    from oodcalc.claims import claim8_forgetting
+    monkeypatch.setattr(claim8_forgetting, "COUNTEREXAMPLES", ((1.0, -0.9, 0.5),))
+    code, out, _ = run(capsys, "verify", "--quick", "--claim", "8b", "--json")
+    assert code == 1 and json.loads(out)["rows"][0]["verdict"] == "FAIL"
 
 
 @pytest.mark.parametrize("args, fragment", [

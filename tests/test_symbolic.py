@@ -1,5 +1,6 @@
-"""The symbolic engine: every claim's derivation runs, its checks pass, its proof status
-matches the registry, and the generated documents in derivations/ are current."""
+"""The symbolic engine: every registry entry's derivation runs, its checks pass, the level
+it earns from its decisive checks is the level the registry promises, and the generated
+documents in derivations/ are current. (The mutation tests are in test_mutations.py.)"""
 
 from __future__ import annotations
 
@@ -9,53 +10,76 @@ import subprocess
 import pytest
 import sympy as sp
 
-from oodcalc.claims import CLAIMS
+from oodcalc.claims import CLAIMS, get_claim, get_claims
+from oodcalc.errors import InputError
 from oodcalc.symbolic import documents
-from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, column_symbols,
-                                   conditional_error, is_zero_rational)
+from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, PAPER, REFUTED, SYMBOLIC, Check, is_zero,
+                                   is_zero_rational, level_of)
+from oodcalc.symbolic.model import Column, column_symbols, conditional_error
 from oodcalc.symbolic.render import tex_text, to_latex, to_markdown
 
-DERIVED = [c for c in CLAIMS if c.derivation is not None]
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: f"claim{c.id}")
+def test_derivation_earns_the_registry_level(claim):
+    d = documents.derivation_of(claim.id)
+    assert d.id == claim.id and d.steps and d.checks
+    assert not d.failed(), d.failed()
+    assert d.level == claim.level          # computed from the checks, never declared
+    decisive = [c for c in d.checks if c.decisive]
+    if claim.level == SYMBOLIC:
+        assert decisive and all(c.method == SYMBOLIC for c in decisive)
+    if claim.level == PAPER:
+        assert not decisive and any(c.method == NUMERIC for c in d.checks)
+    assert d.refutes == claim.refutes
 
 
-def test_every_claim_has_a_derivation_and_a_status():
-    assert [c.number for c in DERIVED] == list(range(1, 10))
-    assert all(c.proof for c in DERIVED)
+def test_the_issue_s_symbolic_k_claims():
+    """Claims 1, 2, 3, 5, 7 and claim 8's criterion are derived with K a Symbol."""
+    for claim_id in ("1", "2", "3", "5", "7", "8c"):
+        assert get_claim(claim_id).level == SYMBOLIC
 
 
-@pytest.mark.parametrize("claim", DERIVED, ids=lambda c: f"claim{c.number}")
-def test_symbolic_checks_pass(claim):
-    d = documents.derivation_of(claim.number)
-    failed = [c.what for c in d.checks if not c.passed]
-    assert not failed, failed
-    assert d.steps and d.checks
-    assert d.status == claim.proof      # the registry states what the engine proves
-    if d.status == SYMBOLIC:
-        assert any(c.method == SYMBOLIC for c in d.checks)
-    if d.status in (SYMBOLIC, EXPLICIT):
-        assert any(c.method in (SYMBOLIC, EXPLICIT) for c in d.checks)
+def test_level_of_follows_the_weakest_decisive_check():
+    sym = Check("a", "x", SYMBOLIC, True, decisive=True)
+    assert level_of([sym]) == SYMBOLIC
+    assert level_of([sym, Check("b", "x", EXPLICIT, True, decisive=True, ks=(2, 3, 4))]) \
+        == "K = 2..4"
+    assert level_of([sym, Check("c", "x", NUMERIC, True, decisive=True)]) == NUMERIC
+    assert level_of([Check("d", "x", SYMBOLIC, True)]) == PAPER          # nothing decisive
+    assert level_of([Check("e", "x", SYMBOLIC, False, decisive=True)]).startswith("not")
+    assert level_of([sym], refutes=True) == REFUTED
 
 
-def test_numeric_only_and_paper_claims_say_why():
-    for number in (4, 9):
-        d = documents.derivation_of(number)
-        assert d.status not in (SYMBOLIC, EXPLICIT)
-        assert any(c.method == NUMERIC for c in d.checks)
-        assert "paper" in d.scope or "heuristic" in d.scope
+def test_registry_lookup():
+    assert [c.id for c in get_claims("8")] == ["8a", "8b", "8c"]
+    assert get_claim("8b").key == "forgetting-paper-k3" and get_claim("conservation").id == "2"
+    with pytest.raises(InputError):
+        get_claim("8")                     # names several parts
+    with pytest.raises(InputError):
+        get_claims("10")
 
 
-def test_the_zero_test_detects_a_non_identity():
-    """The exact decision procedure used by the explicit-K checks is not vacuous."""
+def test_zero_tests_detect_non_identities():
+    """The exact decision procedures behind the checks are not vacuous."""
     zs = column_symbols(4)
     e = conditional_error(zs, 0)
     assert is_zero_rational(sp.Add(*[sp.diff(e, x) for x in zs]), zs)
-    assert not is_zero_rational(sp.diff(e, zs[0]), zs)
     assert not is_zero_rational(sp.Add(*[sp.diff(e, x) for x in zs[1:]]), zs)
+    col = Column("k", "n")
+    assert is_zero(col.d("k") + 2 * col.a["k"] * col.error)
+    assert not is_zero(col.d("k") + 2 * col.a["n"] * col.error)
 
 
-def test_claim8_records_the_counterexample():
-    d = documents.derivation_of(8)
-    assert any("(K − 1)γ_k²" in f for f in d.findings)
+def test_column_encoding_matches_the_definition():
+    """The symbolic-K encoding, with the rest given explicit entries, is e_k itself."""
+    col = Column("k", "n")
+    for K in (2, 3, 5):
+        subs, rest = col.explicit(K)
+        zs = column_symbols(K)
+        encoded = col.error.xreplace(subs).xreplace({col.z["k"]: zs[0], col.z["n"]: zs[1]})
+        full = [zs[0], zs[1], *rest]
+        assert is_zero_rational(encoded - conditional_error(full, 0), full)
+        assert not is_zero_rational(encoded - conditional_error(full, 1), full)
 
 
 def test_derivation_documents_are_current():
@@ -72,18 +96,19 @@ def test_tex_text_refuses_unknown_characters():
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
 def test_latex_documents_compile(tmp_path):
-    for claim in DERIVED:
-        d = documents.derivation_of(claim.number)
-        tex = tmp_path / f"claim{claim.number}.tex"
-        tex.write_text(to_latex(d, claim.statement), encoding="utf-8")
+    for claim in CLAIMS:
+        d = documents.derivation_of(claim.id)
+        tex = tmp_path / f"claim{claim.id}.tex"
+        tex.write_text(to_latex(d, claim), encoding="utf-8")
         run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
                               tex.name], cwd=tmp_path, capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 0, run.stdout[-2000:]
-        assert (tmp_path / f"claim{claim.number}.pdf").exists()
+        assert (tmp_path / f"claim{claim.id}.pdf").exists()
 
 
-def test_markdown_has_math():
-    d = documents.derivation_of(3)
-    md = to_markdown(d, DERIVED[2].statement)
-    assert "$$" in md and "Proof status: symbolic K" in md
+def test_markdown_shows_level_decisive_step_and_math():
+    claim = get_claim("3")
+    md = to_markdown(documents.derivation_of("3"), claim)
+    assert "$$" in md and "**Level: symbolic K.**" in md
+    assert f"**Decisive step.** {claim.decisive_step}" in md and "★" in md

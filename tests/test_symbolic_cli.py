@@ -19,17 +19,24 @@ from oodcalc.symbolic import highprec
 def test_derive_list(capsys):
     assert main(["derive", "--list"]) == 0
     out = capsys.readouterr().out
-    for key in ("conservation", "forgetting-threshold", "step-size"):
+    for key in ("conservation", "forgetting-criterion", "step-size"):
         assert key in out
-    assert "symbolic K" in out and "numeric only" in out and "rests on the paper" in out
+    for level in ("symbolic K", "K = 2", "refuted", "rests on the paper"):
+        assert level in out
 
 
-@pytest.mark.parametrize("fmt,marker", [("text", "Proof status: symbolic K"),
+@pytest.mark.parametrize("fmt,marker", [("text", "Level: symbolic K"),
                                         ("markdown", "$$"), ("latex", r"\documentclass")])
 def test_derive_formats(capsys, fmt, marker):
     assert main(["derive", "corollary", "--format", fmt]) == 0
     out = capsys.readouterr().out
     assert marker in out and "Two failure cases" in out
+
+
+def test_derive_number_selects_every_part(capsys):
+    assert main(["derive", "8", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"# Claim 8{p}:" in out for p in "abc")
 
 
 def test_derive_bad_input(capsys):
@@ -43,6 +50,7 @@ def test_derive_bad_input(capsys):
 def test_derive_write(tmp_path, capsys):
     assert main(["derive", "--write", str(tmp_path)]) == 0
     assert (tmp_path / "claim2-conservation.tex").exists()
+    assert (tmp_path / "claim8b-forgetting-paper-k3.md").exists()
     assert (tmp_path / "README.md").exists()
 
 
@@ -74,6 +82,8 @@ def test_predict_precision(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["digits"] == 40 and out["parameters"]["K"] == 2
     assert out["parameters"]["eps"].startswith("1.0e-30")
+    # recipe: K = 2 gives δ = √ε = 1e-15 and α* = ½ ln((1 − δ)/δ); with mpmath at 40 digits
+    # mpmath.mpf(1)/2 * mpmath.log((1 - mpmath.mpf('1e-15')) / mpmath.mpf('1e-15'))
     assert out["alpha_star"].startswith("17.26938819745534213013493591013")
     assert main(["predict", "--gamma", "1,-0.9", "--precision", "50"]) == 0
     assert "α*_(K,ε)" in capsys.readouterr().out

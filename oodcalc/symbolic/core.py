@@ -1,18 +1,10 @@
-"""Shared definitions of the symbolic engine and the types a derivation returns.
+"""The result types of the symbolic engine, the proof levels, and exact decision procedures.
 
-The model (MODEL.md, "Setting") in sympy, in the logit coordinates
-``z[n, k] = f_nᵀ Q f_k`` (column ``k`` = query ``f_k``):
-
-- ``attention(column)``: the softmax down one column, ``a_n = e^{z_n} / Σ_m e^{z_m}``;
-- ``conditional_error(column, k)``: ``e_k = ½ Σ_n (a_n − δ_{nk})²``;
-- ``loss(Z)``: ``L = Σ_k e_k / K``.
-
-Nothing here states a claim; the claim modules derive from these.
-
-Proof statuses (the registry's ``proof`` field): ``SYMBOLIC`` when sympy proves the claim
-for a symbolic number of features K, ``EXPLICIT`` when it is proved for each explicit K in
-a stated range, ``NUMERIC`` when only numbers support it, ``PAPER`` when the claim rests on
-the paper's argument, which the engine does not reproduce.
+A derivation records steps (prose and displayed math) and checks. Each check says how it
+was decided (``SYMBOLIC``: sympy, with the number of features K a Symbol; ``EXPLICIT``: sympy,
+for each K in a stated range; ``NUMERIC``: numbers) and whether it is *decisive*: the step
+the claim rests on. A derivation's proof level is computed from its decisive checks, never
+declared: "symbolic K" only when every decisive check passed with K a Symbol.
 """
 
 from __future__ import annotations
@@ -27,11 +19,14 @@ import sympy as sp
 
 SYMBOLIC = "symbolic K"
 EXPLICIT = "explicit K"
-NUMERIC = "numeric only"
-PAPER = "rests on the paper"
+NUMERIC = "numeric"
 
-#: The explicit range every claim that can be checked per K is checked on.
-K_RANGE = tuple(range(2, 9))
+#: proof levels (what `oodcalc derive --list` shows); EXPLICIT becomes "K = a..b".
+PAPER = "rests on the paper"
+REFUTED = "refuted"
+
+#: The explicit range checked as a backstop to the symbolic-K derivations.
+K_RANGE = tuple(range(2, 7))
 #: Working precision (decimal digits) and pass threshold of the random mpmath checks.
 MP_DPS = 50
 MP_TOL = mpmath.mpf(10) ** -40
@@ -49,30 +44,65 @@ class Step:
 
 @dataclass(frozen=True)
 class Check:
-    """One check the engine ran: what, how (``SYMBOLIC``, ``EXPLICIT``, ``NUMERIC``), and
-    whether it passed; ``detail`` says on what (range of K, number of points)."""
+    """One check the engine ran. ``id`` is a stable slug (the mutation tests name checks by
+    it); ``ks`` the explicit K it covered (EXPLICIT checks); ``decisive`` marks the checks
+    the claim's proof level rests on."""
 
+    id: str
     what: str
     method: str
     passed: bool
     detail: str = ""
+    decisive: bool = False
+    ks: tuple[int, ...] = ()
+
+
+def level_of(checks: Sequence[Check], refutes: bool = False) -> str:
+    """The proof level earned by the decisive checks: ``symbolic K`` if all are symbolic,
+    ``K = a..b`` if the weakest is explicit, ``numeric`` if one is numeric, and
+    ``rests on the paper`` when there is none. A refutation reports ``refuted`` when its
+    decisive checks pass (the counterexample stands)."""
+    decisive = [c for c in checks if c.decisive]
+    if not decisive:
+        return PAPER
+    if not all(c.passed for c in decisive):
+        return "not established (a decisive check failed)"
+    if refutes:
+        return REFUTED
+    methods = {c.method for c in decisive}
+    if NUMERIC in methods:
+        return NUMERIC
+    if EXPLICIT in methods:
+        ks = sorted({k for c in decisive if c.method == EXPLICIT for k in c.ks})
+        return f"K = {ks[0]}..{ks[-1]}" if len(ks) > 1 else f"K = {ks[0]}"
+    return SYMBOLIC
 
 
 @dataclass(frozen=True)
 class Derivation:
-    """What the engine derived for one claim, with its checks and its proof status."""
+    """What the engine derived for one statement, with its checks."""
 
-    number: int
+    id: str                    # "3", "8a", ...
     title: str
     steps: tuple[Step, ...]
     checks: tuple[Check, ...]
-    status: str          # one of SYMBOLIC, EXPLICIT, NUMERIC, PAPER
-    scope: str           # one line: exactly what is proved, for which K and dynamics
+    scope: str                 # one line: exactly what is proved, for which K and dynamics
     findings: tuple[str, ...] = field(default=())  # where the paper's statement differs
+    refutes: bool = False      # the statement is the paper's, and the checks refute it
+
+    @property
+    def level(self) -> str:
+        return level_of(self.checks, self.refutes)
 
     @property
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
+
+    def failed(self) -> list[str]:
+        return [c.id for c in self.checks if not c.passed]
+
+    def check(self, check_id: str) -> Check:
+        return next(c for c in self.checks if c.id == check_id)
 
 
 class Recorder:
@@ -84,18 +114,31 @@ class Recorder:
         self.findings: list[str] = []
 
     def step(self, text: str, *math: sp.Basic) -> None:
+        """Record a step; with empty ``text`` the math continues the previous step."""
+        if not text and self.steps:
+            last = self.steps[-1]
+            self.steps[-1] = Step(last.text, last.math + tuple(math))
+            return
         self.steps.append(Step(" ".join(text.split()), tuple(math)))
 
-    def check(self, what: str, method: str, passed: bool, detail: str = "") -> bool:
-        self.checks.append(Check(what, method, bool(passed), detail))
+    def check(self, check_id: str, what: str, method: str, passed: bool, detail: str = "",
+              *, decisive: bool = False, ks: Sequence[int] = ()) -> bool:
+        if any(c.id == check_id for c in self.checks):
+            raise ValueError(f"duplicate check id {check_id!r}")
+        ks = tuple(ks)
+        if method == EXPLICIT and not detail:
+            detail = k_range_text(ks)
+        self.checks.append(Check(check_id, " ".join(what.split()), method, bool(passed),
+                                 detail, decisive, ks))
         return bool(passed)
 
     def finding(self, text: str) -> None:
         self.findings.append(" ".join(text.split()))
 
-    def result(self, number: int, title: str, status: str, scope: str) -> Derivation:
-        return Derivation(number, title, tuple(self.steps), tuple(self.checks), status,
-                          " ".join(scope.split()), tuple(self.findings))
+    def result(self, claim_id: str, title: str, scope: str,
+               refutes: bool = False) -> Derivation:
+        return Derivation(claim_id, title, tuple(self.steps), tuple(self.checks),
+                          " ".join(scope.split()), tuple(self.findings), refutes)
 
 
 def eq(lhs, rhs) -> sp.Eq:
@@ -105,41 +148,21 @@ def eq(lhs, rhs) -> sp.Eq:
     return sp.Eq(fix(lhs), fix(rhs), evaluate=False)
 
 
-# --- the model's definitions ----------------------------------------------------------
+# --- exact zero tests -----------------------------------------------------------------
 
-def attention(column: Sequence[sp.Expr]) -> list[sp.Expr]:
-    """Softmax down one column of logits: ``a_n = e^{z_n} / Σ_m e^{z_m}``."""
-    weights = [sp.exp(x) for x in column]
-    total = sp.Add(*weights)
-    return [w / total for w in weights]
-
-
-def conditional_error(column: Sequence[sp.Expr], k: int) -> sp.Expr:
-    """``e_k = ½‖Σ_n a_n f_n − f_k‖² = ½ Σ_n (a_n − δ_{nk})²`` (orthonormal features)."""
-    a = attention(column)
-    return sp.Rational(1, 2) * sp.Add(*[(a[n] - (1 if n == k else 0)) ** 2
-                                        for n in range(len(a))])
+def is_zero(expr: sp.Expr) -> bool:
+    """Decide ``expr == 0`` for a rational function of symbols and exponentials: combine
+    over one denominator, then expand the numerator with exponentials merged. Exact (no
+    floating point); for the expressions built here it is complete, because every
+    exponential is ``exp`` of a linear form in the logits and merging makes them monomials."""
+    numerator, _ = sp.fraction(sp.together(sp.expand(expr)))
+    return sp.expand(sp.powsimp(sp.expand(numerator), combine="exp")) == 0
 
 
-def loss(Z: sp.Matrix) -> sp.Expr:
-    """``L = Σ_k e_k / K`` with ``e_k`` computed from column ``k`` of ``Z``."""
-    K = Z.shape[1]
-    return sp.Add(*[conditional_error(list(Z[:, k]), k) for k in range(K)]) / K
-
-
-def logits(K: int, name: str = "z") -> sp.Matrix:
-    """A K×K matrix of real symbols ``z_{n,k}`` (1-based in the names)."""
-    return sp.Matrix(K, K, lambda n, k: sp.Symbol(f"{name}_{{{n + 1},{k + 1}}}", real=True))
-
-
-def column_symbols(K: int, name: str = "z") -> list[sp.Symbol]:
-    return [sp.Symbol(f"{name}_{n + 1}", real=True) for n in range(K)]
-
-
-def exp_to_positive(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> tuple[sp.Expr, list]:
-    """Replace every ``exp(Σ c_i z_i + r)`` by ``e^r Π x_i^{c_i}`` with positive symbols
-    ``x_i = e^{z_i}``, so that identities among exponentials of the logits become
-    identities among rational functions of the ``x_i``."""
+def is_zero_rational(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> bool:
+    """Decide ``expr == 0`` for an expression rational in the ``exp(z_i)``: with positive
+    symbols ``x_i = e^{z_i}`` it becomes a rational function whose numerator must expand
+    to 0."""
     xs = [sp.Symbol(f"x_{i + 1}", positive=True) for i in range(len(variables))]
 
     def monomial(arg):
@@ -148,13 +171,7 @@ def exp_to_positive(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> tuple[sp.E
         rest = sp.expand(arg - sp.Add(*[c * v for c, v in zip(coeffs, variables)]))
         return sp.exp(rest) * sp.Mul(*[x ** c for x, c in zip(xs, coeffs)])
 
-    return expr.replace(sp.exp, monomial), xs
-
-
-def is_zero_rational(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> bool:
-    """Decide ``expr == 0`` exactly for an expression rational in the ``exp(z_i)``: after
-    the substitution the numerator of the combined fraction must expand to 0."""
-    rational, _ = exp_to_positive(expr, variables)
+    rational = expr.replace(sp.exp, monomial)
     if rational.has(*variables):
         raise ValueError("expression is not rational in exp(z_i)")
     numerator, _ = sp.fraction(sp.together(rational))
@@ -163,7 +180,8 @@ def is_zero_rational(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> bool:
 
 def matrix_expr_is_zero(expr) -> bool:
     """Decide ``expr == 0`` for a sum of products of matrix symbols (symbolic shapes):
-    expand, collect the scalar coefficient of each matrix monomial, simplify each."""
+    expand, collect the scalar coefficient of each matrix monomial, and require each to
+    vanish (coefficients are rational in K and the scalars)."""
     expr = sp.expand(expr)
     if expr == 0 or getattr(expr, "is_ZeroMatrix", False):
         return True
@@ -172,7 +190,19 @@ def matrix_expr_is_zero(expr) -> bool:
     for term in terms:
         coefficient, monomial = term.as_coeff_mmul()
         coefficients[monomial] = coefficients.get(monomial, 0) + coefficient
-    return all(sp.simplify(c) == 0 for c in coefficients.values())
+    return all(sp.cancel(sp.expand(c)) == 0 for c in coefficients.values())
+
+
+def as_scalar(expr, values: dict) -> sp.Expr:
+    """A sum of 1×1 matrix products (``AᵀA − 2Aᵀe``...) as a scalar, each product replaced by
+    its value from ``values`` (keyed by the product, e.g. ``A.T * A``)."""
+    expr = sp.expand(expr)
+    terms = expr.args if isinstance(expr, sp.MatAdd) else (expr,)
+    total = sp.Integer(0)
+    for term in terms:
+        coefficient, monomial = term.as_coeff_mmul()
+        total += coefficient * values[monomial]
+    return total
 
 
 # --- exact orthonormal frames ---------------------------------------------------------
@@ -210,12 +240,9 @@ def mp_max_residual(residual: Callable[..., object], points: Iterable[Sequence])
     return worst
 
 
-def mp_lambdify(variables: Sequence[sp.Symbol], expr: sp.Expr) -> Callable:
-    return sp.lambdify(variables, expr, modules="mpmath")
-
-
 @functools.lru_cache(maxsize=None)
 def sym_K() -> sp.Symbol:
+    """The number of features as a Symbol: a positive integer (K ≥ 2 where it matters)."""
     return sp.Symbol("K", integer=True, positive=True)
 
 

@@ -1,0 +1,156 @@
+"""The claims of arXiv 2609.36448 that oodcalc derives and checks: one entry per statement.
+
+Everything about claim N lives in one module, ``oodcalc/claims/claimN_<key>.py``: the
+paper's formula as the claim states it (``CLAIMED``), the symbolic derivation that
+produces the formula from the model's definitions and compares (``derive``), and the
+numeric check against gradient descent that the ledger runs (``check``). This registry
+names them; ``oodcalc derive``, the derivation documents, ``oodcalc verify`` and the tests
+iterate it. It imports nothing heavy: the claim modules load (with sympy) when used.
+
+Levels (what a derivation earns, computed from its decisive checks and kept equal to the
+registry's ``level`` by the tests): ``symbolic K`` — sympy derived the decisive step with
+the number of features K a Symbol; ``K = a..b`` — derived for each K in that range;
+``numeric`` — only numbers support it; ``rests on the paper`` — the decisive argument is the
+paper's and is not reproduced; ``refuted`` — a counterexample to the paper's statement
+stands (exactly, and in full gradient descent).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str                     # "3", "8a": number plus part letter
+    key: str                    # short slug, accepted wherever a claim is named
+    title: str
+    statement: str              # the statement as checked, one line, plain Unicode
+    level: str                  # what the derivation earns (see the module docstring)
+    decisive_step: str          # the step the statement rests on, one line
+    module: str                 # "oodcalc.claims.claimN_key"
+    derive: str = "derive"      # function names in the module
+    check: str = "check"
+    refutes: bool = False       # the statement is the paper's and the ledger refutes it
+
+    @property
+    def number(self) -> int:
+        return int(self.id.rstrip("abcdefgh"))
+
+    def load(self, attribute: str) -> Callable[..., Any]:
+        """The derivation (``"derive"``) or numeric check (``"check"``) function."""
+        return getattr(importlib.import_module(self.module), getattr(self, attribute))
+
+
+_M = "oodcalc.claims."
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("1", "aggregated-attention", "Aggregated attention",
+          "Attn_v = e^{α_v} / (e^{α_v} + Σ_{v'≠v} e^{β_{v',v}}) in the population limit, and "
+          "e_k = ½[(1 − Attn_k)² + Σ_{n≠k} Attn_n²].",
+          "symbolic K",
+          "the token softmax of a prompt with symbolic counts c_n, summed over each feature's "
+          "tokens, is c_n e^{z_n}/Σ_m c_m e^{z_m}; balanced counts cancel",
+          _M + "claim1_attention"),
+    Claim("2", "conservation", "Conservation law",
+          "At every GD step the growth of α_{v_k} equals the total decrease of the "
+          "β_{v_n,v_k}, n ≠ k: Δ_{k,α} = Σ_{n≠k} Λ_{k,n,β}.",
+          "symbolic K",
+          "GD on Q moves the logits by −η∂L/∂z, and the closed-form gradient of e_k sums to "
+          "zero down each column",
+          _M + "claim2_conservation"),
+    Claim("3", "convergence", "Convergence at T1",
+          "At T1 every α equals α*_{K,ε} (closed form from the stopping rule) and every "
+          "β equals −α*_{K,ε}/(K−1); Q^(T1) = α*K/(K−1)(VVᵀ − v̄v̄ᵀ).",
+          "symbolic K",
+          "the gradient at Z = αI + β(11ᵀ − I) has the same form with zero column sums, so "
+          "GD from Q = 0 stays on the ray β = −α/(K−1); e_k = ε solved on it",
+          _M + "claim3_convergence"),
+    Claim("4", "t1-growth", "T1 is polynomial",
+          "T1 = poly(1/ε, K, 1/η).",
+          "symbolic K",
+          "on the ray the margin follows s ← s + h(s); the flow time T_flow is derived in "
+          "closed form and brackets the discrete T1; T_flow ~ (K−1)/(4ηε) as ε → 0 and "
+          "~ K²/η as K → ∞",
+          _M + "claim4_t1_growth"),
+    Claim("5", "ood-weights", "OOD weights at T1",
+          "α_{u_k} = Kα*/(K−1)([MᵀM]_kk − ⟨u_k,v̄⟩²), β_{u_k',u_k} = Kα*/(K−1)"
+          "([MᵀM]_k'k − ⟨u_k,v̄⟩⟨u_k',v̄⟩), with M = VᵀU.",
+          "symbolic K",
+          "claim 3 ⇒ claim 5: with Q^(T1) = VZVᵀ from claim 3, UᵀQ^(T1)U = MᵀZM "
+          "= Kα/(K−1)(MᵀM − bbᵀ), b = Mᵀ1/√K (given Q^(T1) it is an identity)",
+          _M + "claim5_ood_weights"),
+    Claim("6", "corollary", "Two failure cases",
+          "span(V) ⊥ span(U), or u_k = v̄ with span(U) = span(V), gives α = β = 0, "
+          "attention 1/K and the error of random guessing.",
+          "symbolic K",
+          "in claim 5's form, M = 0 or (UᵀU = I, VVᵀU = U, u_k = v̄) makes column k of "
+          "MᵀM − bbᵀ zero; a zero column gives attention 1/K and e_k = (K−1)/(2K)",
+          _M + "claim6_failure_cases"),
+    Claim("7", "finetune-projection", "Fine-tuning seen from the source",
+          "Under a parallel shift, α_{v_k} gains γ_k² Δ_{k,α} and β_{v_n,v_k} changes by "
+          "−γ_kγ_n Λ_{n,k,β} over fine-tuning.",
+          "symbolic K",
+          "the OOD gradient is U G Uᵀ, so Q = VZ₁Vᵀ + UWUᵀ and VᵀQV = Z₁ + MWMᵀ for any "
+          "orthonormal V, U; M = diag(γ) gives entries γ_nγ_k W_nk",
+          _M + "claim7_finetune_projection"),
+    Claim("8a", "forgetting-k2", "Forgetting threshold, K = 2",
+          "K = 2: −γ_kγ_m > γ_k² makes L_{v_k} rise monotonically through fine-tuning "
+          "(forgetting); −γ_kγ_m < γ_k² makes it fall (backward transfer).",
+          "K = 2",
+          "the source margin changes by γ_k(γ_k + γ_m)Δ_t at every step with Δ_t > 0, and e_k "
+          "falls with the margin",
+          _M + "claim8_forgetting", "derive_k2", "check_k2"),
+    Claim("8b", "forgetting-paper-k3", "Forgetting threshold as stated, K > 2",
+          "K > 2: with m0 = argmax_{m≠k} γ_kγ_m, −γ_kγ_m0 > γ_k² makes L_{v_k} rise "
+          "monotonically through fine-tuning.",
+          "refuted",
+          "γ = (0.5, −0.9, −0.9), k = 1: −γ_1γ_m0 = 0.45 > γ_1² = 0.25, yet D_1 < 0 for "
+          "every α > 0, so L_{v_1} falls at the first step (and at every step in GD)",
+          _M + "claim8_forgetting", "derive_paper_k3", "check_paper_k3", refutes=True),
+    Claim("8c", "forgetting-criterion", "Forgetting criterion (derived)",
+          "Any K: the first fine-tuning step changes e_k on v_k by (η/K)·g·D_k with g > 0, "
+          "D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ; so −γ_kγ_m0 > (K−1)γ_k² (with every "
+          "Λ_n ≥ 0) starts forgetting, and for K = 2 the paper's theorem follows.",
+          "symbolic K",
+          "at T1 the source column is symmetric: ∂e_k/∂z_nk = g for every n ≠ k and "
+          "−(K−1)g on the diagonal; the step moves it by γ_k²Δ and −γ_kγ_nΛ_n",
+          _M + "claim8_forgetting", "derive_criterion", "check_criterion"),
+    Claim("9a", "step-size", "Fine-tuning step size (paper)",
+          "η <= min_{n≠k} exp(−β_{u_n,u_k}^(T1)) suffices for fine-tuning.",
+          "rests on the paper",
+          "the paper's argument (not reproduced); its value at T1 is derived from claim 5",
+          _M + "claim9_step_size", "derive_paper_bound", "check_paper_bound"),
+    Claim("9b", "step-size-smoothness", "Step size from smoothness (derived)",
+          "Any K, any start: ‖∇²e_k‖ ≤ 1 in the logits, so L = Σ e_k/K is (1/K)-smooth and "
+          "every GD step with η < 2K lowers L (descent lemma).",
+          "symbolic K",
+          "the second derivative of e_k along v is Σ_n a_n c_n (v_n − ⟨a,v⟩)² with "
+          "|c_n| ≤ 2, and Σ_n a_n (v_n − ⟨a,v⟩)² ≤ ‖v‖²/2",
+          _M + "claim9_step_size", "derive_smoothness", "check_smoothness"),
+)
+
+
+def get_claims(name: str | int) -> list[Claim]:
+    """The entries a name selects: a number selects every part (``8`` → 8a, 8b, 8c); an
+    id (``8b``) or a key (``convergence``) selects one."""
+    text = str(name).strip().lower()
+    chosen = [c for c in CLAIMS if text in (c.id, c.key)]
+    chosen = chosen or [c for c in CLAIMS if text == str(c.number)]
+    if not chosen:
+        accepted = ", ".join(f"{c.id} ({c.key})" for c in CLAIMS)
+        raise InputError("claim", repr(name), f"expected a number 1–9 or one of {accepted}")
+    return chosen
+
+
+def get_claim(name: str | int) -> Claim:
+    """One entry by id or key (``"3"``, ``"8b"``, ``"convergence"``)."""
+    chosen = get_claims(name)
+    if len(chosen) > 1:
+        raise InputError("claim", repr(name), "names several parts: " +
+                         ", ".join(c.id for c in chosen))
+    return chosen[0]

@@ -1,0 +1,283 @@
+"""Teeth: every check of every claim fails when its claim is perturbed.
+
+A mutation perturbs what a check compares against — a formula of the claim module's
+``CLAIMED`` (a wrong factor such as K/(K−2), a dropped term, a flipped sign, K → K + 1),
+or the implementation under test (monkeypatched) — and names the checks that must then
+fail. ``test_every_check_is_killed`` asserts that the mutations together kill every check
+of every derivation and every numeric check of the ledger: a check no mutation can fail
+would be vacuous.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from oodcalc import theory
+from oodcalc.claims import CLAIMS, get_claim
+from oodcalc.model import attention
+from oodcalc.symbolic import model as symbolic_model
+
+
+def claimed(module: str, **changes):
+    """A mutation of a claim module's CLAIMED dict."""
+    def apply(monkeypatch):
+        mod = importlib.import_module(f"oodcalc.claims.{module}")
+        return {"claimed": {**mod.CLAIMED, **changes}}
+    return apply
+
+
+def patched(target: str, name: str, make):
+    """A mutation that monkeypatches ``target.name`` with ``make(original)``."""
+    def apply(monkeypatch):
+        mod = importlib.import_module(target)
+        monkeypatch.setattr(mod, name, make(getattr(mod, name)))
+        return {}
+    return apply
+
+
+class DroppedRest(symbolic_model.Column):
+    """The column encoding with the rest's squared attentions dropped from e_k."""
+
+    def __init__(self, *names):
+        super().__init__(*names)
+        self.error = self.error - self.P / self.total ** 2 / 2
+
+
+def skewed_ray_gradient(original):
+    """Claim 3's ray gradient with the diagonal entry off by a factor."""
+    def perturbed():
+        alpha, beta, own, other = original()
+        return alpha, beta, own * sp.Rational(11, 10), -other
+    return perturbed
+
+
+def scaled(factor):
+    return lambda f: functools.wraps(f)(lambda *a, **k: factor * f(*a, **k))
+
+
+C1, C2, C3, C4 = ("claim1_attention", "claim2_conservation", "claim3_convergence",
+                  "claim4_t1_growth")
+C5, C6, C7, C8, C9 = ("claim5_ood_weights", "claim6_failure_cases",
+                      "claim7_finetune_projection", "claim8_forgetting", "claim9_step_size")
+
+#: claim id → {mutation name: (apply, checks that must fail)}
+SYMBOLIC_MUTATIONS = {
+    "1": {
+        "counts squared": (claimed(C1, grouped=lambda c, z, n, m, K: c[n] ** 2 * sp.exp(z[n])
+                                   / sp.Sum(c[m] ** 2 * sp.exp(z[m]), (m, 1, K))),
+                           {"grouping", "grouping-explicit"}),
+        "K → K + 1": (claimed(C1, population=lambda z, n, m, K: sp.exp(z[n]) / sp.Sum(
+            sp.exp(z[m]), (m, 1, K + 1))), {"balanced"}),
+        "dropped e^α": (claimed(C1, **{"alpha-beta": lambda a, R: sp.exp(a) / R}),
+                        {"alpha-beta"}),
+        "flipped sign": (claimed(C1, error=lambda A, Q: sp.Rational(1, 2) * ((1 + A) ** 2 + Q)),
+                         {"error", "error-explicit"}),
+    },
+    "2": {
+        "step / K": (claimed(C2, **{"logit-step": lambda eta, G: -eta * G / 2}),
+                     {"gd-on-logits", "gd-on-logits-explicit"}),
+        "factor 3": (claimed(C2, **{"grad-own": lambda ak, an, S, e: -3 * ak * e}),
+                     {"gradient-own", "law"}),
+        "dropped a_k": (claimed(C2, **{"grad-other": lambda ak, an, S, e: an * (an - S)}),
+                        {"gradient-other"}),
+        "law 2x": (claimed(C2, law=lambda g, d: g - 2 * d), {"law", "prompt-step"}),
+        "unnormalised prediction": (claimed(C2, prediction=lambda labels, counts: labels),
+                                    {"prompt-shift"}),
+        "dropped rest": (patched(f"oodcalc.claims.{C2}", "Column", lambda c: DroppedRest),
+                         {"column-encoding"}),
+        "model gradient off": (patched("oodcalc.model", "loss_gradient_from_attention",
+                                       scaled(1 + 1e-6)), {"numeric-gradient"}),
+    },
+    "3": {
+        "law K": (claimed(C3, **{"ray-law": lambda o, t, K: o + K * t}), {"ray-gradient"}),
+        "skewed gradient": (patched(f"oodcalc.claims.{C3}", "ray_gradient", skewed_ray_gradient),
+                            {"ray-gradient-explicit"}),
+        "β = −α/K": (claimed(C3, beta=lambda a, K: -a / K), {"beta"}),
+        "K → K + 1": (claimed(C3, **{"ray-error": lambda a, K: (K + 1) * (1 - a) ** 2
+                                     / (2 * (K - 1))}), {"ray-error"}),
+        "increasing": (claimed(C3, monotone="increasing"), {"monotone"}),
+        "K/(K − 2)": (claimed(C3, **{"alpha-star": lambda K, d: (K - 1) / K * sp.log(
+            (K - 2) * (1 - d) / d)}), {"alpha-star", "matches-theory", "bracket"}),
+        "dropped v̄v̄ᵀ": (claimed(C3, **{"q-t1": lambda a, K, V, vb: a * K / (K - 1) * (V * V.T)}),
+                        {"q-t1"}),
+    },
+    "4": {
+        "step 2x": (claimed(C4, step=lambda a, K, eta: 2 * eta * K * a * (1 - a) ** 2
+                            / (K - 1) ** 2), {"recurrence"}),
+        "order ε: K": (claimed(C4, **{"order-eps": lambda K, eta: K / (4 * eta)}),
+                       {"order-eps"}),
+        "order K: 2/η": (claimed(C4, **{"order-K": lambda eta: 2 / eta}), {"order-K"}),
+        "η^−2": (claimed(C4, **{"eta-power": -2}), {"order-eta"}),
+        "slope 1": (claimed(C4, **{"log-slope": 1}), {"bracket-constants"}),
+        "flow time +5%": (patched("oodcalc.theory", "flow_time", scaled(1.05)),
+                          {"bracket", "matches-theory"}),
+    },
+    "5": {
+        "K/(K − 2)": (claimed(C5, ood=lambda a, K, M, b: a * K / (K - 2) * (M.T * M - b * b.T)),
+                      {"ood-form", "entries-explicit", "general-frame"}),
+        "dropped bbᵀ": (claimed(C5, ood=lambda a, K, M, b: a * K / (K - 1) * (M.T * M)),
+                        {"ood-form"}),
+        "flipped sign": (claimed(C5, ood=lambda a, K, M, b: a * K / (K - 1) * (M.T * M + b * b.T)),
+                         {"ood-form"}),
+        "projection / K": (claimed(C5, projection=lambda M, one, K: M.T * one / K),
+                           {"mean-projection"}),
+        "K − 1 → K": (claimed(C5, **{"shift-other": lambda a, K, gk, gn: -a * gk * gn / K}),
+                      {"shift-entries"}),
+        "K = 2 error": (claimed(C5, **{"k2-error": lambda s: 1 / (1 + sp.exp(s))}),
+                        {"k2-error"}),
+        "theory off": (patched("oodcalc.theory", "ood_logits", scaled(1 + 1e-6)),
+                       {"matches-theory"}),
+    },
+    "6": {
+        "K → K + 1": (claimed(C6, **{"uniform-error": lambda K: K / (2 * (K + 1))}),
+                      {"uniform", "mean-query-explicit"}),
+        "nonzero weights": (claimed(C6, **{"orthogonal-weights": lambda K: sp.Identity(K)}),
+                            {"orthogonal"}),
+        "nonzero column": (claimed(C6, **{"mean-query-column": lambda K: sp.MatrixSymbol(
+            "e_k", K, 1)}), {"mean-query"}),
+    },
+    "7": {
+        "Gᵀ": (claimed(C7, gradient=lambda U, G: U * G.T * U.T), {"gradient-span"}),
+        "MᵀWM": (claimed(C7, **{"source-view": lambda Z, M, W: Z + M.T * W * M}),
+                 {"source-view"}),
+        "dropped W": (claimed(C7, **{"ood-view": lambda Z, M, W: M.T * Z * M}), {"ood-view"}),
+        "γ_n²": (claimed(C7, entry=lambda gn, gk, w: gn * gn * w),
+                 {"shift-entry", "shift-explicit"}),
+    },
+    "8a": {
+        "flipped sign": (claimed(C8, **{"k2-margin": lambda gk, gm, dW: gk * (gk - gm) * dW}),
+                         {"k2-margin", "k2-dynamics"}),
+        "increasing": (claimed(C8, **{"k2-monotone": "increasing"}), {"k2-monotone"}),
+        "skewed gradient": (patched(f"oodcalc.claims.{C8}", "ray_gradient", skewed_ray_gradient),
+                            {"k2-law"}),
+    },
+    "8b": {
+        "paper factor 2": (claimed(C8, **{"paper-condition": lambda gk, gm: -gk * gm
+                                          > 2 * gk ** 2}), {"paper-condition-holds"}),
+        "K − 1 → K − 2": (claimed(C8, D=lambda gk, g, Lam, Delta, K, n: sp.Sum(
+            -gk * g[n] * Lam[n], (n, 1, K - 1)) - (K - 2) * gk ** 2 * Delta),
+            {"counterexample"}),
+        "D sign flipped": (patched("oodcalc.theory", "first_step_D", scaled(-1)),
+                           {"second-counterexample"}),
+    },
+    "8c": {
+        "K − 1 → K": (claimed(C8, D=lambda gk, g, Lam, Delta, K, n: sp.Sum(
+            -gk * g[n] * Lam[n], (n, 1, K - 1)) - K * gk ** 2 * Delta),
+            {"criterion", "k2"}),
+        "threshold K": (claimed(C8, **{"threshold-factor": lambda K: K}), {"sufficient"}),
+        "interval": (claimed(C8, **{"bt-interval": sp.Interval(sp.Rational(1, 3), 1)}),
+                     {"backward-transfer"}),
+        "skewed gradient": (patched(f"oodcalc.claims.{C8}", "ray_gradient", skewed_ray_gradient),
+                            {"g-positive"}),
+        "D sign flipped": (patched("oodcalc.theory", "first_step_D", scaled(-1)),
+                           {"first-step"}),
+    },
+    "9a": {
+        "K − 1 → K": (claimed(C9, **{"paper-bound": lambda a, K, gk, gn: sp.exp(
+            a * gk * gn / K)}), {"value"}),
+        "limit 1": (claimed(C9, **{"large-K-limit": 1}), {"large-K"}),
+        "bound 1e-4x": (patched("oodcalc.theory", "step_size_bounds", scaled(1e-4)),
+                        {"descends"}),
+    },
+    "9b": {
+        "dropped a_k": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S),
+                        {"hessian"}),
+        "factor 2 lost": (claimed(C9, variance=lambda vv, wv, av, sig: vv - av * wv
+                                  + sig * av ** 2), {"quadratic-form"}),
+        "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
+        "spread / 4": (claimed(C9, spread=lambda a, b: (a ** 2 + b ** 2) / 4), {"variance"}),
+        "smoothness 1/4": (claimed(C9, smoothness=sp.Rational(1, 4)), {"constant", "search"}),
+    },
+}
+
+_SYMBOLIC_CASES = [(cid, name) for cid, table in SYMBOLIC_MUTATIONS.items() for name in table]
+_killed: dict[tuple[str, str], set[str]] = {}
+
+
+def run_mutation(claim_id: str, name: str, monkeypatch) -> set[str]:
+    apply, _ = SYMBOLIC_MUTATIONS[claim_id][name]
+    kwargs = apply(monkeypatch)
+    derivation = get_claim(claim_id).load("derive")(**kwargs)
+    failed = set(derivation.failed())
+    _killed[(claim_id, name)] = failed
+    return failed
+
+
+@pytest.mark.parametrize("claim_id, name", _SYMBOLIC_CASES, ids=[f"{c}-{n}" for c, n in
+                                                                  _SYMBOLIC_CASES])
+def test_symbolic_mutation_fails_its_checks(claim_id, name, monkeypatch):
+    expected = SYMBOLIC_MUTATIONS[claim_id][name][1]
+    failed = run_mutation(claim_id, name, monkeypatch)
+    assert expected <= failed, f"still passing: {expected - failed}"
+
+
+def test_every_symbolic_check_is_killed(monkeypatch):
+    from oodcalc.symbolic.documents import derivation_of
+    for claim in CLAIMS:
+        ids = {c.id for c in derivation_of(claim.id).checks}
+        table = SYMBOLIC_MUTATIONS.get(claim.id, {})
+        killed = set().union(*(expected for _, expected in table.values()))
+        assert ids <= killed, f"claim {claim.id}: no mutation kills {ids - killed}"
+
+
+# --- the ledger's numeric checks -------------------------------------------------------
+
+def numeric(module: str, **changes):
+    def apply():
+        mod = importlib.import_module(f"oodcalc.claims.{module}")
+        return {**mod.NUMERIC_CLAIMED, **changes}
+    return apply
+
+
+def _times(factor, f):
+    return lambda *a, **k: factor * np.asarray(f(*a, **k))
+
+
+#: claim id → (mutated NUMERIC_CLAIMED, which of population / prompts must fail)
+NUMERIC_MUTATIONS = {
+    "1": (numeric(C1, attention=lambda z: attention(1.02 * z)), ("population", "prompts")),
+    "2": (numeric(C2, growth=lambda d: 1.001 * d), ("population", "prompts")),
+    "3": (numeric(C3, alpha_star=lambda K, e: 1.01 * theory.alpha_star(K, e),
+                  population_alpha=lambda r: 1.01 * r.pretrain.alpha), ("population", "prompts")),
+    "4": (numeric(C4, t1_bracket=lambda K, e, h: tuple(1.2 * x for x in
+                                                       theory.t1_bracket(K, e, h)),
+                  population_T1=lambda r: 1.3 * r.pretrain.T1), ("population", "prompts")),
+    "5": (numeric(C5, ood_logits=lambda M, a: _times(1 + 1e-6, theory.ood_logits)(M, a),
+                  population_ood_loss=lambda r: 1.05 * float(r.ood.error.mean())),
+          ("population", "prompts")),
+    "6": (numeric(C6, uniform_error=lambda K: 1.01 * theory.uniform_error(K)),
+          ("population", "prompts")),
+    "7": (numeric(C7, source_change=lambda g, dW: np.outer(g, g) * dW * 1.001),
+          ("population", "prompts")),
+    "8a": (numeric(C8, forgetting_regimes=lambda g: [
+        theory.Regime(r.k, {"forgetting": "backward-transfer",
+                            "backward-transfer": "forgetting"}.get(r.regime, r.regime),
+                      r.condition, r.m0, r.m1) for r in theory.forgetting_regimes(g)]),
+        ("population", "prompts")),
+    "8b": (numeric(C8, forgetting_regimes=theory.corrected_regimes), ("population",)),
+    "8c": (numeric(C8, first_step_D=lambda g, z: -theory.first_step_D(g, z)), ("population",)),
+    "9a": (numeric(C9, step_size_bounds=lambda z: 1.05 * theory.step_size_bounds(z)),
+           ("population", "prompts")),
+    "9b": (numeric(C9, smoothness=0.2), ("population",)),
+}
+
+
+def test_numeric_mutations_cover_every_row():
+    assert set(NUMERIC_MUTATIONS) == {c.id for c in CLAIMS}
+
+
+@pytest.mark.parametrize("claim_id", list(NUMERIC_MUTATIONS))
+def test_numeric_mutation_fails_the_row(claim_id, quick_context, quick_ledger):
+    make, parts = NUMERIC_MUTATIONS[claim_id]
+    row = next(r for r in quick_ledger.rows if r.claim == claim_id)
+    assert row.passed                                   # the unmutated check passes ...
+    population, prompts, _ = get_claim(claim_id).load("check")(quick_context, claimed=make())
+    if "population" in parts:                           # ... and the mutated one fails
+        assert not population.passed, population.details
+    if "prompts" in parts:
+        assert prompts is not None and not prompts.passed, prompts.details
