@@ -239,8 +239,11 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
         keys = np.concatenate([columns, own[:, None].astype(np.float64),
                                np.repeat(eta, K)[:, None], np.repeat(eps, K)[:, None]], axis=1)
     keys = np.ascontiguousarray(keys)
-    _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
-                                  return_index=True, return_inverse=True)
+    if two_valued and (keys[:, 1:] == keys[0, 1:]).all():   # one (η, ε): sort the margins
+        _, first, inverse = np.unique(keys[:, 0], return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
+                                      return_index=True, return_inverse=True)
     inverse = inverse.ravel()                                # (B*K,) distinct column index
     U = first.size
     if two_valued:
@@ -283,6 +286,7 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
         if progress is not None and ok:
             progress(int(done.size))
 
+    flag = np.zeros(B, dtype=bool)
     above = ~engine.evaluate()                               # (U,) e > ε at step 0
     remaining = np.zeros(B, dtype=np.int64)
     np.add.at(remaining, pair_cfg, above[pair_col])
@@ -304,7 +308,10 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
         touched = _expand(by_col, changed, pair_cfg)
         sign = np.where(now_above[changed], 1, -1)
         np.add.at(remaining, touched, np.repeat(sign, np.diff(by_col)[changed]))
-        done = np.unique(touched[live[touched] & (remaining[touched] == 0)])
+        ready = touched[live[touched] & (remaining[touched] == 0)]
+        flag[ready] = True                                   # distinct, in order, no sort
+        done = np.flatnonzero(flag) if ready.size else ready
+        flag[done] = False
     rest = np.flatnonzero(live)
     if rest.size:
         finish(rest, max_steps, False)
