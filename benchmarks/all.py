@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["bench_dynamics.py", "bench_prompts.py", "bench_cli.py", "bench_scaling.py"]
+SCRIPTS = ["bench_peers.py", "bench_predict.py", "bench_dynamics.py", "bench_prompts.py",
+           "bench_cli.py", "bench_scaling.py"]
 
 if __name__ == "__main__":
     failed = []
