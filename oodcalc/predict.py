@@ -1,22 +1,134 @@
 """What the theory predicts for one setting: closed forms plus the exact population
-dynamics, gathered into a :class:`~oodcalc.report.Report`."""
+dynamics, gathered into a :class:`~oodcalc.report.Report`.
+
+The dynamics use the structure of the problem (``oodcalc.dynamics``): pretraining from
+``Q = 0`` is the scalar recurrence of the symmetric ray, fine-tuning is the same
+recurrence when ``M = cI`` (rotations, equal γ, orthogonal subspaces) and the K×K descent
+otherwise. Memory does not grow with K² × steps: the per-feature trend is computed from
+every step's loss as the run goes, and the trajectories kept in the report are every step
+when they fit :data:`TRAJECTORY_BYTES`, evenly strided snapshots otherwise (their step
+numbers are in ``trajectories["pretrain_steps"]`` and ``["finetune_steps"]``).
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 import numpy as np
 
-from . import theory
-from .dynamics import descend, ood_start, require_converged, source_logits
+from . import estimates, theory
+from .dynamics import Descent, descend, descend_ray, ood_start, ray_logits, \
+    require_converged, source_logits
+from .errors import ComputationError
 from .model import attention, conditional_errors
-from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, off_diagonal, trend
+from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, TREND_TOL, \
+    off_diagonal
 from .setting import Setting
 
+#: Trajectories kept in a report, all phases together (strided beyond).
+TRAJECTORY_BYTES = 64 * 2**20
+#: Auto step caps never go past this many steps per phase.
+AUTO_STEP_LIMIT = 10**9
+#: Work (logit updates) past which a K×K fine-tuning is refused before it starts.
+WORK_LIMIT = 2e12
+
+
 def pretrain_logits(K: int, eps: float, eta: float, max_steps: int,
-                    record: bool = False):
-    """Pretraining from Q = 0 on any orthonormal V: the logits do not depend on V."""
-    run = descend(np.zeros((1, K, K)), eta, eps, max_steps, record=record)
+                    record: bool = False) -> Descent:
+    """Pretraining from Q = 0 on any orthonormal V: the logits do not depend on V.
+
+    Runs the symmetric ray's scalar recurrence (T1 identical to the K×K descent, logits to
+    rounding); ``record`` keeps every step, ``trajectory`` ``(T1+1, 1, K, K)``.
+    """
+    expected = estimates.pretrain_steps(K, eps, eta)
+    ray = descend_ray(0.0, 0.0, K, eta, eps, max_steps, stride=1 if record else 0,
+                      expected_steps=expected)
+    trajectory = _ray_trajectory(K, ray.path)[:, None] if record else None
+    run = Descent(ray.logits(K)[None], np.array([ray.steps]), np.array([ray.converged]),
+                  trajectory)
     require_converged(run, "pretraining", lambda b: f"K = {K}, eps = {eps:g}, eta = {eta:g}")
     return run
+
+
+def _ray_trajectory(K: int, path: np.ndarray) -> np.ndarray:
+    return ray_logits(K, path[:, 0], path[:, 1])
+
+
+def phase_cap(max_steps: int, auto: bool, log_estimate: float, phase: str,
+              describe: str, change: str) -> int:
+    """The step cap of one phase; raises before running when the estimate is out of reach.
+
+    ``log_estimate``: natural log of the estimated steps. With ``auto`` the cap becomes
+    ``max(max_steps, 2 × estimate)`` up to ``AUTO_STEP_LIMIT``; an explicit cap is kept.
+    Either way, a phase estimated at more than twice its cap fails here, naming the
+    estimate and what to change, instead of running the cap out.
+    """
+    estimate = math.exp(min(log_estimate, 700.0)) if log_estimate > -math.inf else 0.0
+    cap = max_steps
+    if auto:
+        cap = int(min(max(max_steps, math.ceil(2 * estimate) + 1000), AUTO_STEP_LIMIT))
+    if estimate > 2 * cap:
+        steps = estimates.format_steps(log_estimate)
+        how = (f"raise --max-steps to about {math.ceil(1.2 * estimate):,}, or "
+               if estimate <= AUTO_STEP_LIMIT else "")
+        raise ComputationError(
+            f"{phase} would need about {steps} steps to meet the stopping rule "
+            f"(gradient-flow estimate for {describe}), more than max_steps = {cap:,}; "
+            f"{how}{change}")
+    return cap
+
+
+def _stride(K: int, expected: float, share: float) -> int:
+    """Record every step if ``expected`` steps of K×K fit ``share`` of the budget."""
+    budget = TRAJECTORY_BYTES * share
+    return max(1, math.ceil(estimates.trajectory_bytes(K, int(expected)) / budget))
+
+
+class _Trend:
+    """Per-feature loss followed step by step: first and last value, rises and falls
+    (``report.trend``'s rule without keeping the series)."""
+
+    def __init__(self, K: int) -> None:
+        self.first = self.prev = None
+        self.rises = np.zeros(K, dtype=bool)
+        self.falls = np.zeros(K, dtype=bool)
+
+    def add(self, loss: np.ndarray) -> None:
+        if self.prev is None:
+            self.first = loss
+        else:
+            change = loss - self.prev
+            self.rises |= change > TREND_TOL
+            self.falls |= change < -TREND_TOL
+        self.prev = loss
+
+    def names(self) -> list[str]:
+        return ["non-monotone" if r and f else "rising" if r else "falling" if f else "flat"
+                for r, f in zip(self.rises, self.falls)]
+
+
+class _Snapshots:
+    """Every ``stride``-th item; when more than ``limit`` are held, keep every other one
+    and double the stride (an estimate that was short cannot blow the budget)."""
+
+    def __init__(self, stride: int, limit: int) -> None:
+        self.stride, self.limit = stride, max(limit, 2)
+        self.steps: list[int] = []
+        self.items: list[tuple] = []
+
+    def offer(self, t: int, make: Callable[[], tuple]) -> None:
+        if t % self.stride == 0:
+            self.steps.append(t)
+            self.items.append(make())
+            if len(self.items) > self.limit:
+                self.steps, self.items = self.steps[::2], self.items[::2]
+                self.stride *= 2
+
+    def close(self, t: int, make: Callable[[], tuple]) -> None:
+        if not self.steps or self.steps[-1] != t:
+            self.steps.append(t)
+            self.items.append(make())
 
 
 def predict(setting: Setting) -> Report:
@@ -24,13 +136,49 @@ def predict(setting: Setting) -> Report:
     geo, proto, K = setting.geometry, setting.protocol, setting.K
     params = setting.describe()
     M = geo.M
+    warnings: list[str] = []
+    try:
+        return _predict(setting, geo, proto, K, params, M, warnings)
+    except MemoryError:
+        need = estimates.dynamics_bytes(K)
+        raise ComputationError(
+            f"out of memory for K = {K} (the K×K dynamics need about {need / 2**20:,.0f} "
+            f"MiB plus the report); lower K") from None
 
-    pre = pretrain_logits(K, proto.eps, proto.eta, proto.max_steps, record=True)
-    z1 = pre.z[0]
+
+def _predict(setting, geo, proto, K, params, M, warnings) -> Report:
+    # 1. Pretraining: the ray's scalar recurrence.
     a_star = theory.alpha_star(K, proto.eps)
-    pretrain = Pretrain(T1=int(pre.steps[0]), z=z1, error=conditional_errors(z1),
-                        alpha_star=a_star)
+    log_t1 = estimates.log_steps_from_margin(K, proto.eps, proto.eta, 0.0)
+    reach = proto.max_steps if not proto.auto_steps else AUTO_STEP_LIMIT
+    fit_eps = estimates.eps_for_steps(K, proto.eta, reach)
+    fit_eta = proto.eta * math.exp(min(log_t1, 700.0)) / reach
+    cap1 = phase_cap(proto.max_steps, proto.auto_steps, log_t1, "pretraining",
+                     f"K = {K}, eps = {proto.eps:g}, eta = {proto.eta:g}",
+                     f"raise --eps to about {fit_eps:.2g}"
+                     + (f" or --eta to about {fit_eta:.2g}"
+                        if fit_eta <= estimates.resolving_eta(K, proto.eps) else ""))
+    t1_expected = math.exp(min(log_t1, 700.0)) if log_t1 > -math.inf else 0.0
+    ray = descend_ray(0.0, 0.0, K, proto.eta, proto.eps, cap1,
+                      stride=_stride(K, t1_expected, 1 / 3), expected_steps=t1_expected)
+    if not ray.converged:
+        raise ComputationError(
+            f"pretraining did not meet the stopping rule (every e_k <= eps) within "
+            f"max_steps = {cap1} for K = {K}, eps = {proto.eps:g}, eta = {proto.eta:g}; "
+            f"raise --max-steps, raise --eps or change the step size")
+    z1 = ray.logits(K)
+    pretrain = Pretrain(T1=ray.steps, z=z1, error=conditional_errors(z1), alpha_star=a_star)
+    overshoot = pretrain.alpha - a_star
+    one_step = estimates.step_at_threshold(K, proto.eps, proto.eta)
+    if overshoot > one_step and ray.steps > 0:
+        warnings.append(
+            f"--eta {proto.eta:g}: pretraining reaches α = {pretrain.alpha:.5g} at T1 = "
+            f"{ray.steps}, past α* = {a_star:.5g} by {overshoot:.3g}, more than one GD "
+            f"step at α* ({one_step:.3g}): the step is too coarse to resolve the approach, "
+            f"and T1, α and everything after depend on it; use --eta <= "
+            f"{estimates.resolving_eta(K, proto.eps):.3g} (10 steps or more to α*)")
 
+    # 2. OOD logits at T1 (claim 5), from the exact Z1.
     z_ood0 = ood_start(z1, M)
     closed = theory.ood_logits(M, a_star)
     ood = OOD(z=z_ood0, attention=attention(z_ood0), error=conditional_errors(z_ood0),
@@ -38,35 +186,116 @@ def predict(setting: Setting) -> Report:
               at_alpha_star={"alpha": np.diag(closed), "beta": off_diagonal(closed),
                              "error": conditional_errors(closed)})
 
-    ft = descend(z_ood0[None], proto.eta_ft, proto.eps, proto.max_steps, record=True)
-    require_converged(ft, "fine-tuning", lambda b: (
-        f"K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}, geometry {geo.kind}"))
-    z_ood = ft.z[0]
-    source_path = source_logits(z1, M, z_ood0, ft.trajectory[:, 0])
+    # 3. Fine-tuning on U, with the source view followed at every step.
+    column_logs = estimates.column_log_steps(z_ood0, proto.eps, proto.eta_ft)
+    worst = int(np.argmax(column_logs))
+    log_t2 = float(column_logs[worst])
+    cause = ""
+    if warnings:
+        cause = (f", because pretraining overshot α* (--eta {proto.eta:g}; "
+                 f"{estimates.resolving_eta(K, proto.eps):.3g} or less resolves it)")
+    margin = float(estimates.effective_margins(z_ood0)[worst])
+    cap2 = phase_cap(proto.max_steps, proto.auto_steps, log_t2, "fine-tuning",
+                     f"K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}; the slowest "
+                     f"OOD feature u{worst + 1} starts at margin {margin:.4g}{cause}",
+                     "lower --eta" if cause else "raise --eps or --eta-ft")
+    t2_expected = math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0
+    if not _on_ray(M) and t2_expected * K * K > WORK_LIMIT:
+        raise ComputationError(
+            f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
+            f"{K}×{K} logits (K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}), "
+            f"more than {WORK_LIMIT:.0e} logit updates; lower K or raise --eps")
+
+    if _on_ray(M):
+        run = _finetune_ray(z1, z_ood0, M, K, proto, cap2, t2_expected)
+    else:
+        run = _finetune_columns(z1, z_ood0, M, K, proto, cap2, t2_expected)
+    T2, z_ood, z_source, trend_names, loss_before, loss_after, paths, steps = run
+
     bounds = theory.step_size_bounds(z_ood0)
-    finetune = Finetune(T2=int(ft.steps[0]), z_ood=z_ood, z_source=source_path[-1],
+    finetune = Finetune(T2=T2, z_ood=z_ood, z_source=z_source,
                         error_ood=conditional_errors(z_ood),
                         step_size_bound=float(bounds.min()), step_size_bounds=bounds,
                         eta_ft=proto.eta_ft)
-
-    source_loss = conditional_errors(source_path) / K   # L_{v_k} along fine-tuning
     gamma = geo.gamma
     regimes = theory.forgetting_regimes(gamma) if gamma is not None else [None] * K
     D = theory.first_step_D(gamma, z_ood0) if gamma is not None else [None] * K
     directions = theory.initial_directions(gamma, z_ood0) if gamma is not None else [None] * K
     forgetting = [
-        FeatureForgetting(k=k + 1, F_k=float(source_loss[-1, k] - source_loss[0, k]),
-                          loss_before=float(source_loss[0, k]),
-                          loss_after=float(source_loss[-1, k]),
-                          trend=trend(source_loss[:, k]),
+        FeatureForgetting(k=k + 1, F_k=float(loss_after[k] - loss_before[k]),
+                          loss_before=float(loss_before[k]), loss_after=float(loss_after[k]),
+                          trend=trend_names[k],
                           regime=r.regime if r else None,
                           condition=r.condition if r else None,
                           D_k=None if D[k] is None else float(D[k]),
                           initial_direction=directions[k])
         for k, r in enumerate(regimes)]
 
+    pre_steps = ray.path_steps
+    trajectories = {"pretrain": _ray_trajectory(K, ray.path), "pretrain_steps": pre_steps,
+                    **paths, "finetune_steps": steps}
     return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
-                  finetune=finetune, forgetting=forgetting,
-                  trajectories={"pretrain": pre.trajectory[:, 0],
-                                "finetune_ood": ft.trajectory[:, 0],
-                                "finetune_source": source_path})
+                  finetune=finetune, forgetting=forgetting, trajectories=trajectories,
+                  warnings=warnings)
+
+
+def _on_ray(M: np.ndarray) -> bool:
+    """``M = cI``: the OOD logits ``c² Z1`` stay on the symmetric ray while fine-tuning."""
+    c = M[0, 0]
+    return bool(np.array_equal(M, c * np.eye(M.shape[0])))
+
+
+def _finetune_ray(z1, z_ood0, M, K, proto, cap, expected):
+    c = float(M[0, 0])
+    own0, other0 = float(z_ood0[0, 0]), float(z_ood0[1, 0])
+    a1, b1 = float(z1[0, 0]), float(z1[1, 0])
+    ray = descend_ray(own0, other0, K, proto.eta_ft, proto.eps, cap,
+                      stride=_stride(K, expected, 2 / 3 / 2), expected_steps=expected,
+                      source=(a1, b1, c * c))
+    if not ray.converged:
+        raise ComputationError(_stuck(cap, K, proto, "rotation"))
+    z_ood = ray.logits(K)
+    path = ray.path
+    ood_path = _ray_trajectory(K, path)
+    source_path = source_logits(z1, M, z_ood0, ood_path)
+    losses = conditional_errors(source_path) / K
+    before = np.full(K, ray.loss_first)
+    after = np.full(K, ray.loss_last)
+    return (ray.steps, z_ood, source_path[-1], [ray.trend] * K, before, after,
+            {"finetune_ood": ood_path, "finetune_source": source_path,
+             "finetune_source_loss": losses}, ray.path_steps)
+
+
+def _finetune_columns(z1, z_ood0, M, K, proto, cap, expected):
+    trend = _Trend(K)
+    per_snapshot = 3 * 8 * K * K
+    limit = max(2, int(TRAJECTORY_BYTES * 2 / 3 // per_snapshot))
+    snaps = _Snapshots(_stride(K, expected, 2 / 3 / 2), limit)
+    last = {}
+
+    def observe(t: int, z: np.ndarray) -> None:
+        z = z[0]
+        source = source_logits(z1, M, z_ood0, z)
+        loss = conditional_errors(source) / K
+        trend.add(loss)
+        last["t"], last["z"], last["source"], last["loss"] = t, z, source, loss
+        snaps.offer(t, lambda: (z.copy(), source, loss))
+
+    ft = descend(z_ood0[None], proto.eta_ft, proto.eps, cap, observe=observe)
+    if not ft.converged[0]:
+        raise ComputationError(_stuck(cap, K, proto, "K×K"))
+    snaps.close(last["t"], lambda: (last["z"].copy(), last["source"], last["loss"]))
+    ood_path = np.stack([s[0] for s in snaps.items])
+    source_path = np.stack([s[1] for s in snaps.items])
+    losses = np.stack([s[2] for s in snaps.items])
+    z_ood = ft.z[0]
+    return (int(ft.steps[0]), z_ood, source_logits(z1, M, z_ood0, z_ood), trend.names(),
+            trend.first, trend.prev,
+            {"finetune_ood": ood_path, "finetune_source": source_path,
+             "finetune_source_loss": losses}, np.array(snaps.steps, dtype=np.int64))
+
+
+def _stuck(cap: int, K: int, proto, path: str) -> str:
+    return (f"fine-tuning did not meet the stopping rule (every e_k <= eps) within "
+            f"max_steps = {cap} for K = {K}, eps = {proto.eps:g}, eta_ft = "
+            f"{proto.eta_ft:g}; raise --max-steps, raise --eps or change the step size")

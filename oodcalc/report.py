@@ -152,6 +152,9 @@ class Report:
     finetune: Finetune
     forgetting: list[FeatureForgetting]
     trajectories: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: What the user should know about how the numbers came about (e.g. a step size too
+    #: coarse to resolve pretraining); the CLI prints each on stderr.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def F(self) -> float:
@@ -171,4 +174,5 @@ class Report:
             "ood": self.ood.to_dict(),
             "finetune": self.finetune.to_dict(),
             "forgetting": {"F": self.F, "per_feature": per_feature},
+            "warnings": list(self.warnings),
         })

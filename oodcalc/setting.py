@@ -4,7 +4,7 @@ closed forms, the exact dynamics and every simulator share (MODEL.md, "Training 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InputError
@@ -28,12 +28,19 @@ def check_positive(value: Any, name: str) -> float:
 @dataclass(frozen=True)
 class Protocol:
     """Full-batch GD from ``Q = 0``; each phase stops at the first step with every
-    ``e_k <= eps`` (``L_k <= eps/K``). ``eta_ft`` defaults to ``eta``."""
+    ``e_k <= eps`` (``L_k <= eps/K``). ``eta_ft`` defaults to ``eta``.
+
+    ``max_steps`` caps each phase. Left unset, it is ``DEFAULT_MAX_STEPS`` and
+    ``auto_steps`` is true: ``predict`` then raises a phase's cap to twice that phase's
+    estimated steps where they exceed it (``oodcalc.estimates``), so that large K runs
+    without a flag; a cap given explicitly is kept as given.
+    """
 
     eps: float = DEFAULT_EPS
     eta: float = DEFAULT_ETA
     eta_ft: float | None = None
-    max_steps: int = DEFAULT_MAX_STEPS
+    max_steps: int | None = None
+    auto_steps: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eps", check_positive(self.eps, "eps"))
@@ -41,12 +48,16 @@ class Protocol:
         eta_ft = self.eta if self.eta_ft is None else check_positive(self.eta_ft, "eta_ft")
         object.__setattr__(self, "eta_ft", eta_ft)
         steps = self.max_steps
+        object.__setattr__(self, "auto_steps", steps is None)
+        if steps is None:
+            steps = DEFAULT_MAX_STEPS
+            object.__setattr__(self, "max_steps", steps)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InputError("max_steps", steps, "expected an integer >= 1")
 
     def describe(self) -> dict[str, Any]:
         return {"eps": self.eps, "eta": self.eta, "eta_ft": self.eta_ft,
-                "max_steps": self.max_steps}
+                "max_steps": "auto" if self.auto_steps else self.max_steps}
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from . import theory
-from .dynamics import descend, ood_start, source_logits
+from .dynamics import descend_columns, descend_ray, ood_start, ray_logits, source_logits
 from .errors import InputError
 from .geometry import Geometry, check_K
 from .io import write_atomic
@@ -280,7 +280,7 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     K = chunk.M.shape[-1]
     z_ood0 = ood_start(chunk.z1, chunk.M)
     ood_loss = conditional_errors(z_ood0).sum(axis=-1) / K
-    ft = descend(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress)
+    ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress)
     before = conditional_errors(chunk.z1) / K                      # L_{v_k}(Q^(T1))
     after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
     columns = {"T2": ft.steps, "converged_finetune": ft.converged,
@@ -370,12 +370,39 @@ def _cell(x: Any) -> str:
     return str(x)
 
 
+def _text_column(c: np.ndarray) -> list[str]:
+    """One column as CSV cells, converted column-wise (what ``_cell`` does per value)."""
+    if c.dtype.kind == "f":
+        cells = [repr(x) for x in c.tolist()]
+        if np.isnan(c).any():
+            cells = ["" if x != x else cell for x, cell in zip(c.tolist(), cells)]
+        return cells
+    if c.dtype.kind == "b":
+        return np.where(c, "true", "false").tolist()
+    if c.dtype.kind in "iu":
+        return [str(x) for x in c.tolist()]
+    out = []
+    for x in c.tolist():
+        out.append(_cell(x))
+    return out
+
+
 def write_csv(result: SweepResult, f) -> None:
-    """Header then one row per configuration; floats round-trip exactly; absent → empty."""
+    """Header then one row per configuration; floats round-trip exactly; absent → empty.
+
+    Cells are made column by column (one conversion per column, not per cell and type
+    test), then joined row by row; text cells that need quoting go through ``csv``."""
     writer = csv.writer(f, lineterminator="\n")
     writer.writerow(result.columns)
-    for row in zip(*(c.tolist() for c in result.columns.values())):
-        writer.writerow([_cell(x) for x in row])
+    columns = [_text_column(c) for c in result.columns.values()]
+    quoted = [c.dtype == object for c in result.columns.values()]
+    if any(q and any(("," in x or '"' in x or "\n" in x) for x in col)
+           for q, col in zip(quoted, columns)):
+        writer.writerows(zip(*columns))
+        return
+    f.write("\n".join(",".join(row) for row in zip(*columns)))
+    if columns and columns[0]:
+        f.write("\n")
 
 
 def read_result(path: str | Path) -> SweepResult:
@@ -392,14 +419,18 @@ def read_result(path: str | Path) -> SweepResult:
 # --- running a sweep --------------------------------------------------------------------
 
 def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One batched descent over the distinct ``(eps, eta)`` of the grid; per row
-    ``z1``, ``T1`` and whether pretraining converged."""
+    """The symmetric ray's recurrence once per distinct ``(eps, eta)`` of the grid; per
+    row ``z1``, ``T1`` and whether pretraining converged."""
+    from .estimates import pretrain_steps
     pairs = np.stack([grid.eps, grid.eta], axis=1)
     unique, row_group = np.unique(pairs, axis=0, return_inverse=True)
     row_group = row_group.ravel()
-    run = descend(np.zeros((len(unique), grid.K, grid.K)), unique[:, 1], unique[:, 0],
-                  max_steps)
-    return run.z[row_group], run.steps[row_group], run.converged[row_group]
+    rays = [descend_ray(0.0, 0.0, grid.K, eta, eps, max_steps,
+                        expected_steps=pretrain_steps(grid.K, eps, eta)) for eps, eta in unique]
+    z1 = ray_logits(grid.K, [r.own for r in rays], [r.other for r in rays])
+    steps = np.array([r.steps for r in rays], dtype=np.int64)
+    ok = np.array([r.converged for r in rays])
+    return z1[row_group], steps[row_group], ok[row_group]
 
 
 def _chunks(n: int, size: int) -> list[tuple[int, int]]:

@@ -117,7 +117,13 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, args, option):
 
 
 def test_failed_computation_exit_1(capsys):
+    # Far out of reach: refused before running, with the estimate (T1 is 357).
     code, out, err = run(capsys, "predict", "--gamma", "1,-0.9", "--max-steps", "5")
+    assert code == 1 and out == ""
+    assert err.startswith("oodcalc: error: pretraining would need about 357 steps")
+    assert "raise --max-steps to about" in err and len(err.strip().splitlines()) == 1
+    # Within twice the cap: run, and stopped by the cap.
+    code, out, err = run(capsys, "predict", "--gamma", "1,-0.9", "--max-steps", "300")
     assert code == 1 and out == ""
     assert err.startswith("oodcalc: error: pretraining did not meet the stopping rule")
     assert len(err.strip().splitlines()) == 1

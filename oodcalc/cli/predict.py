@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -39,6 +40,8 @@ def predict(
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps)
     report = run_predict(setting)
+    for warning in report.warnings:
+        print(f"oodcalc: warning: {warning}", file=sys.stderr)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

@@ -54,14 +54,15 @@ Eta = Annotated[Text, typer.Option("--eta", metavar="FLOAT",
 EtaFt = Annotated[Text, typer.Option("--eta-ft", metavar="FLOAT",
     help="Fine-tuning step size.", show_default="--eta", rich_help_panel=PROTOCOL_PANEL)]
 MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT",
-    help="Step cap per phase.", show_default=f"{DEFAULT_MAX_STEPS}", rich_help_panel=PROTOCOL_PANEL)]
+    help="Step cap per phase.", show_default=f"{DEFAULT_MAX_STEPS:,}, raised to twice the "
+    "estimated steps where a phase needs more", rich_help_panel=PROTOCOL_PANEL)]
 
 
 def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -> Protocol:
     return Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
                     eta=options.positive("--eta", eta) or DEFAULT_ETA,
                     eta_ft=options.positive("--eta-ft", eta_ft),
-                    max_steps=options.integer("--max-steps", max_steps, 1) or DEFAULT_MAX_STEPS)
+                    max_steps=options.integer("--max-steps", max_steps, 1))
 
 
 def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogonal: bool,
