@@ -7,7 +7,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["bench_peers.py", "bench_predict.py", "bench_dynamics.py", "bench_prompts.py",
-           "bench_cli.py", "bench_scaling.py"]
+           "bench_cli.py", "bench_scaling.py", "bench_derive.py"]
 
 NEEDS_TORCH = {"bench_dynamics.py", "bench_prompts.py"}   # their baseline is PyTorch
 

@@ -19,3 +19,10 @@ def test_reproduce_block_is_current(capsys):
     assert block("reproduce") == capsys.readouterr().out.strip(), (
         "README is stale: paste the output of `oodcalc reproduce synthetic -f markdown` into its "
         "reproduce block")
+
+
+def test_claims_block_is_current():
+    from oodcalc.claims import markdown_table
+    assert block("claims") == markdown_table(), (
+        "README is stale: paste `python -c \"import oodcalc.claims as c; "
+        "print(c.markdown_table())\"` into its claims block")
