@@ -170,6 +170,8 @@ SYMBOLIC_MUTATIONS = {
             -gk * g[n] * Lam[n], (n, 1, K - 1)) - K * gk ** 2 * Delta),
             {"criterion", "k2"}),
         "threshold K": (claimed(C8, **{"threshold-factor": lambda K: K}), {"sufficient"}),
+        "the paper's threshold": (claimed(C8, **{"threshold-factor": lambda K: 1}),
+                                  {"sufficient", "sufficient-at-T1"}),
         "interval": (claimed(C8, **{"bt-interval": sp.Interval(sp.Rational(1, 3), 1)}),
                      {"backward-transfer"}),
         "skewed gradient": (patched(f"oodcalc.claims.{C8}", "ray_gradient", skewed_ray_gradient),

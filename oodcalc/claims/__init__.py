@@ -114,8 +114,8 @@ CLAIMS: tuple[Claim, ...] = (
           _M + "claim8_forgetting", "derive_paper_k3", "check_paper_k3", refutes=True),
     Claim("8c", "forgetting-criterion", "Forgetting criterion (derived)",
           "Any K: the first fine-tuning step changes e_k on v_k by (η/K)·g·D_k with g > 0, "
-          "D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ; so −γ_kγ_m0 > (K−1)γ_k² (with every "
-          "Λ_n ≥ 0) starts forgetting, and for K = 2 the paper's theorem follows.",
+          "D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ; so −γ_kγ_m0 > (K−1)γ_k² starts "
+          "forgetting, and for K = 2 the paper's theorem follows.",
           "symbolic K",
           "at T1 the source column is symmetric: ∂e_k/∂z_nk = g for every n ≠ k and "
           "−(K−1)g on the diagonal; the step moves it by γ_k²Δ and −γ_kγ_nΛ_n",
