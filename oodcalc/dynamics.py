@@ -8,7 +8,7 @@ Why this is exact: the gradient of the population loss with respect to ``Q`` is
 ``Z1 + M W Mᵀ`` (``M = VᵀU``): any orthonormal V and U, any d.
 
 Arrays are stacks ``(B, K, K)``; each configuration stops on its own at the first step
-where every ``e_k <= ε`` (MODEL.md's stopping rule).
+where every ``e_k <= ε`` (the stopping rule, docs/theory.md).
 """
 
 from __future__ import annotations

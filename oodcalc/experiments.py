@@ -1,40 +1,28 @@
-"""The synthetic experiments of the seed (``shared/seeds/000_6cb633026ef0d740.txt``),
-reproduced under MODEL.md's protocol, with the seed's printed figure beside ours.
+"""The paper's synthetic experiments, reproduced under oodcalc's protocol, with the
+paper's reported figure beside ours.
 
-Nothing here is tuned to a printed number: every row runs the stated protocol (defaults
-ε = 0.01, η = 0.1) and reports what comes out; the agreement column says plainly where
-the seed's figure does not follow.
+The settings and the reported numbers come from :mod:`oodcalc.paper` (the paper's
+figures as data); this module only says which quantity of a :class:`Report` each figure
+is compared with. Nothing here is tuned to a printed number: every row runs the stated
+protocol (defaults ε = 0.01, η = 0.1) and reports what comes out; the agreement columns
+say plainly where the paper's figure does not follow from it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from . import geometry as geo
+from . import paper
 from .predict import predict
 from .report import Report
 from .setting import Protocol, Setting
 
-SEED_FILE = "shared/seeds/000_6cb633026ef0d740.txt"
-
 #: A simulator: ``Setting → Report`` in the shared schema.
 Simulator = Callable[[Setting], Report]
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """One number of one experiment: how to read it off a Report, and what the seed printed."""
-
-    experiment: str
-    name: str
-    read: Callable[[Report], float]
-    seed_text: str
-    seed_value: float
-    seed_line: int
 
 
 def _source_loss_at_t1(r: Report) -> float:
@@ -57,73 +45,100 @@ def _forgetting(r: Report) -> float:
     return r.F
 
 
-K4_EXPERIMENTS: dict[str, Callable[[], geo.Geometry]] = {
-    "θ = 0": lambda: geo.rotation(0.0, 4, d=8),
-    "θ = π/6": lambda: geo.rotation(math.pi / 6, 4, d=8),
-    "θ = π/3": lambda: geo.rotation(math.pi / 3, 4, d=8),
-    "mean query": lambda: geo.mean_query(4, d=8),
-    "orthogonal": lambda: geo.orthogonal(4, d=8),
+#: How each compared figure is read off a Report: figure id → (our quantity, reader).
+#: A table takes every figure whose id starts with its prefix, in the data file's order.
+READERS: dict[str, tuple[str, Callable[[Report], float]]] = {
+    "synthetic-k4-t1-loss": ("max L_k(V) at T1", _source_loss_at_t1),
+    "synthetic-k4-rotation-pi6": ("OOD L at T1", _ood_loss),
+    "synthetic-k4-rotation-pi3": ("OOD L at T1", _ood_loss),
+    "synthetic-k4-mean-query-attention": ("Attn_1(u_1)", _first_attention),
+    "synthetic-k4-mean-query-error": ("e_1(u_1)", _first_error),
+    "synthetic-k4-orthogonal-attention": ("Attn_1(u_1)", _first_attention),
+    "synthetic-k4-orthogonal-error": ("e_1(u_1)", _first_error),
+    "synthetic-k2-forgetting-": ("F", _forgetting),
 }
 
-K4_QUANTITIES = (
-    Quantity("θ = 0", "max L_k(V) at T1", _source_loss_at_t1,
-             "L^(tr) = 0.0024", 0.0024, 32),
-    Quantity("θ = π/6", "OOD L at T1", _ood_loss, "L^(ft) = 0.0182", 0.0182, 33),
-    Quantity("θ = π/3", "OOD L at T1", _ood_loss, "L^(ft) = 0.1450", 0.1450, 34),
-    Quantity("mean query", "Attn_1(u_1)", _first_attention,
-             "Attn = 0.250", 0.250, 35),
-    Quantity("mean query", "e_1(u_1)", _first_error,
-             "error 0.375", 0.375, 35),
-    Quantity("orthogonal", "Attn_1(u_1)", _first_attention,
-             "Attn = 0.250", 0.250, 36),
-    Quantity("orthogonal", "e_1(u_1)", _first_error, "error 0.375", 0.375, 36),
-)
-
-K2_GAMMA2 = {-0.9: ("F = +0.421", 0.421, 44), -0.2: ("F = -0.112", -0.112, 45),
-             0.0: ("F = -0.084", -0.084, 46), 0.5: ("F = -0.053", -0.053, 47),
-             0.95: ("F ≈ 0.000", 0.0, 48)}
+TABLES = {
+    "synthetic-k4-": "K = 4, d = 8: convergence at T1, rotation by θ, the corollary's two cases",
+    "synthetic-k2-forgetting-": "K = 2, γ1 = 1: forgetting F after fine-tuning, by γ2",
+}
 
 
-def k2_experiments() -> dict[str, Callable[[], geo.Geometry]]:
-    return {f"γ2 = {g:+.2f}": (lambda g=g: geo.parallel_shift([1.0, g]))
-            for g in K2_GAMMA2}
+@dataclass(frozen=True)
+class Quantity:
+    """One number of one experiment: how to read it off a Report, and the paper's figure."""
+
+    experiment: str
+    name: str
+    read: Callable[[Report], float]
+    figure: paper.Figure
 
 
-K2_QUANTITIES = tuple(
-    Quantity(f"γ2 = {g:+.2f}", "F", _forgetting, text, value, line)
-    for g, (text, value, line) in K2_GAMMA2.items())
+def experiment_label(setting: dict[str, Any]) -> str:
+    """A short name for a figure's setting: ``θ = π/6``, ``γ2 = -0.90``, ``mean query``."""
+    if "theta" in setting:
+        theta = setting["theta"]
+        return "θ = " + (f"{theta:g}" if isinstance(theta, (int, float))
+                         else str(theta).replace("pi", "π"))
+    if "gamma" in setting:
+        return f"γ2 = {setting['gamma'][1]:+.2f}"
+    return setting["geometry"].replace("-", " ")
 
 
-def agreement(ours: float, seed: float, rel_tol: float = 0.05) -> tuple[str, str]:
-    """(sign verdict, magnitude verdict) of our figure against the seed's."""
-    if seed == 0.0:   # the seed prints "≈ 0.000": three decimals
-        return "seed ≈ 0", "agrees" if abs(ours) < 5e-4 else f"|ours|={abs(ours):.2g}"
-    sign = "same sign" if np.sign(ours) == np.sign(seed) else "opposite sign"
-    ratio = ours / seed
-    return sign, "agrees" if abs(ratio - 1) <= rel_tol else f"ours/seed = {ratio:.3g}"
+def geometry_of(setting: dict[str, Any]) -> geo.Geometry:
+    """The geometry a figure's setting describes (rotation, parallel shift, or a named one)."""
+    d = setting.get("d")
+    if "theta" in setting:
+        return geo.rotation(paper.radians(setting["theta"]), setting["K"], d=d)
+    if "gamma" in setting:
+        return geo.parallel_shift(setting["gamma"], d=d)
+    constructors = {"mean-query": geo.mean_query, "orthogonal": geo.orthogonal}
+    return constructors[setting["geometry"]](setting["K"], d=d)
+
+
+def quantities(prefix: str) -> tuple[Quantity, ...]:
+    """The compared quantities of one table: every figure whose id starts with ``prefix``."""
+    out = []
+    for figure_id, figure in paper.figures().items():
+        if figure_id.startswith(prefix):
+            key = next(k for k in READERS if figure_id.startswith(k))
+            name, read = READERS[key]
+            out.append(Quantity(experiment_label(figure.setting), name, read, figure))
+    return tuple(out)
+
+
+def agreement(ours: float, reported: float, rel_tol: float = 0.05) -> tuple[str, str]:
+    """(sign verdict, magnitude verdict) of our figure against the paper's."""
+    if reported == 0.0:   # the paper prints "≈ 0.000": three decimals
+        return "paper ≈ 0", "agrees" if abs(ours) < 5e-4 else f"|ours|={abs(ours):.2g}"
+    sign = "same sign" if np.sign(ours) == np.sign(reported) else "opposite sign"
+    ratio = ours / reported
+    return sign, "agrees" if abs(ratio - 1) <= rel_tol else f"ours/paper = {ratio:.3g}"
 
 
 def explain(q: Quantity, theory: Report) -> str:
-    """Why the seed's figure does or does not follow from the protocol."""
+    """Why the paper's figure does or does not follow from the protocol."""
     eps, K = theory.parameters["eps"], theory.parameters["K"]
+    reported = q.figure.value
     if q.read is _forgetting:
         before = sum(f.loss_before for f in theory.forgetting)
-        if q.seed_value < -before:
+        if reported < -before:
             return (f"impossible under the protocol: F >= −L^(tr)(T1) = {-before:.4g}, "
                     f"since every L_k <= ε/K at T1")
-        if abs(q.seed_value) > 10 * max(abs(theory.F), eps / K):
+        if abs(reported) > 10 * max(abs(theory.F), eps / K):
             return (f"the stopping rule keeps L^(tr) <= ε = {eps:g} before and the losses "
-                    f"small after, so F is of order ε/K = {eps / K:g}; the seed's magnitude "
+                    f"small after, so F is of order ε/K = {eps / K:g}; the paper's magnitude "
                     "needs another loss scale or protocol")
         return (f"U is close to V, yet e_k on U at T1 reaches {theory.ood.error.max():.3g} > ε, "
                 f"so fine-tuning runs T2 = {theory.finetune.T2} steps that also raise the "
                 f"source margins: F = {theory.F:+.3g}, {abs(theory.F) / (eps / K):.0%} of ε/K")
     if q.read is _source_loss_at_t1:
-        return (f"the stopping rule L_k <= ε/K = {eps / K:g} holds; the seed's 0.0024 is "
+        return (f"the stopping rule L_k <= ε/K = {eps / K:g} holds; the paper's {reported:g} is "
                 f"consistent with {q.read(theory):.7f} truncated to 4 decimals")
     if q.read is _ood_loss:
-        return ("cos²θ scales the T1 logits (claim 5); the seed's value follows from "
-                "ε = 0.01, η = 0.1 neither as L = Σ e_k/K nor as L_k = e_k/K")
+        return ("cos²θ scales the T1 logits (claim 5); the paper's value follows from "
+                f"ε = {eps:g}, η = {theory.parameters['eta']:g} neither as L = Σ e_k/K "
+                "nor as L_k = e_k/K")
     return "exact: uniform attention 1/K, error (K−1)/(2K) (claim 6)"
 
 
@@ -139,22 +154,26 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         q = self.quantity
         return {"experiment": q.experiment, "quantity": q.name, "theory": self.theory,
-                "simulation": self.simulations, "seed": q.seed_value,
-                "seed_text": q.seed_text, "seed_source": f"{SEED_FILE}:{q.seed_line}",
+                "simulation": self.simulations,
+                "paper": {"figure": q.figure.id, "value": q.figure.value,
+                          "printed": q.figure.printed, "reported_in": q.figure.source},
                 "sign": self.sign, "magnitude": self.magnitude, "note": self.note}
 
 
-def run_table(experiments: dict[str, Callable[[], geo.Geometry]],
-              quantities: tuple[Quantity, ...], protocol: Protocol,
+def run_table(quantities: tuple[Quantity, ...], protocol: Protocol,
               simulators: dict[str, Simulator]) -> list[Row]:
+    """One row per quantity; each distinct setting is predicted and simulated once."""
     rows = []
-    for name, make in experiments.items():
-        setting = Setting(make(), protocol)
+    by_setting: dict[str, list[Quantity]] = {}
+    for q in quantities:
+        by_setting.setdefault(q.experiment, []).append(q)
+    for group in by_setting.values():
+        setting = Setting(geometry_of(group[0].figure.setting), protocol)
         theory = predict(setting)
         simulated = {label: sim(setting) for label, sim in simulators.items()}
-        for q in (q for q in quantities if q.experiment == name):
+        for q in group:
             ours = q.read(theory)
-            sign, magnitude = agreement(ours, q.seed_value)
+            sign, magnitude = agreement(ours, q.figure.value)
             rows.append(Row(q, ours, {label: q.read(r) for label, r in simulated.items()},
                             sign, magnitude, explain(q, theory)))
     return rows
@@ -162,14 +181,25 @@ def run_table(experiments: dict[str, Callable[[], geo.Geometry]],
 
 def reproduce(protocol: Protocol | None = None,
               simulators: dict[str, Simulator] | None = None) -> dict[str, list[Row]]:
-    """Both synthetic tables of the seed: ``{"K=4, d=8": rows, "K=2 γ sweep": rows}``."""
+    """Both synthetic tables of the paper, ``{table title: rows}``.
+
+    Parameters
+    ----------
+    protocol : Protocol, optional
+        ε, η, η_ft and the step cap (default: ``Protocol()``, ε = 0.01, η = 0.1).
+    simulators : dict of name → ``Setting → Report``, optional
+        Extra columns beside the theory (default: plain GD on the full ``Q``,
+        :func:`oodcalc.simulate.simulate_population`); ``{}`` for the theory alone.
+
+    Example
+    -------
+    >>> from oodcalc.experiments import reproduce
+    >>> tables = reproduce(simulators={})
+    >>> [len(rows) for rows in tables.values()]
+    [7, 5]
+    """
     from .simulate import simulate_population
     protocol = protocol or Protocol()
     simulators = {"GD on Q": simulate_population} if simulators is None else simulators
-    return {
-        "K = 4, d = 8: convergence at T1, rotation by θ, the corollary's two cases": run_table(
-            K4_EXPERIMENTS, K4_QUANTITIES, protocol, simulators),
-        "K = 2, γ1 = 1: forgetting F after fine-tuning, by γ2": run_table(
-            k2_experiments(), K2_QUANTITIES, protocol, simulators),
-    }
-
+    return {title: run_table(quantities(prefix), protocol, simulators)
+            for prefix, title in TABLES.items()}

@@ -1,4 +1,4 @@
-"""Feature geometries: the training features V and the OOD features U (MODEL.md).
+"""Feature geometries: the training features V and the OOD features U (docs/theory.md, "Geometries").
 
 Every constructor returns a validated :class:`Geometry`; ``d`` defaults to the smallest
 dimension that holds the geometry, and a larger ``d`` pads every feature with zeros.
@@ -20,7 +20,7 @@ from .errors import InputError
 #: Largest entry of |VᵀV − I| (and |UᵀU − I|) accepted as orthonormal.
 ORTHONORMAL_TOL = 1e-6
 #: Off-diagonal entries of M = VᵀU below this count as zero when deciding whether a
-#: geometry is a parallel shift (MODEL.md: ⟨v_k, u_n⟩ = 0 for n ≠ k).
+#: geometry is a parallel shift (the paper's Assumption 5.4: ⟨v_k, u_n⟩ = 0 for n ≠ k).
 PARALLEL_TOL = 1e-9
 
 FEATURE_FILE_SUFFIXES = (".npy", ".csv", ".json")

@@ -1,4 +1,4 @@
-"""The model's definitions in the K×K logit coordinates (MODEL.md, "Setting").
+"""The model's definitions in the K×K logit coordinates (docs/theory.md, "The model").
 
 For orthonormal features ``f_1..f_K`` and a merged query-key matrix ``Q``, the logit that
 the tokens of feature ``f_n`` get for query ``f_k`` is ``z[n, k] = f_nᵀ Q f_k``: the

@@ -8,6 +8,8 @@ reproductions, the docs and the tests read one source.
 from __future__ import annotations
 
 import functools
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -52,3 +54,19 @@ def figure(figure_id: str) -> Figure:
         return figures()[figure_id]
     except KeyError:
         raise KeyError(f"no paper figure {figure_id!r}; known: {', '.join(figures())}") from None
+
+
+_MULTIPLE_OF_PI = re.compile(r"^\s*([+-]?\d*\.?\d*)\s*pi\s*(?:/\s*(\d+\.?\d*))?\s*$")
+
+
+def radians(angle: float | str) -> float:
+    """An angle of a figure's setting in radians: a number, or ``"pi/6"``-style text
+    (the data file writes multiples of π as text, since TOML has no π)."""
+    if isinstance(angle, (int, float)):
+        return float(angle)
+    match = _MULTIPLE_OF_PI.match(angle)
+    if match is None:
+        raise ValueError(f"not an angle: {angle!r} (expected a number or a multiple of pi)")
+    factor = {"": 1.0, "+": 1.0, "-": -1.0}.get(match.group(1))
+    factor = float(match.group(1)) if factor is None else factor
+    return factor * math.pi / float(match.group(2) or 1)

@@ -1,6 +1,6 @@
 """The result schema shared by the theory and every simulator.
 
-A :class:`Report` holds, for one setting, the three phases MODEL.md describes: where
+A :class:`Report` holds, for one setting, the three phases of the protocol (docs/theory.md): where
 pretraining stops (T1), what Q^(T1) does on the OOD features, and what fine-tuning (T2)
 does to the source features. Theory and simulation fill the same fields, so comparing them
 is a field-by-field diff. ``to_dict`` is the documented JSON (README, "JSON schema").

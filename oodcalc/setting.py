@@ -1,5 +1,5 @@
 """A setting is one geometry plus one training protocol: the single input that the
-closed forms, the exact dynamics and every simulator share (MODEL.md, "Training protocol")."""
+closed forms, the exact dynamics and every simulator share (docs/theory.md, "Conventions")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The paper's closed forms, numerically (float64, vectorised).
 
-Each function is one claim of MODEL.md; the symbolic engine derives the same formulas from
+Each function is one claim of the paper (docs/theory.md lists them); the symbolic engine derives the same formulas from
 the model's definitions, and the tests compare them with the exact dynamics.
 """
 

@@ -22,3 +22,16 @@ def test_a_figure_by_id_and_a_clear_error_otherwise():
         assert "synthetic-k4-t1-loss" in str(err)
     else:
         raise AssertionError("expected a KeyError")
+
+
+def test_angles_of_settings_are_read_as_multiples_of_pi():
+    assert paper.radians("pi/6") == math.pi / 6
+    assert paper.radians("-2pi/3") == -2 * math.pi / 3
+    assert paper.radians("pi") == math.pi
+    assert paper.radians(0.0) == 0.0
+    try:
+        paper.radians("sixty degrees")
+    except ValueError as err:
+        assert "sixty degrees" in str(err)
+    else:
+        raise AssertionError("expected a ValueError")

@@ -5,40 +5,64 @@ import json
 import pytest
 
 from oodcalc.cli import main
-from oodcalc.experiments import K2_GAMMA2, reproduce
+from oodcalc import paper
+from oodcalc.experiments import READERS, TABLES, quantities, reproduce
 
 pytest.importorskip("matplotlib")
 
 
-def test_reproduce_tables_cover_the_seed():
+def test_reproduce_tables_cover_the_papers_synthetic_figures():
     tables = reproduce()
     k4, k2 = tables.values()
     assert {r.quantity.experiment for r in k4} == {"θ = 0", "θ = π/6", "θ = π/3",
                                                    "mean query", "orthogonal"}
-    assert len(k2) == len(K2_GAMMA2)
+    assert len(k2) == len(quantities("synthetic-k2-forgetting-")) == 5
     for row in k4 + k2:
         # simulation (plain GD on the full Q) agrees with the theory on every row
         for value in row.simulations.values():
             assert value == pytest.approx(row.theory, abs=1e-12)
     corollary = [r for r in k4 if r.quantity.experiment in ("mean query", "orthogonal")]
     assert all(r.magnitude == "agrees" for r in corollary)
-    # the seed's K = 2 forgetting magnitudes do not follow from the protocol, and we say so
+    # the paper's K = 2 forgetting magnitudes do not follow from the protocol, and we say so
     assert all(r.magnitude != "agrees" for r in k2)
     assert [r.sign for r in k2][:4] == ["same sign"] * 4
 
 
 def test_reproduce_cli_formats(capsys, tmp_path):
     assert main(["reproduce"]) == 0
-    assert "seed" in capsys.readouterr().out
+    assert "arXiv 2609.36448" in capsys.readouterr().out
     target = tmp_path / "tables.json"
     target.write_text("old")
     assert main(["reproduce", "synthetic", "-f", "json", "-o", str(target)]) == 0
     data = json.loads(target.read_text())
     assert data["parameters"]["eps"] == 0.01 and len(data["tables"]) == 2
+    first = next(iter(data["tables"].values()))[0]["paper"]
+    assert first == {"figure": "synthetic-k4-t1-loss", "value": 0.0024,
+                     "printed": "L^(tr) = 0.0024",
+                     "reported_in": paper.figure("synthetic-k4-t1-loss").source}
     assert main(["reproduce", "synthetic", "-f", "markdown"]) == 0
     assert "| experiment |" in capsys.readouterr().out
     assert main(["reproduce", "synthetic", "-o", str(target)]) == 2   # a file needs markdown or json
     assert json.loads(target.read_text()) == data        # and the old file is intact
+
+
+def test_every_synthetic_figure_is_compared_and_every_reader_has_figures():
+    compared = {q.figure.id for prefix in TABLES for q in quantities(prefix)}
+    synthetic = {i for i in paper.figures() if i.startswith("synthetic-")}
+    assert compared == synthetic
+    for key in READERS:
+        assert any(i.startswith(key) for i in paper.figures()), key
+
+
+def test_the_rows_follow_the_figures_settings(monkeypatch):
+    """The experiments are built from the data file: change a setting, the row changes."""
+    fig = paper.figure("synthetic-k4-rotation-pi6")
+    moved = paper.Figure(**{**fig.__dict__, "setting": {**fig.setting, "theta": "pi/4"}})
+    monkeypatch.setitem(paper.figures(), fig.id, moved)
+    row = next(r for r in reproduce(simulators={})[TABLES["synthetic-k4-"]]
+               if r.quantity.figure.id == fig.id)
+    assert row.quantity.experiment == "θ = π/4"
+    assert row.theory > 0.04   # between π/6 (0.0356) and π/3 (0.226)
 
 
 @pytest.mark.parametrize("args", [

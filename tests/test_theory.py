@@ -74,7 +74,7 @@ def test_corollary_cases_give_uniform_attention(geometry, affected):
     cols = report.ood.attention[:, affected]
     np.testing.assert_allclose(cols, 1.0 / K, atol=1e-15)
     np.testing.assert_allclose(report.ood.error[affected], theory.uniform_error(K), atol=1e-15)
-    assert theory.uniform_error(4) == 0.375  # the seed's "error 0.375" at K = 4
+    assert theory.uniform_error(4) == 0.375  # the paper's "error 0.375" at K = 4
 
 
 def test_step_size_bound_is_min_over_pairs(rng):

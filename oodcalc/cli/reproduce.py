@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import paper
 from ..setting import Protocol
 from . import app, options
 from .setting_options import Eps, Eta, EtaFt, build_protocol
@@ -35,7 +36,7 @@ class Format(str, Enum):
     json = "json"
 
 
-SIGN_MARK = {"same sign": "✓", "opposite sign": "✗", "seed ≈ 0": "≈0"}
+SIGN_MARK = {"same sign": "✓", "opposite sign": "✗", "paper ≈ 0": "≈0"}
 
 
 def fmt(x: float) -> str:
@@ -45,17 +46,17 @@ def fmt(x: float) -> str:
 def as_markdown(tables, protocol: Protocol) -> str:
     lines = [f"Protocol: ε = {protocol.eps:g}, η = {protocol.eta:g}, η_ft = {protocol.eta_ft:g}, "
              "Q⁽⁰⁾ = 0, full-batch GD, stop when every e_k <= ε. "
-             "Seed: `shared/seeds/000_6cb633026ef0d740.txt`.", ""]
+             f"Paper: arXiv {paper.ARXIV}; each figure names the table row that reports it.", ""]
     for title, rows in tables.items():
         sims = list(rows[0].simulations) if rows else []
         lines += [f"### {title}", "",
                   "| experiment | quantity | theory | " + " | ".join(sims) +
-                  (" | " if sims else "") + "seed | sign | magnitude | why |",
-                  "|---" * (7 + len(sims)) + "|"]
+                  (" | " if sims else "") + "paper | reported in | sign | magnitude | why |",
+                  "|---" * (8 + len(sims)) + "|"]
         for r in rows:
             q = r.quantity
             cells = [q.experiment, q.name, fmt(r.theory), *(fmt(v) for v in r.simulations.values()),
-                     f"{q.seed_text} (line {q.seed_line})", r.sign, r.magnitude, r.note]
+                     q.figure.printed, q.figure.where, r.sign, r.magnitude, r.note]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -68,8 +69,7 @@ def show_tables(tables, protocol: Protocol) -> None:
 
     console = Console(highlight=False)
     console.print(f"[bold]oodcalc reproduce[/bold] · ε = {protocol.eps:g}, η = {protocol.eta:g}, "
-                  f"η_ft = {protocol.eta_ft:g} · seed figures from "
-                  "shared/seeds/000_6cb633026ef0d740.txt")
+                  f"η_ft = {protocol.eta_ft:g} · figures reported in the paper, arXiv {paper.ARXIV}")
     note_number = 0
     for title, rows in tables.items():
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
@@ -78,19 +78,19 @@ def show_tables(tables, protocol: Protocol) -> None:
         table.add_column("theory", justify="right", no_wrap=True)
         for sim in (rows[0].simulations if rows else []):
             table.add_column(sim, justify="right", no_wrap=True)
-        table.add_column("seed", justify="right", no_wrap=True)
+        table.add_column("paper", justify="right", no_wrap=True)
         table.add_column("sign", no_wrap=True)
         table.add_column("magnitude", no_wrap=True)
         table.add_column("note", no_wrap=True)
         notes = []
         for r in rows:
             note_number += 1
-            notes.append(f"[{note_number}] {r.note}")
+            notes.append(f"[{note_number}] {r.quantity.figure.where}: {r.note}")
             style = "green" if r.magnitude == "agrees" else "yellow"
             table.add_row(r.quantity.experiment, r.quantity.name, fmt(r.theory),
                           *(fmt(v) for v in r.simulations.values()),
-                          r.quantity.seed_text.split()[-1], SIGN_MARK[r.sign],
-                          f"[{style}]{r.magnitude.replace('ours/seed = ', '×')}[/{style}]",
+                          r.quantity.figure.printed.split()[-1], SIGN_MARK[r.sign],
+                          f"[{style}]{r.magnitude.replace('ours/paper = ', '×')}[/{style}]",
                           f"[{note_number}]")
         console.print(table)
         for note in notes:

@@ -5,7 +5,7 @@ uniformly from the same features, a task ``w ~ N(0, I_d)`` and labels ``y = wᵀ
 model is one softmax attention layer, ``ŷ = Σ_i softmax_i(x_iᵀ Q x_query) · y_i``, the
 softmax taken over the ``N`` token vectors of that prompt (no grouping by feature). The
 loss is the sampled squared error ``½ mean_b (ŷ_b − wᵀx_query,b)²``, whose population limit
-is MODEL.md's ``L = Σ_k L_k``; gradient descent runs on ``Q ∈ R^{d×d}`` with the gradient
+is the protocol's ``L = Σ_k L_k`` (docs/theory.md); gradient descent runs on ``Q ∈ R^{d×d}`` with the gradient
 of that sampled loss. α and β are read off by projecting ``Q`` on the features.
 
 Two ways to draw prompts (``resample``):
@@ -15,7 +15,7 @@ Two ways to draw prompts (``resample``):
 * ``False``: one fixed sample of ``batch`` prompts per phase, full-batch gradient descent on
   its empirical loss (deterministic given the seed; its sampling error stays frozen in).
 
-The stopping rule (``stop``). MODEL.md stops at the first step with ``L_k(Q) <= ε/K`` for
+The stopping rule (``stop``). The protocol stops at the first step with ``L_k(Q) <= ε/K`` for
 every k, where ``L_k`` is the population loss. With sampled losses there are two honest
 readings, and the simulator offers both:
 
