@@ -120,10 +120,33 @@ def check_orthonormal(F: np.ndarray, name: str, tol: float) -> None:
 
 def parallel_shift(gamma: Sequence[float], d: int | None = None, *,
                    name: str = "gamma") -> Geometry:
-    """Assumption 5.4: ``⟨v_k, u_k⟩ = γ_k``, ``⟨v_k, u_n⟩ = 0`` for ``n ≠ k``.
+    """A parallel shift (the paper's Assumption 5.4): ``⟨v_k, u_k⟩ = γ_k`` and
+    ``⟨v_k, u_n⟩ = 0`` for ``n ≠ k``, so ``M = VᵀU = diag(γ)``.
 
     ``u_k = γ_k v_k + √(1 − γ_k²) w_k`` with a fresh direction ``w_k ⊥ span(V)`` for every
-    ``|γ_k| < 1``; ``d_min = K + #{k : |γ_k| < 1}``.
+    ``|γ_k| < 1``.
+
+    Parameters
+    ----------
+    gamma : sequence of float
+        One ``γ_k ∈ [−1, 1]`` per feature; ``K = len(gamma) >= 2``.
+    d : int, optional
+        Dimension; default and minimum ``K + #{k : |γ_k| < 1}`` (a larger ``d`` pads
+        with zeros and changes no result).
+    name : str, keyword-only
+        The name used for ``gamma`` in error messages.
+
+    Returns
+    -------
+    Geometry
+        ``V``, ``U`` (``d × K``), ``kind = "parallel-shift"``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> g = oc.parallel_shift([1, -0.9])
+    >>> g.K, g.d, g.gamma.tolist()
+    (2, 3, [1.0, -0.9])
     """
     values = [check_finite(g, f"{name}[{i + 1}]") for i, g in enumerate(gamma)]
     if len(values) < 2:
@@ -152,7 +175,29 @@ def _shifted(cosines: np.ndarray, d: int | None, kind: str,
 
 def rotation(theta: float, K: int, d: int | None = None) -> Geometry:
     """Every feature turned by ``θ`` toward its own direction orthogonal to span(V):
-    ``u_k = cos θ v_k + sin θ w_k`` (a parallel shift with every ``γ_k = cos θ``)."""
+    ``u_k = cos θ v_k + sin θ w_k`` (a parallel shift with every ``γ_k = cos θ``).
+
+    Parameters
+    ----------
+    theta : float
+        The angle in radians.
+    K : int
+        Number of features (>= 2).
+    d : int, optional
+        Dimension; default and minimum ``2K`` (``K`` when θ is a multiple of π).
+
+    Returns
+    -------
+    Geometry
+        ``kind = "rotation"``, ``M = cos θ · I``.
+
+    Example
+    -------
+    >>> import math, oodcalc as oc
+    >>> g = oc.rotation(math.pi / 3, K=4)
+    >>> g.d, g.gamma.round(3).tolist()
+    (8, [0.5, 0.5, 0.5, 0.5])
+    """
     K = check_K(K)
     theta = check_finite(theta, "theta")
     c, s = math.cos(theta), math.sin(theta)
@@ -163,7 +208,29 @@ def rotation(theta: float, K: int, d: int | None = None) -> Geometry:
 
 
 def mean_query(K: int, d: int | None = None) -> Geometry:
-    """``u_1 = v̄ = (1/√K) Σ_i v_i``; ``u_2..u_K`` complete an orthonormal basis of span(V)."""
+    """The mean-centred query: ``u_1 = v̄ = (1/√K) Σ_i v_i``, and ``u_2..u_K`` complete an
+    orthonormal basis of span(V). The first failure case of the corollary (claim 6):
+    the query ``u_1`` gets uniform attention ``1/K``.
+
+    Parameters
+    ----------
+    K : int
+        Number of features (>= 2).
+    d : int, optional
+        Dimension; default and minimum ``K``.
+
+    Returns
+    -------
+    Geometry
+        ``kind = "mean-query"``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> report = oc.predict(oc.Setting(oc.mean_query(4)))
+    >>> report.ood.corollary[0], round(float(report.ood.attention[0, 0]), 6)
+    ('mean-query', 0.25)
+    """
     K = check_K(K)
     seed = np.eye(K)
     seed[:, 0] = 1.0 / math.sqrt(K)
@@ -176,7 +243,27 @@ def mean_query(K: int, d: int | None = None) -> Geometry:
 
 
 def orthogonal(K: int, d: int | None = None) -> Geometry:
-    """span(U) ⊥ span(V): ``u_k = e_{K+k}``."""
+    """Orthogonal subspaces, span(U) ⊥ span(V) (``u_k = e_{K+k}``, ``M = 0``): the second
+    failure case of the corollary (claim 6), uniform attention for every query.
+
+    Parameters
+    ----------
+    K : int
+        Number of features (>= 2).
+    d : int, optional
+        Dimension; default and minimum ``2K``.
+
+    Returns
+    -------
+    Geometry
+        ``kind = "orthogonal"``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> bool(oc.orthogonal(3).M.any())      # M = VᵀU = 0
+    False
+    """
     K = check_K(K)
     V, U = np.eye(2 * K, K), np.eye(2 * K, 2 * K)[:, K:]
     V, U = _embed(V, U, check_dimension(d, 2 * K))
@@ -186,7 +273,42 @@ def orthogonal(K: int, d: int | None = None) -> Geometry:
 def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMAL_TOL,
                 names: tuple[str, str] = ("V", "U"),
                 params: dict[str, Any] | None = None) -> Geometry:
-    """A user's features: two ``d × K`` arrays, each column a feature."""
+    """Your own features: two ``d × K`` arrays, each column a feature.
+
+    Parameters
+    ----------
+    V, U : array_like
+        Training and OOD features, same shape ``d × K`` with ``d >= K >= 2``; each must
+        have orthonormal columns (``|FᵀF − I| <= tol`` entrywise).
+    d : int, optional
+        Must equal the arrays' number of rows if given.
+    tol : float, keyword-only, default 1e-6
+        Tolerance of the orthonormality check.
+    names : (str, str), keyword-only
+        Names of V and U in error messages.
+    params : dict, keyword-only, optional
+        Extra entries recorded in ``Geometry.describe()``.
+
+    Returns
+    -------
+    Geometry
+        ``kind = "file"``; a parallel shift is recognised (``gamma`` is set) when
+        ``M = VᵀU`` is diagonal.
+
+    Raises
+    ------
+    InputError
+        For a non-numeric, non-finite, mis-shaped or non-orthonormal array.
+
+    Example
+    -------
+    >>> import numpy as np, oodcalc as oc
+    >>> c, s = np.cos(0.3), np.sin(0.3)
+    >>> V = np.eye(3, 2)
+    >>> U = np.array([[c, 0], [0, 1], [s, 0]])     # u_1 turned by 0.3 rad, u_2 = v_2
+    >>> oc.from_arrays(V, U).gamma.round(4).tolist()
+    [0.9553, 1.0]
+    """
     arrays = []
     for F, name in zip((V, U), names):
         try:
@@ -243,6 +365,32 @@ def load_features(path: str | Path, name: str) -> np.ndarray:
 
 def from_files(features: str | Path, ood: str | Path, d: int | None = None, *,
                tol: float = ORTHONORMAL_TOL, names: tuple[str, str] = ("V", "U")) -> Geometry:
+    """Your own features from two files (``oodcalc predict --features V --ood U``).
+
+    Parameters
+    ----------
+    features, ood : str or Path
+        ``d × K`` matrices, each column a feature: ``.npy`` (pickles are never loaded),
+        ``.csv`` (comma-separated rows) or ``.json`` (a list of rows).
+    d, tol, names
+        As :func:`from_arrays`.
+
+    Returns
+    -------
+    Geometry
+        As :func:`from_arrays`; its description records both paths and their SHA-256.
+
+    Example
+    -------
+    >>> import json, os, tempfile, oodcalc as oc
+    >>> folder = tempfile.mkdtemp()
+    >>> for name, rows in [("V.json", [[1, 0], [0, 1]]), ("U.json", [[0, 1], [1, 0]])]:
+    ...     with open(os.path.join(folder, name), "w") as f:
+    ...         json.dump(rows, f)
+    >>> g = oc.from_files(os.path.join(folder, "V.json"), os.path.join(folder, "U.json"))
+    >>> g.K, g.gamma                      # u_1 = v_2, u_2 = v_1: not a parallel shift
+    (2, None)
+    """
     V, U = (load_features(p, n) for p, n in zip((features, ood), names))
     params = {"features": str(features), "ood": str(ood),
               "sha256": [hashlib.sha256(Path(p).read_bytes()).hexdigest()

@@ -132,7 +132,44 @@ class _Snapshots:
 
 
 def predict(setting: Setting) -> Report:
-    """Pretrain to T1, evaluate on U, fine-tune to T2, and measure forgetting, exactly."""
+    """What the theory predicts for one setting: closed forms and the exact dynamics.
+
+    Pretrains on the training features V from ``Q = 0`` until the stopping rule holds
+    (``T1``), evaluates ``Q^(T1)`` on the OOD features U, fine-tunes on U until the rule
+    holds again (``T2``) and measures how the loss on every source feature moved. The
+    gradient descent is carried out exactly in the ``K × K`` logits (equivalent to GD on
+    the full ``Q`` for orthonormal features); beside it sit the paper's closed forms: the
+    threshold ``α*``, the claim-5 OOD weights, the corollary's failure cases, the
+    step-size bound and, for parallel shifts, the forgetting regime of every feature.
+
+    Parameters
+    ----------
+    setting : Setting
+        A geometry (``parallel_shift``, ``rotation``, ``mean_query``, ``orthogonal``,
+        ``from_arrays``, ``from_files``) and a :class:`Protocol` (ε, η, η_ft, step cap).
+
+    Returns
+    -------
+    Report
+        Every phase's numbers, with the parameters that produced them; ``report.F`` is
+        the forgetting, ``report.to_dict()`` the JSON of ``oodcalc predict --json``.
+
+    Raises
+    ------
+    ComputationError
+        If a phase does not meet the stopping rule within ``protocol.max_steps``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+    >>> report.pretrain.T1, round(report.pretrain.alpha_star, 4)
+    (357, 1.0986)
+    >>> [f.regime for f in report.forgetting]
+    ['backward-transfer', 'forgetting']
+    >>> f"{report.F:+.3g}"                  # F > 0: the source loss rose overall
+    '+0.00015'
+    """
     geo, proto, K = setting.geometry, setting.protocol, setting.K
     params = setting.describe()
     M = geo.M

@@ -143,7 +143,50 @@ class Finetune:
 
 @dataclass(frozen=True)
 class Report:
-    """One setting's outcome; ``source`` says who produced it."""
+    """One setting's outcome, phase by phase; ``source`` says who produced it.
+
+    The theory (:func:`oodcalc.predict`) and every simulator
+    (:func:`oodcalc.simulate.simulate_population`,
+    :func:`oodcalc.simulate.simulate_prompts`) return a Report, so comparing them is a
+    field-by-field diff (:mod:`oodcalc.compare`). In Jupyter a Report displays as tables.
+
+    Attributes
+    ----------
+    source : str
+        ``"theory"``, or the name of the simulator that produced it.
+    parameters : dict
+        Everything needed to recompute it: ``K``, ``d``, ``eps``, ``eta``, ``eta_ft``,
+        ``max_steps`` and the ``geometry`` (its kind, inputs and ``M = VᵀU``).
+    pretrain : Pretrain
+        Where pretraining on V stops: ``T1``, the logits ``z`` (``z[n, k] = v_nᵀQv_k``),
+        ``error`` (``e_k``), ``alpha``/``beta`` reached and, for the theory, the
+        closed-form threshold ``alpha_star``.
+    ood : OOD
+        ``Q^(T1)`` on the OOD features: logits ``z``, ``attention[n, k]`` (tokens of
+        ``u_n``, query ``u_k``), ``error`` (``e_k``) and the ``corollary`` case per feature.
+    finetune : Finetune
+        Fine-tuning on U: ``T2``, the logits at ``T1 + T2`` and the step-size bound.
+    forgetting : list of FeatureForgetting
+        Per source feature ``k`` (from 1): ``F_k``, the loss before and after, its
+        ``trend`` along fine-tuning, the theorem's ``regime``/``condition`` and
+        ``theorem_holds``.
+    trajectories : dict of str → ndarray
+        Logits along both phases: ``"pretrain"``, ``"finetune_ood"``,
+        ``"finetune_source"`` (strided when a run is very long).
+    warnings : list of str
+        What the user should know about the run (e.g. an overshoot of the threshold).
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+    >>> report.pretrain.T1, report.finetune.T2
+    (357, 360)
+    >>> [(f.k, f.regime, f.trend) for f in report.forgetting]
+    [(1, 'backward-transfer', 'falling'), (2, 'forgetting', 'rising')]
+    >>> sorted(report.to_dict())          # the JSON of ``oodcalc predict --json``
+    ['finetune', 'forgetting', 'ood', 'parameters', 'pretrain', 'source', 'warnings']
+    """
 
     source: str
     parameters: dict[str, Any]
@@ -158,7 +201,16 @@ class Report:
 
     @property
     def F(self) -> float:
+        """Forgetting ``F = L^(tr)(after) − L^(tr)(before) = Σ_k F_k`` (> 0: forgetting)."""
         return float(sum(f.F_k for f in self.forgetting))
+
+    def _repr_markdown_(self) -> str:
+        from .display import to_markdown
+        return to_markdown(self)
+
+    def _repr_html_(self) -> str:
+        from .display import to_html
+        return to_html(self)
 
     def to_dict(self) -> dict[str, Any]:
         per_feature = [{"k": f.k, "regime": f.regime, "condition": f.condition,

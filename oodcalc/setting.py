@@ -27,13 +27,32 @@ def check_positive(value: Any, name: str) -> float:
 
 @dataclass(frozen=True)
 class Protocol:
-    """Full-batch GD from ``Q = 0``; each phase stops at the first step with every
-    ``e_k <= eps`` (``L_k <= eps/K``). ``eta_ft`` defaults to ``eta``.
+    """How both phases train: full-batch gradient descent from ``Q = 0``, each phase
+    stopping at the first step with every ``e_k <= eps`` (``L_k <= eps/K``).
 
-    ``max_steps`` caps each phase. Left unset, it is ``DEFAULT_MAX_STEPS`` and
-    ``auto_steps`` is true: ``predict`` then raises a phase's cap to twice that phase's
-    estimated steps where they exceed it (``oodcalc.estimates``), so that large K runs
-    without a flag; a cap given explicitly is kept as given.
+    Parameters
+    ----------
+    eps : float, default 0.01
+        The stopping rule's ε (> 0), the same in both phases.
+    eta : float, default 0.1
+        Step size of pretraining on V (> 0).
+    eta_ft : float, optional
+        Step size of fine-tuning on U (> 0); defaults to ``eta``.
+    max_steps : int, optional
+        Cap per phase; a phase that has not met the rule by then fails with a
+        :class:`~oodcalc.errors.ComputationError` naming its parameters. Left unset, it
+        is ``DEFAULT_MAX_STEPS`` and ``auto_steps`` is true: ``predict`` then raises a
+        phase's cap to twice that phase's estimated steps where they exceed it
+        (``oodcalc.estimates``), so that large K runs without a flag; a cap given
+        explicitly is kept as given.
+
+    A bad value raises :class:`~oodcalc.errors.InputError` naming the parameter.
+
+    Example
+    -------
+    >>> from oodcalc import Protocol
+    >>> Protocol(eps=1e-3, eta=0.5)
+    Protocol(eps=0.001, eta=0.5, eta_ft=0.5, max_steps=1000000, auto_steps=True)
     """
 
     eps: float = DEFAULT_EPS
@@ -62,6 +81,26 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Setting:
+    """One geometry under one protocol: the single input of the theory
+    (:func:`oodcalc.predict`) and of every simulator, so their reports compare field by
+    field.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The training features V and the OOD features U (see ``parallel_shift``,
+        ``rotation``, ``mean_query``, ``orthogonal``, ``from_arrays``, ``from_files``).
+    protocol : Protocol, default ``Protocol()``
+        ε, η, η_ft and the step cap.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> setting = oc.Setting(oc.rotation(0.5, K=3), oc.Protocol(eps=0.01, eta=0.1))
+    >>> setting.K, setting.describe()["d"]
+    (3, 6)
+    """
+
     geometry: Geometry
     protocol: Protocol = Protocol()
 

@@ -442,12 +442,44 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
           seed: int = 0, progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Run every configuration of ``grids`` to the stopping rule, batched and exact.
 
-    ``executor``: any ``concurrent.futures.Executor`` (``ProcessPoolExecutor``, or
-    ``dask.distributed.Client(...).get_executor()``); without one the chunks run here, in
-    order. ``chunk_size``: rows per task (default: one chunk of up to
-    ``SERIAL_CHUNK`` rows serially, about ``EXECUTOR_CHUNKS`` chunks with an executor).
-    ``seed``: root of the per-chunk ``SeedSequence.spawn``; recorded in every row.
-    ``progress(done, total)`` is called as configurations finish fine-tuning.
+    Each row is what :func:`oodcalc.predict` computes for one configuration (T1, T2, OOD
+    loss, F and every F_k, the theorem's regime per feature), by the same exact dynamics,
+    for all rows at once.
+
+    Parameters
+    ----------
+    grids : Grid or sequence of Grid
+        From :func:`gamma_grid`, :func:`theta_grid` or :func:`geometry_grid`; several
+        grids are appended (``shape`` is then ``None``).
+    max_steps : int, keyword-only, default 1,000,000
+        Cap per phase; a row that reaches it is marked ``converged = False``, not fatal.
+    executor : concurrent.futures.Executor, keyword-only, optional
+        Where the fine-tuning chunks run (``ProcessPoolExecutor``, or
+        ``dask.distributed.Client(...).get_executor()``); without one they run here, in
+        order. Results are identical whatever the split.
+    chunk_size : int, keyword-only, optional
+        Rows per task (default: one chunk of up to ``SERIAL_CHUNK`` rows serially, about
+        ``EXECUTOR_CHUNKS`` chunks with an executor).
+    seed : int, keyword-only, default 0
+        Root of the per-chunk ``SeedSequence.spawn``; recorded in every row.
+    progress : callable, keyword-only, optional
+        ``progress(done, total)``, called as configurations finish fine-tuning.
+
+    Returns
+    -------
+    SweepResult
+        One row per configuration (``result["F"]``, ``result.rows()``,
+        ``result.grid("F")`` on the product grid, ``result.write("out.csv")``).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from oodcalc.sweep import gamma_grid, sweep
+    >>> result = sweep(gamma_grid([1.0, np.linspace(-1, 1, 5)]))
+    >>> result.grid("F").shape                 # (eps, eta, γ1, γ2)
+    (1, 1, 1, 5)
+    >>> result["regime_2"].tolist()            # γ1 = 1, γ2 = −1, −0.5, 0, 0.5, 1
+    ['unaffected', 'forgetting', 'unaffected', 'backward-transfer', 'backward-transfer']
     """
     grids = [grids] if isinstance(grids, Grid) else list(grids)
     if not grids:

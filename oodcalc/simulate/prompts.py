@@ -173,11 +173,49 @@ def pretrain_prompts(V: np.ndarray, eta: float, eps: float, max_steps: int, N: i
 def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
                      resample: bool = True, seed: int = 0, stop: str = "population",
                      holdout: int = 4096) -> Report:
-    """Pretrain on prompts over V from Q = 0, evaluate on U, fine-tune on prompts over U.
+    """Train the transformer on sampled prompts: pretrain over V from ``Q = 0``,
+    evaluate on U, fine-tune on prompts over U.
 
-    Report fields are population quantities of the trained Q (α, β, e_k from the explicit
-    vectors), so they compare field by field with the theory; the sampled training losses
-    are in ``trajectories``.
+    Each prompt has ``N`` tokens drawn from the features, a query and a task
+    ``w ~ N(0, I_d)``; the softmax runs over the prompt's tokens and the gradient is that
+    of the sampled squared error (see the module docstring for the details and the two
+    stopping rules).
+
+    Parameters
+    ----------
+    setting : Setting
+        Geometry and protocol, as for :func:`oodcalc.predict`.
+    N : int, default 32
+        Tokens per prompt.
+    batch : int, default 1024
+        Prompts per gradient step.
+    resample : bool, keyword-only, default True
+        A fresh mini-batch every step (``True``) or one fixed sample per phase.
+    seed : int, keyword-only, default 0
+        Seeds everything; same inputs and seed, same report.
+    stop : {"population", "heldout"}, keyword-only
+        Evaluate the stopping rule on the population errors of the current ``Q``
+        (default) or on ``holdout`` held-out prompts.
+    holdout : int, keyword-only, default 4096
+        Held-out prompts for ``stop="heldout"``.
+
+    Returns
+    -------
+    Report
+        Population quantities of the trained ``Q`` (α, β, e_k from the explicit vectors),
+        so they compare field by field with the theory; the sampled training losses are
+        in ``trajectories``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> from oodcalc.simulate import simulate_prompts
+    >>> setting = oc.Setting(oc.parallel_shift([1, -0.9]))
+    >>> report = simulate_prompts(setting, N=16, batch=256, seed=0)
+    >>> report.source
+    'simulation: finite prompts (N = 16, fresh mini-batches of 256, seed 0)'
+    >>> report.pretrain.T1 < oc.predict(setting).pretrain.T1   # finite prompts stop sooner
+    True
     """
     geo, proto = setting.geometry, setting.protocol
     V, U, K = geo.V, geo.U, geo.K

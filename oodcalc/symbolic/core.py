@@ -104,6 +104,12 @@ class Derivation:
     def check(self, check_id: str) -> Check:
         return next(c for c in self.checks if c.id == check_id)
 
+    def _repr_markdown_(self) -> str:
+        """Jupyter shows a derivation as its Markdown document (LaTeX math in $$…$$)."""
+        from ..claims import get_claim
+        from .render import to_markdown
+        return to_markdown(self, get_claim(self.id))
+
 
 class Recorder:
     """Collects steps and checks while a derivation runs."""

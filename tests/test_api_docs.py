@@ -1,0 +1,91 @@
+"""The Python API teaches itself: help() on every public entry point gives parameters,
+returns and an example that runs; reports and derivations display in Jupyter."""
+
+from __future__ import annotations
+
+import doctest
+import inspect
+import re
+
+import pytest
+
+import oodcalc as oc
+from oodcalc import display, sweep as sweep_module
+from oodcalc.simulate import simulate_population, simulate_prompts
+
+DOCUMENTED = {
+    "predict": oc.predict, "Setting": oc.Setting, "Protocol": oc.Protocol,
+    "parallel_shift": oc.parallel_shift, "rotation": oc.rotation, "mean_query": oc.mean_query,
+    "orthogonal": oc.orthogonal, "from_arrays": oc.from_arrays, "from_files": oc.from_files,
+    "Report": oc.Report, "sweep": sweep_module.sweep,
+    "simulate_population": simulate_population, "simulate_prompts": simulate_prompts,
+}
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_docstring_has_parameters_returns_and_an_example(name):
+    obj = DOCUMENTED[name]
+    doc = inspect.getdoc(obj) or ""
+    assert ("Attributes" if name == "Report" else "Parameters") in doc, name
+    if inspect.isfunction(obj):
+        assert "Returns" in doc, name
+    assert "Example" in doc and ">>>" in doc, name
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_docstring_example_runs(name):
+    obj = DOCUMENTED[name]
+    tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
+    assert tests and any(t.examples for t in tests)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    failures = []
+    for test in tests:
+        runner.run(test, out=failures.append)
+    assert runner.failures == 0, "".join(failures)
+
+
+@pytest.fixture(scope="module")
+def report():
+    return oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+
+
+def test_report_displays_as_markdown_and_html(report):
+    md, page = report._repr_markdown_(), report._repr_html_()
+    for text in (md, page):
+        assert f"T1 = {report.pretrain.T1}" in text and f"T2 = {report.finetune.T2}" in text
+        assert f"{report.F:+.5g}" in text
+        assert "backward-transfer" in text and "forgetting" in text
+    assert md.count("\n|---|") == 3                    # three tables
+    assert page.startswith('<div class="oodcalc-report">') and page.count("<table>") == 3
+
+
+def test_the_display_follows_the_report(report):
+    """Change a number of the report: the rendering changes with it."""
+    import dataclasses
+    moved = dataclasses.replace(report, pretrain=dataclasses.replace(report.pretrain, T1=12345))
+    assert "T1 = 12345" in moved._repr_markdown_() and "T1 = 12345" in moved._repr_html_()
+    assert "T1 = 12345" not in report._repr_markdown_()
+
+
+def test_html_escapes_and_simulator_reports_render():
+    sim = simulate_population(oc.Setting(oc.rotation(0.5, 3)))
+    md = sim._repr_markdown_()
+    assert sim.source in md
+    assert re.search(r"\| α \(every v_k\) \| [-\d.]+ \| — \|", md)   # no closed form: "—"
+    assert "&lt;= ε" in display.to_html(sim)          # "<=" escaped in HTML
+
+
+def test_a_contradicted_regime_is_marked():
+    counterexample = oc.predict(oc.Setting(oc.parallel_shift([-0.7, 0.9, 0.95])))
+    assert "✗ (contradicts the regime)" in counterexample._repr_markdown_()
+
+
+def test_derivation_displays_as_its_markdown_document():
+    from oodcalc.claims import get_claim
+    from oodcalc.symbolic.documents import derivation_of
+    from oodcalc.symbolic.render import to_markdown
+
+    derivation = derivation_of("1")
+    text = derivation._repr_markdown_()
+    assert text == to_markdown(derivation, get_claim("1"))
+    assert text.startswith("# Claim 1") and "$$" in text
