@@ -1,28 +1,181 @@
-"""Generated blocks in the README stay true: regenerate and compare."""
+"""The README is checked: every fenced shell command in it runs, every Python example
+prints what it shows, and it states no time that was not measured.
 
+Commands are found automatically, so a new README section is covered without touching
+this file: every line of a ```bash (or ```sh, ```console) block is a command. A command
+whose comment says `[long]` (it takes minutes; tools/measure_readme_times.py times it)
+or `[cluster]` (it needs a dask scheduler) is not run; a command whose comment says
+"exits 1" must exit with 1, every other with 0. `oodcalc ...` commands run in this
+process (a trailing `> FILE` is honoured), anything else in bash; each in a fresh
+directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import io
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from oodcalc.cli import main
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+SHELL_FENCES = {"bash", "sh", "shell", "console"}
+NOT_RUN_MARKS = {"[long]": "takes minutes (timed by tools/measure_readme_times.py)",
+                 "[cluster]": "needs a dask.distributed scheduler"}
+#: Commands the README shows that this test must not run itself, and what covers them.
+COVERED_ELSEWHERE = {
+    'python -m pip install -e ".[test]"': ".ci/run installs this way before running the "
+                                          "tests; tests/test_wheel.py installs the wheel",
+    "python -m pytest -q": "this test suite",
+}
+#: Sections whose times are printed by a script of their own.
+TIMES_EXEMPT_SECTIONS = {"Performance": "benchmark results, printed by benchmarks/all.py"}
 
 
-def block(name: str) -> str:
-    match = re.search(rf"<!-- {name}:start -->\n(.*?)\n<!-- {name}:end -->", README.read_text(), re.S)
-    assert match, f"README has no {name} block"
-    return match.group(1).strip()
+def fences(text: str) -> list[tuple[str, str, int]]:
+    """(language, body, line number of the body) of every fenced block."""
+    out = []
+    for match in re.finditer(r"^```(\w*)[^\n]*\n(.*?)^```", text, re.S | re.M):
+        out.append((match.group(1), match.group(2), text.count("\n", 0, match.start(2)) + 1))
+    return out
 
 
-def test_reproduce_block_is_current(capsys):
-    assert main(["reproduce", "synthetic", "-f", "markdown"]) == 0
-    assert block("reproduce") == capsys.readouterr().out.strip(), (
-        "README is stale: paste the output of `oodcalc reproduce synthetic -f markdown` into its "
-        "reproduce block")
+def split_comment(line: str) -> tuple[str, str]:
+    """``command  # comment`` → (command, comment), ignoring ``#`` inside quotes."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].strip(), line[i + 1:].strip()
+    return line.strip(), ""
 
 
-def test_claims_block_is_current():
-    from oodcalc.claims import markdown_table
-    assert block("claims") == markdown_table(), (
-        "README is stale: paste `python -c \"import oodcalc.claims as c; "
-        "print(c.markdown_table())\"` into its claims block")
+def readme_commands(text: str) -> list[tuple[str, str, int]]:
+    """(command, comment, line) for every command line of every shell fence."""
+    out = []
+    for language, body, first in fences(text):
+        if language not in SHELL_FENCES:
+            continue
+        for offset, line in enumerate(body.splitlines()):
+            command, comment = split_comment(line.removeprefix("$ "))
+            if command:
+                out.append((command, comment, first + offset))
+    return out
+
+
+COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+
+
+def run_in_process(words: list[str]) -> tuple[int, str]:
+    """``oodcalc WORDS [> FILE]`` through the CLI's entry point; (exit code, stdout)."""
+    target = None
+    if ">" in words:
+        at = words.index(">")
+        words, target = words[:at], words[at + 1]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(words[1:])
+    if target is not None:
+        Path(target).write_text(buffer.getvalue(), encoding="utf-8")
+    return code, buffer.getvalue()
+
+
+def run_in_shell(command: str) -> tuple[int, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env,
+                          timeout=600)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command, comment, line", COMMANDS,
+                         ids=[f"line{line}:{cmd[:50]}" for cmd, _, line in COMMANDS])
+def test_readme_command_runs(command, comment, line, tmp_path, monkeypatch):
+    if command in COVERED_ELSEWHERE:
+        pytest.skip(f"covered by {COVERED_ELSEWHERE[command]}")
+    for mark, reason in NOT_RUN_MARKS.items():
+        if mark in comment:
+            pytest.skip(f"marked {mark}: {reason}")
+    monkeypatch.chdir(tmp_path)
+    words = shlex.split(command)
+    shell_syntax = {"|", "&&", "||", ";", "<", "2>", ">>"} & set(words)
+    if words[0] == "oodcalc" and not shell_syntax:
+        code, output = run_in_process(words)
+    else:
+        code, output = run_in_shell(command)
+    expected = 1 if re.search(r"\bexits? 1\b", comment) else 0
+    assert code == expected, (f"README line {line}: `{command}` exited with {code}, "
+                              f"expected {expected}\n{output[-2000:]}")
+    written = [p for p in tmp_path.iterdir() if p.stat().st_size > 0]
+    assert output.strip() or written, f"README line {line}: `{command}` produced nothing"
+
+
+def test_the_commands_are_found_and_the_exemptions_are_current():
+    found = {command for command, _, _ in COMMANDS}
+    assert "oodcalc predict --gamma 1,-0.9" in found
+    assert any(c.startswith("oodcalc sweep") for c in found)
+    stale = set(COVERED_ELSEWHERE) - found
+    assert not stale, f"no longer in the README, remove from COVERED_ELSEWHERE: {stale}"
+
+
+def test_the_comment_splitter_respects_quotes():
+    assert split_comment('pip install -e ".[test]"   # install') == ('pip install -e ".[test]"',
+                                                                     "install")
+    assert split_comment("echo '#not a comment'") == ("echo '#not a comment'", "")
+    assert split_comment("oodcalc derive 3 --format markdown") == (
+        "oodcalc derive 3 --format markdown", "")
+
+
+PYTHON_EXAMPLES = [(body, line) for language, body, line in
+                   fences(README.read_text(encoding="utf-8")) if language in {"python", "pycon"}]
+
+
+@pytest.mark.parametrize("body, line", PYTHON_EXAMPLES,
+                         ids=[f"line{line}" for _, line in PYTHON_EXAMPLES])
+def test_readme_python_example(body, line):
+    """A block with ``>>>`` prompts must print what it shows; any other must run."""
+    if ">>>" not in body:
+        exec(compile(body, f"README.md:{line}", "exec"), {})
+        return
+    test = doctest.DocTestParser().get_doctest(body, {}, f"README.md:{line}", str(README), line)
+    report = io.StringIO()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test, out=report.write)
+    assert runner.failures == 0, report.getvalue()
+
+
+DURATION = re.compile(r"\b\d+(?:[.,]\d+)?\s*(?:ms|µs|s|sec|seconds?|min|minutes?|h|hours?)\b")
+
+
+def text_to_check_for_times(text: str) -> str:
+    """The README without its generated blocks and its exempt sections."""
+    text = re.sub(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", "", text, flags=re.S)
+    for title in TIMES_EXEMPT_SECTIONS:
+        text = re.sub(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", "", text, flags=re.S | re.M)
+    return text
+
+
+def test_the_readme_states_no_typed_time():
+    typed = DURATION.findall(text_to_check_for_times(README.read_text(encoding="utf-8")))
+    assert not typed, (f"times typed into the README: {typed}; add the command to "
+                       "tools/measure_readme_times.py and point to the measured table")
+
+
+def test_the_time_check_sees_a_typed_time():
+    assert DURATION.findall(text_to_check_for_times("## Quick start\nit takes about 25 s\n"))
+    assert not DURATION.findall(text_to_check_for_times(
+        "<!-- times:start -->\n| x | 25 s |\n<!-- times:end -->\n"
+        "## Performance\n0.69 s\n## Next\nno time here\n"))

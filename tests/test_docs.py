@@ -1,0 +1,131 @@
+"""Generated parts of the docs stay true: every block and file that
+tools/generate_docs.py produces is regenerated and compared; the docs cite the paper and
+nothing outside the repository."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_tool(name: str):
+    """A script of tools/ as a module (they are not part of the package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generate_docs = load_tool("generate_docs")
+FIX = "python tools/generate_docs.py"
+
+
+@pytest.mark.parametrize("block", generate_docs.BLOCKS, ids=lambda b: f"{b.file}:{b.name}")
+def test_generated_block_is_current(block):
+    assert generate_docs.current(block) == block.generate().strip(), (
+        f"{block.file} is stale in its '{block.name}' block: run `{FIX}`")
+
+
+@pytest.mark.parametrize("name", sorted(generate_docs.FILES))
+def test_generated_file_is_current(name):
+    assert (ROOT / name).read_text(encoding="utf-8") == generate_docs.FILES[name](), (
+        f"{name} is stale: run `{FIX}`")
+
+
+def test_a_stale_block_is_found_and_regenerated(tmp_path):
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "theory.md", tmp_path / "docs" / "theory.md")
+    block = next(b for b in generate_docs.BLOCKS if b.file == "docs/theory.md")
+    path = tmp_path / block.file
+    text = path.read_text(encoding="utf-8")
+    start = text.index(f"<!-- {block.name}:start -->")
+    path.write_text(text[:start] + text[start:].replace("|", "¦", 3), encoding="utf-8")
+    assert generate_docs.current(block, tmp_path) != block.generate().strip()
+    assert generate_docs.update(block, tmp_path) is True
+    assert path.read_text(encoding="utf-8") == text
+    assert generate_docs.update(block, tmp_path) is False
+
+
+def test_a_missing_block_is_named():
+    block = generate_docs.Block("docs/theory.md", "no-such-block", lambda: "")
+    with pytest.raises(LookupError, match="no-such-block"):
+        generate_docs.current(block)
+
+
+def test_a_new_column_is_one_line(monkeypatch):
+    columns = [*generate_docs.THEORY_CLAIM_COLUMNS, ("key", lambda c: c.key)]
+    table = generate_docs.claims_table(columns)()
+    assert table.splitlines()[0].endswith("| key |")
+    assert "| conservation |" in table
+
+
+def test_the_notebook_follows_the_script():
+    notebook = json.loads(generate_docs.FILES["examples/tour.ipynb"]())
+    script = (ROOT / "examples" / "tour.py").read_text(encoding="utf-8")
+    code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert len(code) == script.count("# %%\n") and all(c in script for c in code)
+    assert notebook["nbformat"] == 4 and all(c["outputs"] == [] for c in notebook["cells"]
+                                             if c["cell_type"] == "code")
+
+
+def test_the_times_table_comes_from_the_measurements():
+    data = json.loads(generate_docs.TIMES_FILE.read_text(encoding="utf-8"))
+    table = generate_docs.times_table()
+    for row in data["commands"]:
+        assert f"`{row['command']}`" in table
+        assert generate_docs.format_seconds(row["seconds"]) in table
+    measured = {row["key"] for row in data["commands"]}
+    assert measured == set(load_tool("measure_readme_times").COMMANDS)
+
+
+# --- the project stands alone ---------------------------------------------------------------
+
+#: Files outside the repository, as the docs must never name them. Written with character
+#: classes so that this file does not match itself.
+OUTSIDE = re.compile(r"shared[/]|MODEL[.]md|seeds[/]")
+#: Files the lead is rewriting (issue 9); each is cleaned there. Remove an entry once its
+#: file no longer refers outside the repository (the test says when).
+LEAD_OWNED_UNTIL_CLEANED = {
+    "oodcalc/claims.py", "oodcalc/cli/derive.py", "oodcalc/cli/verify.py",
+    "oodcalc/symbolic/__init__.py", "oodcalc/symbolic/core.py", "oodcalc/verify.py",
+}
+
+
+def tracked_files() -> list[str]:
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                          check=True)
+    return done.stdout.split()
+
+
+def test_nothing_refers_to_files_outside_the_repository():
+    hits = {}
+    for name in tracked_files():
+        path = ROOT / name
+        if path.suffix in {".png", ".pdf", ".npz", ".npy"} or not path.is_file():
+            continue
+        found = OUTSIDE.findall(path.read_text(encoding="utf-8", errors="replace"))
+        if found:
+            hits[name] = found
+    outside = set(hits) - LEAD_OWNED_UNTIL_CLEANED
+    assert not outside, f"refer to files outside the repository: {sorted(outside)}"
+    cleaned = LEAD_OWNED_UNTIL_CLEANED - set(hits)
+    assert not cleaned, f"clean now: remove {sorted(cleaned)} from LEAD_OWNED_UNTIL_CLEANED"
+
+
+def test_the_outside_pattern_matches_what_it_must():
+    assert OUTSIDE.search("see " + "shared" + "/" + "MODEL" + ".md")
+    assert OUTSIDE.search("the " + "seeds" + "/000.txt file")
+    assert not OUTSIDE.search("the paper, arXiv 2609.36448")

@@ -1,0 +1,279 @@
+"""Regenerate the generated blocks of the README and docs/ (or check that they are current).
+
+    python tools/generate_docs.py            # rewrite every stale block (and file) in place
+    python tools/generate_docs.py --check    # exit 1 and name the stale ones
+
+A generated block sits between two markers in a Markdown file:
+
+    <!-- NAME:start -->
+    ...generated text...
+    <!-- NAME:end -->
+
+and is produced by one function of this module, registered in ``BLOCKS``. The tests
+(tests/test_docs.py) regenerate every block and fail when the file differs, so a block
+never goes stale silently. To add a block: write its function, add one ``Block`` line,
+put the two markers in the file, run this script. Whole generated files (the example
+notebook) are listed in ``FILES``.
+
+Tables generated from a registry take their columns from a list of
+``(heading, function of one entry)``: adding a column is one line there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMES_FILE = ROOT / "tools" / "readme_times.json"
+
+
+# --- Markdown helpers --------------------------------------------------------------------
+
+def cell(value: Any) -> str:
+    """One Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def markdown_table(columns: Sequence[tuple[str, Callable[[Any], Any]]],
+                   entries: Sequence[Any]) -> str:
+    """A Markdown table with one row per entry; ``columns`` is ``[(heading, getter)]``."""
+    lines = ["| " + " | ".join(heading for heading, _ in columns) + " |",
+             "|" + "---|" * len(columns)]
+    for entry in entries:
+        lines.append("| " + " | ".join(cell(get(entry)) for _, get in columns) + " |")
+    return "\n".join(lines)
+
+
+def run_cli(argv: list[str], columns: int = 100) -> str:
+    """What ``oodcalc ARGV`` prints to a terminal ``columns`` wide (trailing blanks cut)."""
+    from oodcalc.cli import main
+
+    buffer = io.StringIO()
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(columns)
+    try:
+        with contextlib.redirect_stdout(buffer):
+            code = main(argv)
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+    if code != 0:
+        raise RuntimeError(f"oodcalc {' '.join(argv)} exited with {code}")
+    return "\n".join(line.rstrip() for line in buffer.getvalue().strip().splitlines())
+
+
+# --- the claims (registry: oodcalc/claims.py) --------------------------------------------
+
+def _derivation_link(claim) -> str:
+    from oodcalc.symbolic.documents import file_stem
+    return f"[{claim.number}](derivations/{file_stem(claim)}.md)"
+
+
+#: docs/theory.md: the full table. One line per column.
+THEORY_CLAIM_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
+    ("#", lambda c: c.number),
+    ("claim", lambda c: c.title),
+    ("the paper's statement", lambda c: c.statement),
+    ("proof level", lambda c: c.proof or "not derived"),
+]
+
+#: README.md: the short table, linking each claim's derivation. One line per column.
+README_CLAIM_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
+    ("#", _derivation_link),
+    ("claim", lambda c: c.title),
+    ("proof level", lambda c: c.proof or "not derived"),
+]
+
+
+def claims_table(columns) -> Callable[[], str]:
+    def generate() -> str:
+        from oodcalc.claims import CLAIMS
+        return markdown_table(columns, CLAIMS)
+    return generate
+
+
+# --- the paper's figures (oodcalc/paper_figures.toml) -------------------------------------
+
+FIGURE_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
+    ("experiment", lambda f: f.experiment),
+    ("quantity", lambda f: f.quantity),
+    ("reported", lambda f: f.printed),
+    ("where in the paper", lambda f: f.where),
+]
+
+
+def figures_table() -> str:
+    from oodcalc import paper
+    return markdown_table(FIGURE_COLUMNS, list(paper.figures().values()))
+
+
+# --- command output ------------------------------------------------------------------------
+
+def reproduce_markdown() -> str:
+    return run_cli(["reproduce", "synthetic", "-f", "markdown"])
+
+
+PREDICT_EXAMPLE = ["predict", "--gamma", "1,-0.9"]
+
+
+def predict_example() -> str:
+    command = "oodcalc " + " ".join(PREDICT_EXAMPLE)
+    return f"```text\n$ {command}\n{run_cli(PREDICT_EXAMPLE)}\n```"
+
+
+# --- measured times (tools/measure_readme_times.py writes tools/readme_times.json) ---------
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def times_table() -> str:
+    data = json.loads(TIMES_FILE.read_text(encoding="utf-8"))
+    rows = markdown_table([("command", lambda r: f"`{r['command']}`"),
+                           ("wall time", lambda r: format_seconds(r["seconds"])),
+                           ("what it does", lambda r: r["what"])], data["commands"])
+    m = data["machine"]
+    return (f"{rows}\n\nMeasured by `python tools/measure_readme_times.py` on {m['date']}: "
+            f"{m['cores']} cores ({m['platform']}, Python {m['python']}), load average "
+            f"{m['load_before']} before the runs (other work was sharing the machine when "
+            "the load is above 0).")
+
+
+# --- the example notebook (examples/tour.py, jupytext "percent" format) ---------------------
+
+def notebook_from_script(script: Path) -> str:
+    """A Jupyter notebook (nbformat 4, no outputs) from a percent-format script: each
+    ``# %%`` line starts a code cell, ``# %% [markdown]`` a Markdown cell whose lines
+    drop their leading ``# ``."""
+    cells: list[dict[str, Any]] = []
+    kind, lines = None, []
+
+    def close() -> None:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if kind is None or not lines:
+            return
+        if kind == "markdown":
+            text = [line[2:] if line.startswith("# ") else line.lstrip("#") for line in lines]
+        else:
+            text = list(lines)
+        cell: dict[str, Any] = {"cell_type": kind, "id": f"cell-{len(cells) + 1}",
+                                "metadata": {},
+                                "source": [line + "\n" for line in text[:-1]] + [text[-1]]}
+        if kind == "code":
+            cell |= {"execution_count": None, "outputs": []}
+        cells.append(cell)
+
+    for line in script.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# %%"):
+            close()
+            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+        elif kind is not None and (lines or line.strip()):
+            lines.append(line)
+    close()
+    notebook = {"cells": cells,
+                "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                            "name": "python3"},
+                             "language_info": {"name": "python"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
+#: Whole files generated from others: path → generator.
+FILES: dict[str, Callable[[], str]] = {
+    "examples/tour.ipynb": lambda: notebook_from_script(ROOT / "examples" / "tour.py"),
+}
+
+
+# --- the registry of blocks -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Block:
+    file: str            # relative to the repository root
+    name: str
+    generate: Callable[[], str]
+
+
+BLOCKS: list[Block] = [
+    Block("README.md", "predict-example", predict_example),
+    Block("README.md", "claims", claims_table(README_CLAIM_COLUMNS)),
+    Block("README.md", "reproduce", reproduce_markdown),
+    Block("README.md", "times", times_table),
+    Block("docs/theory.md", "claims", claims_table(THEORY_CLAIM_COLUMNS)),
+    Block("docs/theory.md", "figures", figures_table),
+]
+
+
+def _pattern(name: str) -> re.Pattern:
+    name = re.escape(name)
+    return re.compile(rf"(<!-- {name}:start -->\n)(.*?)(^<!-- {name}:end -->)", re.S | re.M)
+
+
+def current(block: Block, root: Path = ROOT) -> str:
+    """The block's text as it stands in its file (a clear error if the markers are gone)."""
+    text = (root / block.file).read_text(encoding="utf-8")
+    match = _pattern(block.name).search(text)
+    if match is None:
+        raise LookupError(f"{block.file} has no '{block.name}' block "
+                          f"(<!-- {block.name}:start --> ... <!-- {block.name}:end -->)")
+    return match.group(2).strip()
+
+
+def update(block: Block, root: Path = ROOT) -> bool:
+    """Regenerate one block in place; True if the file changed."""
+    path = root / block.file
+    text = path.read_text(encoding="utf-8")
+    current(block, root)
+    fresh = block.generate().strip()
+    new = _pattern(block.name).sub(lambda m: m.group(1) + fresh + "\n" + m.group(3), text,
+                                   count=1)
+    if new == text:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python tools/generate_docs.py",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if any block is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for block in BLOCKS:
+        if args.check:
+            if current(block) != block.generate().strip():
+                stale.append(f"{block.file}: {block.name}")
+        elif update(block):
+            print(f"updated {block.file}: {block.name}")
+    for name, generate in FILES.items():
+        path, fresh = ROOT / name, generate()
+        if path.exists() and path.read_text(encoding="utf-8") == fresh:
+            continue
+        if args.check:
+            stale.append(name)
+        else:
+            path.write_text(fresh, encoding="utf-8")
+            print(f"updated {name}")
+    for name in stale:
+        print(f"stale: {name}", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

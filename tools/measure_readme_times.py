@@ -1,0 +1,90 @@
+"""Measure how long the README's main commands take, and regenerate its times table.
+
+    python tools/measure_readme_times.py       # every command, several minutes
+
+Runs each command as a user would (a fresh process, from a scratch directory; the tests
+from the repository root), records the wall time, the exit code and the machine (cores,
+platform, load average before the runs) in tools/readme_times.json, then rewrites the
+README's generated "times" block from that file (tools/generate_docs.py). The README
+states no time that is not in that file.
+
+Fast commands are run REPEAT times and the median is kept; the long ones once. The
+numbers depend on the machine and its load: the table says both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import generate_docs  # noqa: E402
+
+REPEAT = 5
+
+#: key → (command, what it does, run from the repository root?, repeat?)
+COMMANDS: dict[str, tuple[str, str, bool, bool]] = {
+    "predict": ("oodcalc predict --gamma 1,-0.9", "the main job", False, True),
+    "derive-list": ("oodcalc derive --list", "the claims and their proof levels", False, True),
+    "reproduce": ("oodcalc reproduce", "the paper's synthetic tables, theory and GD on Q",
+                  False, False),
+    "verify-quick": ("oodcalc verify --quick", "the verification ledger on small grids",
+                     False, False),
+    "verify": ("oodcalc verify", "the full verification ledger", False, False),
+    "pytest": ("python -m pytest -q", "the test suite", True, False),
+}
+
+
+def run(command: str, cwd: Path) -> tuple[float, int]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    start = time.perf_counter()
+    done = subprocess.run(command, shell=True, cwd=cwd, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start, done.returncode
+
+
+def machine() -> dict[str, object]:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return {"date": datetime.date.today().isoformat(), "cores": os.cpu_count(),
+            "platform": f"{platform.system()} {platform.machine()}",
+            "python": platform.python_version(), "load_before": round(load, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="python tools/measure_readme_times.py",
+                            description=__doc__.splitlines()[0]).parse_args(argv)
+    measured = {}
+    info = machine()     # all rows of one file come from one run on one machine
+    with tempfile.TemporaryDirectory() as scratch:
+        for key in COMMANDS:
+            command, what, at_root, repeat = COMMANDS[key]
+            runs = [run(command, ROOT if at_root else Path(scratch))
+                    for _ in range(REPEAT if repeat else 1)]
+            seconds = statistics.median(t for t, _ in runs)
+            code = runs[-1][1]
+            measured[key] = {"key": key, "command": command, "what": what,
+                             "seconds": round(seconds, 2), "exit_code": code}
+            print(f"{seconds:8.2f} s  exit {code}  {command}", flush=True)
+    data = {"machine": info, "commands": list(measured.values())}
+    generate_docs.TIMES_FILE.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
+    for block in generate_docs.BLOCKS:
+        if block.name == "times":
+            generate_docs.update(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
