@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from oodcalc import paper
 
 
@@ -29,9 +31,5 @@ def test_angles_of_settings_are_read_as_multiples_of_pi():
     assert paper.radians("-2pi/3") == -2 * math.pi / 3
     assert paper.radians("pi") == math.pi
     assert paper.radians(0.0) == 0.0
-    try:
+    with pytest.raises(ValueError, match="sixty degrees"):
         paper.radians("sixty degrees")
-    except ValueError as err:
-        assert "sixty degrees" in str(err)
-    else:
-        raise AssertionError("expected a ValueError")
