@@ -145,13 +145,15 @@ def format_seconds(seconds: float) -> str:
 def times_table() -> str:
     data = json.loads(TIMES_FILE.read_text(encoding="utf-8"))
     rows = markdown_table([("command", lambda r: f"`{r['command']}`"),
-                           ("wall time", lambda r: format_seconds(r["seconds"])),
+                           ("CPU time", lambda r: format_seconds(r["cpu_seconds"])),
+                           ("wall time (this run)", lambda r: format_seconds(r["wall_seconds"])),
                            ("what it does", lambda r: r["what"])], data["commands"])
     m = data["machine"]
-    return (f"{rows}\n\nMeasured by `python tools/measure_readme_times.py` on {m['date']}: "
-            f"{m['cores']} cores ({m['platform']}, Python {m['python']}), load average "
-            f"{m['load_before']} before the runs (other work was sharing the machine when "
-            "the load is above 0).")
+    return (f"{rows}\n\nMeasured by `python tools/measure_readme_times.py` on {m['date']}, "
+            f"{m['cores']} cores ({m['platform']}, Python {m['python']}). CPU time is what a "
+            "command costs (on an idle machine its wall time is close to it, less where it "
+            "runs work in parallel); the wall times of this run were taken with a load "
+            f"average of {m['load_before']} from other work on the machine.")
 
 
 # --- the example notebook (examples/tour.py, jupytext "percent" format) ---------------------

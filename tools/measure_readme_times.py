@@ -8,8 +8,11 @@ platform, load average before the runs) in tools/readme_times.json, then rewrite
 README's generated "times" block from that file (tools/generate_docs.py). The README
 states no time that is not in that file.
 
-Fast commands are run REPEAT times and the median is kept; the long ones once. The
-numbers depend on the machine and its load: the table says both.
+Two numbers per command: the CPU time of the command and every process it starts (what
+it costs; close to the wall time on an idle machine, except where it runs work in
+parallel), and the wall time of this run, which grows with whatever else the machine was
+doing (the load average is recorded). Fast commands are run REPEAT times and the median
+is kept; the long ones once.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,13 +50,18 @@ COMMANDS: dict[str, tuple[str, str, bool, bool]] = {
 }
 
 
-def run(command: str, cwd: Path) -> tuple[float, int]:
+def run(command: str, cwd: Path) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of the command and its children, exit code)."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, shell=True, cwd=cwd, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start, done.returncode
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.returncode
 
 
 def machine() -> dict[str, object]:
@@ -72,11 +81,13 @@ def main(argv: list[str] | None = None) -> int:
             command, what, at_root, repeat = COMMANDS[key]
             runs = [run(command, ROOT if at_root else Path(scratch))
                     for _ in range(REPEAT if repeat else 1)]
-            seconds = statistics.median(t for t, _ in runs)
-            code = runs[-1][1]
+            wall = statistics.median(w for w, _, _ in runs)
+            cpu = statistics.median(c for _, c, _ in runs)
+            code = runs[-1][2]
             measured[key] = {"key": key, "command": command, "what": what,
-                             "seconds": round(seconds, 2), "exit_code": code}
-            print(f"{seconds:8.2f} s  exit {code}  {command}", flush=True)
+                             "cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2),
+                             "exit_code": code}
+            print(f"cpu {cpu:8.2f} s  wall {wall:8.2f} s  exit {code}  {command}", flush=True)
     data = {"machine": info, "commands": list(measured.values())}
     generate_docs.TIMES_FILE.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8")
