@@ -67,10 +67,12 @@ def sections(report: Report) -> list[Section]:
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
     finetune.lines.append(f"F = L_tr(after) − L_tr(before) = {F:+.5g} ({meaning})")
-    finetune.header = ["k", "regime (claim 8)", "condition", "F_k", "L_{v_k} trend"]
+    finetune.header = ["k", "paper's verdict (claim 8)", "condition", "first step (D_k)",
+                       "F_k", "L_{v_k} trend"]
     for f in report.forgetting:
-        trend = f.trend + (" ✗ (contradicts the regime)" if f.theorem_holds is False else "")
-        finetune.rows.append([str(f.k), f.regime or "—", f.condition or "—",
+        trend = f.trend + (" ✗ (contradicts the verdict)" if f.theorem_holds is False else "")
+        first = "—" if f.D_k is None else f"{f.initial_direction} (D_k = {f.D_k:+.4g})"
+        finetune.rows.append([str(f.k), f.regime or "—", f.condition or "—", first,
                               f"{f.F_k:+.4g}", trend])
     return [head, pretrain, ood_section, finetune]
 

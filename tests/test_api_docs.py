@@ -77,7 +77,10 @@ def test_html_escapes_and_simulator_reports_render():
 
 def test_a_contradicted_regime_is_marked():
     counterexample = oc.predict(oc.Setting(oc.parallel_shift([-0.7, 0.9, 0.95])))
-    assert "✗ (contradicts the regime)" in counterexample._repr_markdown_()
+    text = counterexample._repr_markdown_()
+    assert "✗ (contradicts the verdict)" in text
+    first = counterexample.forgetting[0]
+    assert f"{first.initial_direction} (D_k = {first.D_k:+.4g})" in text   # the derived criterion
 
 
 def test_derivation_displays_as_its_markdown_document():
