@@ -113,7 +113,7 @@ for title, rows in reproduce(simulators={}).items():
 # %%
 from oodcalc.symbolic.documents import derivation_of
 
-derivation = derivation_of(1)
-print(f"claim {derivation.number}: {derivation.title}: {derivation.status}, "
+derivation = derivation_of("1")
+print(f"claim {derivation.id}: {derivation.title}: {derivation.level}, "
       f"{sum(c.passed for c in derivation.checks)}/{len(derivation.checks)} checks passed")
 derivation

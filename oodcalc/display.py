@@ -36,7 +36,7 @@ def sections(report: Report) -> list[Section]:
     head = Section(f"oodcalc report ({report.source}) · {describe_text(p['geometry'])}",
                    [f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
                     f"η_ft = {fmt(p['eta_ft'])}",
-                    *(f"warning: {w}" for w in getattr(report, "warnings", []))])
+                    *(f"warning: {w}" for w in report.warnings)])
 
     pre = report.pretrain
     pretrain = Section(f"1 · Pretraining on V: T1 = {pre.T1}",

@@ -1,9 +1,10 @@
 """The result schema shared by the theory and every simulator.
 
-A :class:`Report` holds, for one setting, the three phases of the protocol (docs/theory.md): where
-pretraining stops (T1), what Q^(T1) does on the OOD features, and what fine-tuning (T2)
-does to the source features. Theory and simulation fill the same fields, so comparing them
-is a field-by-field diff. ``to_dict`` is the documented JSON (README, "JSON schema").
+A :class:`Report` holds, for one setting, the three phases of the protocol
+(docs/theory.md): where pretraining stops (T1), what Q^(T1) does on the OOD features, and
+what fine-tuning (T2) does to the source features. Theory and simulation fill the same
+fields, so comparing them is a field-by-field diff. ``to_dict`` is the documented JSON
+(docs/report.md).
 """
 
 from __future__ import annotations
@@ -168,8 +169,9 @@ class Report:
         Fine-tuning on U: ``T2``, the logits at ``T1 + T2`` and the step-size bound.
     forgetting : list of FeatureForgetting
         Per source feature ``k`` (from 1): ``F_k``, the loss before and after, its
-        ``trend`` along fine-tuning, the theorem's ``regime``/``condition`` and
-        ``theorem_holds``.
+        ``trend`` along fine-tuning, the paper's verdict ``regime``/``condition`` and
+        ``theorem_holds``, and the derived first-step criterion ``D_k`` with its
+        ``initial_direction``.
     trajectories : dict of str → ndarray
         Logits along both phases: ``"pretrain"``, ``"finetune_ood"``,
         ``"finetune_source"`` (strided when a run is very long).

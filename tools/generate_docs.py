@@ -73,26 +73,27 @@ def run_cli(argv: list[str], columns: int = 100) -> str:
     return "\n".join(line.rstrip() for line in buffer.getvalue().strip().splitlines())
 
 
-# --- the claims (registry: oodcalc/claims.py) --------------------------------------------
+# --- the claims (registry: oodcalc/claims/) -----------------------------------------------
 
 def _derivation_link(claim) -> str:
     from oodcalc.symbolic.documents import file_stem
-    return f"[{claim.number}](derivations/{file_stem(claim)}.md)"
+    return f"[{claim.id}](derivations/{file_stem(claim)}.md)"
 
 
 #: docs/theory.md: the full table. One line per column.
 THEORY_CLAIM_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
-    ("#", lambda c: c.number),
+    ("#", lambda c: c.id),
     ("claim", lambda c: c.title),
-    ("the paper's statement", lambda c: c.statement),
-    ("proof level", lambda c: c.proof or "not derived"),
+    ("statement checked", lambda c: c.statement),
+    ("level", lambda c: c.level),
+    ("decisive step", lambda c: c.decisive_step),
 ]
 
 #: README.md: the short table, linking each claim's derivation. One line per column.
 README_CLAIM_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
     ("#", _derivation_link),
     ("claim", lambda c: c.title),
-    ("proof level", lambda c: c.proof or "not derived"),
+    ("level", lambda c: c.level),
 ]
 
 
