@@ -94,6 +94,7 @@ README_CLAIM_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
     ("#", _derivation_link),
     ("claim", lambda c: c.title),
     ("level", lambda c: c.level),
+    ("decisive step", lambda c: c.decisive_step),
 ]
 
 
