@@ -18,7 +18,7 @@ def quick_context():
     the numeric mutation tests share its simulations (the mutations change only what the
     simulations are compared with)."""
     from oodcalc import verify
-    return verify.Context(verify.QUICK)
+    return verify.Context.shared(verify.QUICK)
 
 
 @pytest.fixture(scope="session")

@@ -95,9 +95,6 @@ def test_the_times_table_comes_from_the_measurements():
 #: Files outside the repository, as the docs must never name them. Written with character
 #: classes so that this file does not match itself.
 OUTSIDE = re.compile(r"shared[/]|MODEL[.]md|seeds[/]")
-#: Files the lead is rewriting (issue 9); each is cleaned there. Remove an entry once its
-#: file no longer refers outside the repository (the test says when).
-LEAD_OWNED_UNTIL_CLEANED = {"oodcalc/symbolic/__init__.py"}
 
 
 def tracked_files() -> list[str]:
@@ -117,10 +114,7 @@ def test_nothing_refers_to_files_outside_the_repository():
         found = OUTSIDE.findall(path.read_text(encoding="utf-8", errors="replace"))
         if found:
             hits[name] = found
-    outside = set(hits) - LEAD_OWNED_UNTIL_CLEANED
-    assert not outside, f"refer to files outside the repository: {sorted(outside)}"
-    cleaned = LEAD_OWNED_UNTIL_CLEANED - set(hits)
-    assert not cleaned, f"clean now: remove {sorted(cleaned)} from LEAD_OWNED_UNTIL_CLEANED"
+    assert not hits, f"refer to files outside the repository: {sorted(hits)}"
 
 
 def test_the_outside_pattern_matches_what_it_must():

@@ -135,13 +135,6 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
-def markdown_table() -> str:
-    """The registry as a Markdown table (README and docs embed it; tests keep it current)."""
-    lines = ["| # | claim | level | decisive step |", "|---|---|---|---|"]
-    lines += [f"| {c.id} | {c.title} | {c.level} | {c.decisive_step} |" for c in CLAIMS]
-    return "\n".join(lines)
-
-
 def get_claims(name: str | int) -> list[Claim]:
     """The entries a name selects: a number selects every part (``8`` → 8a, 8b, 8c); an
     id (``8b``) or a key (``convergence``) selects one."""
