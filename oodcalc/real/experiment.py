@@ -24,6 +24,7 @@ seeds first). Every number is a function of the config, the seeds and the files'
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -32,10 +33,12 @@ import numpy as np
 
 from .. import paper
 from ..errors import InputError
+from ..dynamics import ood_start
 from ..geometry import from_arrays
-from ..predict import predict
-from ..setting import Protocol, Setting
 from ..geometry import rotation as rotation_geometry
+from ..model import conditional_errors
+from ..predict import pretrain_logits, predict
+from ..setting import Protocol, Setting
 from .data import DOMAINS, SOURCE, Review, counts
 from .encoder import Encoder, hidden_states
 from .top import (Rotation, Training, dimension_pairs, init_head, losses, make_top, probe,
@@ -134,10 +137,28 @@ def class_means(pooled: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.stack([pooled[labels == c].mean(axis=0) for c in (0, 1)], axis=1)
 
 
+@functools.lru_cache(maxsize=8)
+def _pretrained_logits(K: int, eps: float, eta: float, max_steps: int) -> np.ndarray:
+    return pretrain_logits(K, eps, eta, max_steps).z[0]
+
+
+def theory_ood_error(M: np.ndarray, protocol: Protocol) -> float:
+    """The theory's OOD error at T1 for alignment M = VᵀU: exactly what
+    ``predict(...).ood.error.mean()`` gives, with the V-independent pretraining shared."""
+    z1 = _pretrained_logits(M.shape[0], protocol.eps, protocol.eta, protocol.max_steps)
+    return float(conditional_errors(ood_start(z1, M)).mean())
+
+
+def class_geometry(means_source: np.ndarray, means_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """V, U: the orthonormalised class means (column k = class k)."""
+    return lowdin(means_source.astype(np.float64)), lowdin(means_ood.astype(np.float64))
+
+
 def theory_for(means_source: np.ndarray, means_ood: np.ndarray,
                protocol: Protocol) -> dict[str, Any]:
-    """oodcalc.predict on V, U = orthonormalised class means (``--features/--ood``)."""
-    V, U = lowdin(means_source.astype(np.float64)), lowdin(means_ood.astype(np.float64))
+    """oodcalc.predict on V, U = orthonormalised class means (``--features/--ood``):
+    OOD error at T1, forgetting F after fine-tuning on U, M and the principal angles."""
+    V, U = class_geometry(means_source, means_ood)
     report = predict(Setting(from_arrays(V, U), protocol))
     M = V.T @ U
     return {"ood_loss": float(report.ood.error.mean()), "F": report.F,
@@ -146,10 +167,9 @@ def theory_for(means_source: np.ndarray, means_ood: np.ndarray,
                 np.linalg.svd(M, compute_uv=False), -1, 1))).tolist()}
 
 
-def theory_rotation(theta: float, protocol: Protocol) -> dict[str, float]:
-    """The theory's idealised rotation geometry, K = 2 (``oodcalc predict --theta``)."""
-    report = predict(Setting(rotation_geometry(theta, 2), protocol))
-    return {"ood_loss": float(report.ood.error.mean()), "F": report.F}
+def theory_rotation_F(theta: float, protocol: Protocol) -> float:
+    """Forgetting F in the theory's idealised rotation geometry, K = 2."""
+    return predict(Setting(rotation_geometry(theta, 2), protocol)).F
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -236,8 +256,8 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                     Rp = R.apply(p)
                     gamma_eff[fam][fit, t] = float(np.mean(
                         np.sum(p * Rp, 1) / np.sum(p * p, 1)))
-                    theory_real[fam][fit, t] = theory_for(means, R.apply(means.T).T,
-                                                          config.protocol)["ood_loss"]
+                    V, U = class_geometry(means, R.apply(means.T).T)
+                    theory_real[fam][fit, t] = theory_ood_error(V.T @ U, config.protocol)
             for d, idx in tgt_idx.items():
                 shift[d][s] += losses(top, hidden, labels, idx) / config.folds
             progress.advance()
@@ -273,12 +293,13 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
         "parameters": {**config.describe(), "model": encoder.name,
                        "model_sha256": encoder.identity, "data_sha256": data_sha256,
                        "cache_key": hidden.key, "hidden_size": encoder.hidden,
-                       "layers": encoder.num_layers, "seed_list": list(range(S))},
+                       "layers": encoder.num_layers, "seed_list": list(range(S)),
+                       "versions": versions()},
         "data": counts(reviews),
     }
 
     # rotation
-    theory_rot = [theory_rotation(t, config.protocol) for t in thetas]
+    theory_rot = [theory_ood_error(rotation_geometry(t, 2).M, config.protocol) for t in thetas]
     fams = {}
     for fam in FAMILIES:
         per_ex = rot[fam].mean(axis=0)            # (θ, n_src): average over seeds
@@ -290,7 +311,7 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                      "theory_real": theory_real[fam].mean(axis=0).tolist(),
                      "shape": shape(per_ex, thetas, rng, B)}
     result["rotation"] = {"theta": thetas.tolist(), "gamma": np.cos(thetas).tolist(),
-                          "theory_rotation": [t["ood_loss"] for t in theory_rot],
+                          "theory_rotation": theory_rot,
                           "families": fams}
 
     # natural shift
@@ -310,11 +331,10 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     # forgetting
     frows = []
     for (name, theta), cond in zip(FORGET_THETAS, forget_names):
-        ideal = theory_rotation(theta, config.protocol)
         frows.append({"condition": cond, "theta": theta, "gamma": math.cos(theta),
                       "F": interval(forget[cond].mean(axis=0), rng, B),
                       **ood_before_after(forget_ood[cond]),
-                      "theory_F_rotation": ideal["F"],
+                      "theory_F_rotation": theory_rotation_F(theta, config.protocol),
                       "theory_F_real": float(np.mean(theory_forget_real[name]))})
     for d, row in zip(targets, rows[1:]):
         cond = f"domain: {d}"
@@ -326,6 +346,14 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     result["paper"] = beside_paper(result)
     result["from_cache"] = from_cache
     return result
+
+
+def versions() -> dict[str, str]:
+    import tokenizers
+    import torch
+    import transformers
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "numpy": np.__version__}
 
 
 def ood_before_after(pairs: list[tuple[float, float]]) -> dict[str, float]:
