@@ -18,7 +18,7 @@ import pytest
 from oodcalc.cli import main
 from oodcalc.errors import InputError
 from oodcalc.real import assets, data
-from oodcalc.real.experiment import (Config, class_geometry, interval, local_maxima, lowdin,
+from oodcalc.real.experiment import (Config, Progress, class_geometry, interval, local_maxima, lowdin,
                                      shape, stratified_folds, theory_for, theory_ood_error)
 from oodcalc.real.top import Rotation, Training, dimension_pairs, probe
 
@@ -272,16 +272,34 @@ def tiny_run(tmp_path_factory):
     from oodcalc.real.experiment import run
     encoder, reviews = tiny_encoder(), generated_reviews()
     cache = tmp_path_factory.mktemp("cache")
-    first = run(encoder, reviews, "f" * 64, TINY, cache_dir=cache)
-    second = run(encoder, reviews, "f" * 64, TINY, cache_dir=cache)
-    return first, second, cache, encoder, reviews
+    notes = Notes()
+    first = run(encoder, reviews, "f" * 64, TINY, cache_dir=cache, progress=notes)
+    second = run(encoder, reviews, "f" * 64, TINY, cache_dir=cache, progress=notes)
+    return first, second, cache, notes
+
+
+class Notes(Progress):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.done: dict[str, int] = {}
+        self.totals: dict[str, int] = {}
+
+    def stage(self, name: str, total: int) -> None:
+        self.current, self.totals[name], self.done[name] = name, total, 0
+
+    def advance(self, n: int = 1) -> None:
+        self.done[self.current] += n
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
 
 def test_pipeline_runs_and_is_reproducible(tiny_run):
-    first, second, cache, _, _ = tiny_run
-    assert not first["from_cache"] and second["from_cache"]
-    strip = lambda r: {k: v for k, v in r.items() if k != "from_cache"}  # noqa: E731
-    assert json.dumps(strip(first)) == json.dumps(strip(second))
+    first, second, cache, notes = tiny_run
+    assert notes.notes == ["hidden states computed and cached",
+                           "hidden states read from the cache"]
+    assert notes.done == notes.totals                       # the progress bar fills up
+    assert json.dumps(first) == json.dumps(second)
     files = list(cache.glob("hidden-*.npz"))
     assert len(files) == 1
     with np.load(files[0], allow_pickle=False) as z:

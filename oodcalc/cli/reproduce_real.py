@@ -70,6 +70,7 @@ class Bar:
                                  TimeRemainingColumn(), console=console, transient=True,
                                  disable=not console.is_terminal)
         self.task = None
+        self.notes: list[str] = []
 
     def __enter__(self) -> "Bar":
         self.progress.start()
@@ -85,6 +86,9 @@ class Bar:
 
     def advance(self, n: int = 1) -> None:
         self.progress.advance(self.task, n)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
 
 def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
@@ -102,8 +106,7 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
     with Bar() as bar:
         result = run_installed(config, cache_dir, progress=bar)
     print(f"oodcalc: real-text experiment done in {time.perf_counter() - start:.0f} s "
-          f"(hidden states {'from the cache' if result['from_cache'] else 'computed and cached'})",
-          file=sys.stderr)
+          f"({'; '.join(bar.notes)})", file=sys.stderr)
     return result
 
 

@@ -93,6 +93,8 @@ class Progress:
 
     def advance(self, n: int = 1) -> None: ...
 
+    def note(self, text: str) -> None: ...
+
 
 # --- statistics -----------------------------------------------------------------------
 
@@ -209,6 +211,8 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     hidden, from_cache = hidden_states(encoder, texts, data_sha256, layer=config.layer,
                                        max_len=config.max_len, cache_dir=cache_dir,
                                        progress=progress.advance)
+    progress.note("hidden states " + ("read from the cache" if from_cache else
+                                      "computed and cached" if cache_dir else "computed"))
     pooled = hidden.pooled().astype(np.float64)
 
     thetas = np.linspace(0.0, math.pi, config.steps + 1)
@@ -344,7 +348,6 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                       "theory_F_rotation": None, "theory_F_real": row["theory"]["F"]})
     result["forgetting"] = frows
     result["paper"] = beside_paper(result)
-    result["from_cache"] = from_cache
     return result
 
 
