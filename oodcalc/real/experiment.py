@@ -118,13 +118,6 @@ def stratified_folds(labels: np.ndarray, k: int, rng: np.random.Generator) -> li
     return [np.sort(np.array(f, dtype=np.int64)) for f in folds]
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    rx, ry = (np.argsort(np.argsort(v)).astype(float) for v in (x, y))
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
 # --- theory on real representations -----------------------------------------------------
 
 def lowdin(A: np.ndarray) -> np.ndarray:
@@ -324,13 +317,7 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                       src, rng, B, config.protocol)]
     rows += [shift_row(d, pooled, labels, domains, config.source, shift[d].mean(axis=0),
                        tgt_idx[d], rng, B, config.protocol) for d in targets]
-    result["shift"] = {
-        "rows": rows,
-        "spearman_loss_vs_cosine": spearman([r["loss"]["mean"] for r in rows],
-                                            [-r["cos_mean"] for r in rows]),
-        "spearman_loss_vs_theory": spearman([r["loss"]["mean"] for r in rows],
-                                            [r["theory"]["ood_loss"] for r in rows]),
-    }
+    result["shift"] = {"rows": rows}
 
     # forgetting
     frows = []

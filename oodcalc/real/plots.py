@@ -44,7 +44,11 @@ def rotation(result: dict[str, Any]):
     top.set_xticks(ticks, [f"{math.cos(t):+.2f}" for t in ticks])
     twin = ax.twinx()
     twin.plot(theta, rot["theory_rotation"], "k--", lw=1.5,
-              label="theory: OOD error e at T1 (oodcalc predict --theta, K = 2)")
+              label="theory, rotation geometry γ = cos θ (oodcalc predict --theta, K = 2)")
+    for fam, v in rot["families"].items():
+        if fam != "all":     # for all dimensions the real geometry gives the line above
+            twin.plot(theta, v["theory_real"], ":", lw=1.5, color=COLORS.get(fam),
+                      label=f"theory, real class-mean geometry: {fam}")
     twin.set_ylabel("theory's OOD error e (squared error)")
     twin.set_ylim(bottom=0)
     lines = ax.get_legend_handles_labels()
@@ -71,15 +75,18 @@ def shift(result: dict[str, Any]):
            [max(r["theory"]["principal_angles_deg"]) for r in rows]),
           ("theory's OOD error e (oodcalc predict, V, U from class means)",
            [r["theory"]["ood_loss"] for r in rows])]
+    balanced = [r["balanced_loss"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
     for ax, (label, x) in zip(axes, xs):
-        ax.errorbar(x, mean, yerr=err, fmt="o", capsize=3)
+        ax.errorbar(x, mean, yerr=err, fmt="o", capsize=3, label="CE (95 % bootstrap)")
+        ax.plot(x, balanced, "s", mfc="none", color="tab:orange", label="class-balanced CE")
         for xi, yi, r in zip(x, mean, rows):
             ax.annotate(r["domain"], (xi, yi), textcoords="offset points", xytext=(5, 4),
                         fontsize=8)
         ax.set_xlabel(label, fontsize=8)
     axes[0].invert_xaxis()          # less similar to the right, as the other panels
     axes[0].set_ylabel("cross-entropy (nats)")
+    axes[0].legend(fontsize=8)
     fig.suptitle("Natural shift between review domains\n" + _subtitle(result), fontsize=9)
     fig.tight_layout()
     return fig
