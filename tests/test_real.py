@@ -407,3 +407,22 @@ def test_real_minilm_on_drug_reviews(tmp_path):
     p = y.mean()
     constant = -(p * math.log(p) + (1 - p) * math.log(1 - p))
     assert np.mean(ce) < constant - 0.03     # measured: 0.632 against 0.685
+
+
+# --- the write-up stays true -----------------------------------------------------------
+
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+def test_docs_tables_are_the_saved_run(capsys):
+    """docs/real.md shows exactly what docs/real.json renders to (no torch needed)."""
+    import re
+    assert main(["reproduce", "real", "-i", str(DOCS / "real.json"), "-f", "markdown"]) == 0
+    match = re.search(r"<!-- real:start -->\n(.*?)\n<!-- real:end -->",
+                      (DOCS / "real.md").read_text(), re.S)
+    assert match and match.group(1).strip() == capsys.readouterr().out.strip(), (
+        "docs/real.md is stale: paste `oodcalc reproduce real -i docs/real.json -f markdown` "
+        "into its real block")
+    saved = json.loads((DOCS / "real.json").read_text())
+    assert (saved["parameters"]["seeds"], saved["parameters"]["folds"]) == (5, 5)
+    assert saved["parameters"]["steps"] >= 24
