@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -340,27 +342,102 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
 
 
 def load_features(path: str | Path, name: str) -> np.ndarray:
-    """Read a ``d × K`` feature matrix from .npy (no pickles), .csv or .json."""
-    path = Path(path)
+    """Read a ``d × K`` feature matrix from .npy (no pickles), .csv or .json.
+
+    Only real numbers are read: a complex, boolean or text array, JSON ``true``/``false``,
+    strings or objects are refused rather than converted. The size a file claims is checked
+    against the memory cap before it is read."""
+    from . import limits
+    text = str(path)
+    if not text.strip() or "\x00" in text:
+        raise InputError(name, repr(text), "expected the path of a .npy, .csv or .json file")
+    path = Path(text)
     suffix = path.suffix.lower()
     if suffix not in FEATURE_FILE_SUFFIXES:
-        raise InputError(name, str(path), "accepted files are .npy, .csv or .json "
+        raise InputError(name, text, "accepted files are .npy, .csv or .json "
                          "(pickles are never loaded)")
-    if not path.is_file():
-        raise InputError(name, str(path), "no such file")
+    try:
+        info = path.stat()
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        raise InputError(name, text, "no such file" if info is None else
+                         "not a regular file (a directory, FIFO or device)")
+    if info.st_size > limits.MAX_FEATURE_FILE:
+        raise InputError(name, text, f"the file has {limits.size(info.st_size)}; feature "
+                         f"files are at most {limits.size(limits.MAX_FEATURE_FILE)}")
+    if info.st_size == 0:
+        raise InputError(name, text, "the file is empty; expected a d × K array")
     try:
         if suffix == ".npy":
-            return np.load(path, allow_pickle=False)
+            return _load_npy(path, name)
         if suffix == ".csv":
-            return np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
-        return np.asarray(json.loads(path.read_text()), dtype=np.float64)
-    except ValueError as err:
+            limits.refuse_over_cap(20.0 * info.st_size, f"reading {text}",
+                                   [(name, text, 0.0, "use a smaller file (or .npy)")])
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                return np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
+        return _json_matrix(json.loads(path.read_text(encoding="utf-8")), name, text)
+    except InputError:
+        raise
+    except RecursionError:
+        raise InputError(name, text, "the JSON is nested too deeply; expected a list of "
+                         "rows, each a list of numbers") from None
+    except (ValueError, UserWarning) as err:
         if "allow_pickle" in str(err):
-            raise InputError(name, str(path), "the .npy holds Python objects, which need "
+            raise InputError(name, text, "the .npy holds Python objects, which need "
                              "pickle and are never loaded; save a numeric array") from None
-        raise InputError(name, str(path), f"could not read a numeric d × K array ({err})") from None
+        reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        raise InputError(name, text, f"could not read a numeric d × K array ({reason})") \
+            from None
     except (OSError, UnicodeDecodeError) as err:
-        raise InputError(name, str(path), f"could not read the file ({err})") from None
+        raise InputError(name, text, f"could not read the file ({err})") from None
+
+
+def _load_npy(path: Path, name: str) -> np.ndarray:
+    """A real numeric .npy, its claimed size checked before the data is read."""
+    from . import limits
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(f)
+    if dtype.hasobject:
+        raise InputError(name, str(path), "the .npy holds Python objects, which need pickle "
+                         "and are never loaded; save a numeric array")
+    if dtype.kind not in "fiu":
+        kind = {"c": "complex", "b": "boolean", "U": "text", "S": "text"}.get(dtype.kind,
+                                                                              str(dtype))
+        raise InputError(name, str(path), f"the array holds {kind} values; features are "
+                         "real numbers (save a float array)")
+    count = 1
+    for n in shape:
+        count *= int(n)
+    limits.refuse_over_cap(8.0 * count, f"reading {path} (shape {shape})",
+                           [(name, str(path), 0.0, "use a smaller file")])
+    return np.load(path, allow_pickle=False)
+
+
+def _json_matrix(data: Any, name: str, text: str) -> np.ndarray:
+    """A JSON list of rows of numbers (not booleans, strings or objects) as float64."""
+    accepted = "expected a JSON list of rows, each a list of numbers"
+    if not isinstance(data, list) or not all(isinstance(row, list) for row in data):
+        raise InputError(name, text, accepted)
+    rows = []
+    for row in data:
+        values = []
+        for x in row:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise InputError(name, text, f"{accepted}; found {json.dumps(x)[:40]}")
+            try:
+                values.append(float(x))
+            except OverflowError:
+                raise InputError(name, text, f"{accepted}; found a number too large for "
+                                 "float64") from None
+        rows.append(values)
+    if len({len(r) for r in rows}) > 1:
+        raise InputError(name, text, accepted + " of the same length")
+    return np.asarray(rows, dtype=np.float64)
 
 
 def from_files(features: str | Path, ood: str | Path, d: int | None = None, *,

@@ -1,32 +1,238 @@
-"""Output files are written atomically: to a temporary file beside the target, then
-renamed over it, so a failure never leaves a half-written file or destroys the old one."""
+"""Output files: checked before any work, then written atomically.
+
+:func:`check_output` says where a file for a requested path will go, or refuses it with one
+line (exit 2): an empty path, a directory, a device, a FIFO or socket, a path under a file
+or in a missing directory, a name too long for the file system, a directory oodcalc cannot
+create files in, a read-only file, or an extension the format cannot write. A symlink is
+followed, as shell redirection does: its target is written and the link stays.
+
+:func:`write_atomic` writes to a temporary file beside the target, then renames it over the
+target, so a failure or an interrupt never leaves a half-written file or destroys the old
+one. Temporary files are named ``.NAME.PID.oodcalc-partial``; one whose process is gone (the
+run was killed) is removed by the next write of the same target.
+"""
 
 from __future__ import annotations
 
 import os
-import tempfile
+import stat
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from .errors import InputError
 
+PARTIAL = ".oodcalc-partial"
+#: Paths under these are never output files (devices, kernel files), whatever they resolve to.
+SYSTEM = ("/dev/", "/proc/", "/sys/")
+NAME_MAX = 255      # bytes in one path component, when the file system does not say
+PATH_MAX = 4096
 
-def write_atomic(path: str | Path, write: Callable[[Path], None], *, option: str = "output") -> Path:
-    """Call ``write(tmp_path)`` then move the result onto ``path``."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
+
+def _refuse(option: str, path: object, accepted: str) -> InputError:
+    return InputError(option, repr(str(path)), accepted)
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, in words (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return NAME_MAX
+
+
+def _check_text(path: str | Path, option: str) -> str:
+    text = os.fspath(path)
+    if not text.strip():
+        raise _refuse(option, text, "an empty path; give a file name")
+    if "\x00" in text:
+        raise _refuse(option, text, "a path cannot contain a NUL character")
+    if len(os.fsencode(text)) > PATH_MAX:
+        raise _refuse(option, text[:40] + "…", f"the path is longer than {PATH_MAX} bytes")
+    return text
+
+
+def _probe(directory: Path, option: str, shown: object) -> None:
+    """Fail unless a file can be created in ``directory`` (as the write will need)."""
+    probe = directory / f".probe.{os.getpid()}{PARTIAL}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as err:
+        raise _refuse(option, shown, f"cannot create a file in {directory} "
+                      f"({err.strerror or err})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_output(path: str | Path, option: str = "--output", *,
+                 suffixes: Iterable[str] | None = None, formats: str | None = None) -> Path:
+    """The regular file that writing ``path`` will create or replace (a symlink's target),
+    after checking it can be written; nothing is left behind.
+
+    ``suffixes`` (lower case, with the dot) are the extensions the format can write;
+    ``formats`` describes them for the message (default: the list).
+    """
+    text = _check_text(path, option)
+    if text.endswith(os.sep):
+        raise _refuse(option, text, "a directory; give a file name inside it")
+    requested = Path(text)
+    if os.path.abspath(text).startswith(SYSTEM):
+        raise _refuse(option, text, "a system path (devices, /proc); oodcalc writes regular "
+                      "files only (for the terminal, leave out the output option or use '-' "
+                      "where the command accepts it)")
+    _check_name(requested, option, text)
+    target = Path(os.path.realpath(requested)) if requested.is_symlink() else requested
+    _check_name(target, option, text)
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as err:   # a symlink loop, a component that is a file...
+        if err.errno == 20:   # ENOTDIR
+            raise _refuse(option, text, f"{_first_file(target)} is a file, not a "
+                          "directory") from None
+        raise _refuse(option, text, f"cannot use this path ({err.strerror})") from None
+    if mode is not None:
+        kind = _kind(mode)
+        if kind == "a directory":
+            raise _refuse(option, text, "a directory; give a file name inside it")
+        if kind is not None:
+            raise _refuse(option, text, f"{kind}, not a regular file; oodcalc writes regular "
+                          "files only (for the terminal, leave out the output option or "
+                          "use '-' where the command accepts it)")
+        if not os.access(target, os.W_OK):
+            raise _refuse(option, text, "the file is read-only")
+    if suffixes is not None:
+        suffixes = tuple(suffixes)
+        if requested.suffix.lower() not in suffixes:
+            described = formats or ("a name ending in " + ", ".join(suffixes[:-1])
+                                    + " or " + suffixes[-1] if len(suffixes) > 1
+                                    else "a name ending in " + suffixes[0])
+            raise _refuse(option, text, f"this output needs {described}")
+    if not directory.exists():
+        first = _first_file(directory)
+        if first is not None:
+            raise _refuse(option, text, f"{first} is a file, not a directory")
+        raise _refuse(option, text, f"the directory {directory} does not exist")
     if not directory.is_dir():
-        raise InputError(option, str(path), f"the directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=directory)
+        raise _refuse(option, text, f"{directory} is not a directory")
+    _probe(directory, option, text)
+    return target
+
+
+def _check_name(path: Path, option: str, shown: str) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    limit = _name_max(directory if directory.is_dir() else Path("."))
+    length = len(os.fsencode(path.name))
+    if length > limit:
+        raise _refuse(option, shown[:40] + "…", f"the file name is {length} bytes long; "
+                      f"this file system allows {limit}")
+
+
+def _first_file(path: Path) -> Path | None:
+    """The first component of ``path`` that exists and is not a directory."""
+    for parent in reversed((path, *path.parents)):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """A directory that files can be written into (created later if missing)."""
+    text = _check_text(path, option)
+    directory = Path(text)
+    _check_name(directory, option, text)
+    try:
+        mode = os.stat(directory).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as err:
+        raise _refuse(option, text, f"cannot use this path ({err.strerror})") from None
+    if mode is not None:
+        if not stat.S_ISDIR(mode):
+            raise _refuse(option, text, f"{_kind(mode) or 'a file'}, not a directory")
+        _probe(directory, option, text)
+        return directory
+    parent = directory.parent if str(directory.parent) else Path(".")
+    first = _first_file(parent)
+    if first is not None:
+        raise _refuse(option, text, f"{first} is a file, not a directory")
+    if not parent.is_dir():
+        raise _refuse(option, text, f"the directory {parent} does not exist")
+    _probe(parent, option, text)
+    return directory
+
+
+def _partial_prefix(target: Path) -> str:
+    return f".{target.name[:180]}."
+
+
+def remove_stale(target: Path) -> list[Path]:
+    """Remove temporary files left beside ``target`` by runs that were killed."""
+    prefix, removed = _partial_prefix(target), []
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(PARTIAL)):
+            continue
+        pid = name[len(prefix):-len(PARTIAL)]
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        try:
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+        except OSError:
+            pass
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], None], *, option: str = "output",
+                 suffixes: Iterable[str] | None = None) -> Path:
+    """Call ``write(tmp_path)``, then move the result onto ``path`` (a symlink's target).
+
+    Returns ``path`` as given.
+    """
+    target = check_output(path, option, suffixes=suffixes)
+    remove_stale(target)
+    tmp = target.parent / f"{_partial_prefix(target)}{os.getpid()}{PARTIAL}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.close(fd)
     try:
-        write(Path(tmp))
-        os.chmod(tmp, _mode_for(path))   # mkstemp makes 0600; give the file its usual mode
-        os.replace(tmp, path)
+        write(tmp)
+        os.chmod(tmp, _mode_for(target))   # made 0600; give the file its usual mode
+        os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    return path
+    return Path(path)
 
 
 def _mode_for(path: Path) -> int:

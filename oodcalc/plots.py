@@ -13,7 +13,7 @@ from . import geometry as geo
 from . import theory
 from .dynamics import ood_start
 from .errors import InputError
-from .io import write_atomic
+from .io import check_output as check_file, write_atomic
 from .model import conditional_errors
 from .predict import pretrain_logits
 from .report import Report
@@ -26,8 +26,8 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise InputError("plot", "matplotlib missing", "install the plot extra: "
-                         "python -m pip install -e \".[plot]\"") from None
+        raise InputError("plot", "matplotlib missing", 'install the plot extra: '
+                         'pip install "oodcalc[plot]"') from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
@@ -35,13 +35,9 @@ def _pyplot():
 
 def check_output(path: str | Path, option: str = "--output") -> Path:
     """Fail before any work if the figure could not be written there."""
-    path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise InputError(option, str(path), "the file name must end in .png, .svg or .pdf")
-    if not (path.parent if str(path.parent) else Path(".")).is_dir():
-        raise InputError(option, str(path), f"the directory {path.parent} does not exist")
+    check_file(path, option, suffixes=FORMATS)
     _pyplot()
-    return path
+    return Path(path)
 
 
 def save(fig, path: str | Path, option: str = "--output") -> Path:

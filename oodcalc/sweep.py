@@ -46,8 +46,7 @@ SERIAL_CHUNK = 1 << 17
 #: Chunks per sweep when an executor is given and no chunk size is.
 EXECUTOR_CHUNKS = 16
 
-#: Largest grid accepted at once (a K = 2 row holds a few hundred bytes while it runs).
-MAX_ROWS = 20_000_000
+from .limits import MAX_ROWS  # noqa: E402  (largest grid accepted at once; caps live there)
 
 FORMATS = ("csv", "npz")
 

@@ -2,31 +2,50 @@
 
 Errors: an :class:`~oodcalc.errors.OodcalcError` or a usage error from the parser becomes
 one line on stderr, ``oodcalc: error: ...``, with exit code 2 for bad input and 1 for a
-failed computation. Results go to stdout, diagnostics to stderr.
+failed computation; so does running out of memory, and (as a last resort, marked
+"internal error") any other exception: never a traceback, unless ``OODCALC_TRACEBACK=1``.
+Results go to stdout, diagnostics to stderr.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Sequence
+import textwrap
+from typing import Annotated, Optional, Sequence
 
 import typer
 
+from .. import __version__
 from ..errors import OodcalcError
+from ..limits import MEMORY_VARIABLE
+
+#: Every command and group takes -h as well as --help (sub-contexts inherit this).
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+SUMMARY = ("Closed forms, exact dynamics and checks for OOD in-context learning in softmax "
+           "attention (arXiv 2609.36448).")
+START = "Start with: oodcalc predict --gamma 1,-0.9"
 
 app = typer.Typer(
     name="oodcalc",
-    help="Closed forms, exact dynamics and checks for OOD in-context learning "
-         "in softmax attention (arXiv 2609.36448).",
-    no_args_is_help=True,
+    help=SUMMARY,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT,
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(f"oodcalc {__version__}")
+        raise typer.Exit()
+
 
 @app.callback()
-def root() -> None:
+def root(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version,
+        is_eager=True, help="Print the version and exit.")] = None,
+) -> None:
     """Closed forms, exact dynamics and checks for OOD in-context learning in softmax
     attention (arXiv 2609.36448). Start with: oodcalc predict --gamma 1,-0.9"""
 
@@ -45,12 +64,32 @@ def error_line(message: str) -> None:
     print(f"oodcalc: error: {message}", file=sys.stderr)
 
 
+def start_text() -> str:
+    """What bare ``oodcalc`` prints: what it is, where to start, and the commands."""
+    import click
+    command = typer.main.get_command(app)
+    ctx = click.Context(command, info_name="oodcalc")
+    names = command.list_commands(ctx)
+    width = max(map(len, names))
+    lines = [*textwrap.wrap(f"oodcalc {__version__}: {SUMMARY}", 79), "", START, "",
+             "Commands:"]
+    for name in names:
+        help_text = command.get_command(ctx, name).get_short_help_str(limit=300)
+        lines += textwrap.wrap(help_text, 79, initial_indent=f"  {name:<{width}}  ",
+                               subsequent_indent=" " * (width + 4))
+    lines += ["", "oodcalc COMMAND -h shows a command's options; oodcalc -h, all of this."]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns (and, as a script, exits with) the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print(start_text())
+        return _exit(0, argv)
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=list(sys.argv[1:] if argv is None else argv),
-                              prog_name="oodcalc", standalone_mode=False)
+        result = command.main(args=args, prog_name="oodcalc", standalone_mode=False)
     except OodcalcError as err:
         error_line(str(err))
         code = err.exit_code
@@ -63,8 +102,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except typer.Abort:
         error_line("aborted")
         code = 1
+    except MemoryError:
+        error_line(f"out of memory (the estimate allowed this run, the machine did not); "
+                   f"make the problem smaller, or lower the cap {MEMORY_VARIABLE} so that "
+                   "runs like it are refused before they start")
+        code = 1
+    except RecursionError:
+        error_line("the input is nested too deeply to process")
+        code = 2
+    except Exception as err:   # a bug: still one line, and the way to see more
+        if os.environ.get("OODCALC_TRACEBACK"):
+            raise
+        error_line(f"internal error ({type(err).__name__}: {str(err)[:200]}); please report "
+                   "it with the command line; OODCALC_TRACEBACK=1 shows the traceback")
+        code = 1
     else:
         code = result if isinstance(result, int) else 0
+    return _exit(code, argv)
+
+
+def _exit(code: int, argv) -> int:
     if argv is None:
         sys.exit(code)
     return code

@@ -8,6 +8,10 @@ import math
 import re
 
 from ..errors import InputError
+from ..limits import MAX_INT
+
+# Digits only (ASCII; no underscores), optionally in e-notation with an integer value (1e6).
+_INTEGER = re.compile(r"^\s*[+-]?\d+(?:\.0*)?(?:[eE]\+?\d+)?\s*$", re.ASCII)
 
 _PI_EXPR = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)?)\s*\*?\s*pi\s*(?:/\s*(\d+\.?\d*))?\s*$")
 
@@ -31,16 +35,24 @@ def positive(option: str, text: str | None) -> float | None:
     return x
 
 
-def integer(option: str, text: str | None, minimum: int) -> int | None:
+def integer(option: str, text: str | None, minimum: int, maximum: int = MAX_INT,
+            why: str = "") -> int | None:
+    """An integer in ``[minimum, maximum]``; ``why`` says where the maximum comes from."""
     if text is None:
         return None
-    try:
-        n = int(text)
-    except ValueError:
-        raise InputError(option, repr(text), f"expected an integer >= {minimum}") from None
+    accepted = f"expected an integer >= {minimum}"
+    if not _INTEGER.match(text):
+        raise InputError(option, repr(text), accepted)
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    if len(exponent) > 3 or len(mantissa) > 30:
+        n = math.inf if not mantissa.lstrip().startswith("-") else -math.inf
+    else:
+        n = int(mantissa.split(".")[0]) * 10 ** int(exponent or 0)
     if n < minimum:
-        raise InputError(option, repr(text), f"expected an integer >= {minimum}")
-    return n
+        raise InputError(option, repr(text), accepted)
+    if n > maximum:
+        raise InputError(option, repr(text), f"at most {maximum:,}" + (f" ({why})" if why else ""))
+    return int(n)
 
 
 def numbers(option: str, text: str) -> list[float]:
@@ -60,9 +72,15 @@ def numbers(option: str, text: str) -> list[float]:
 
 def angle(option: str, text: str) -> float:
     """Radians, as a number (``0.5236``) or a multiple of pi (``pi/6``, ``-2pi/3``)."""
+    accepted = "expected an angle in radians, e.g. 0.5236 or pi/6"
     match = _PI_EXPR.match(text.replace("π", "pi"))
     if match:
         factor = match.group(1)
         factor = float(factor + "1" if factor in ("", "+", "-") else factor)
-        return factor * math.pi / (float(match.group(2)) if match.group(2) else 1.0)
-    return number(option, text, "expected an angle in radians, e.g. 0.5236 or pi/6")
+        divisor = float(match.group(2)) if match.group(2) else 1.0
+        value = factor * math.pi / divisor if divisor > 0 else math.inf
+        if not math.isfinite(value):
+            raise InputError(option, repr(text), accepted + " (a finite one: not a division "
+                             "by zero)")
+        return value
+    return number(option, text, accepted)

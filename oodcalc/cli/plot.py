@@ -6,11 +6,13 @@ more ``@plot_app.command``. The figures of other experiments register here too.
 
 from __future__ import annotations
 
-from pathlib import Path
+import math
 from typing import Annotated, Optional
 
 import typer
 
+from .. import limits
+from ..errors import InputError
 from . import app, options
 from .reproduce_real import CacheDir as RealCacheDir
 from .reproduce_real import Input as RealInput
@@ -21,30 +23,47 @@ from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSt
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_protocol,
                               build_setting)
 
-plot_app = typer.Typer(no_args_is_help=True, help="Draw a figure to a file (PNG, SVG or PDF "
-                       "by the extension). Examples: oodcalc plot losses --gamma 1,-0.9 -o "
-                       "losses.png; oodcalc plot phase-diagram -o phase.png")
+plot_app = typer.Typer(help="Draw a figure to a file (PNG, SVG or PDF by the extension). "
+                       "Examples: oodcalc plot losses --gamma 1,-0.9 -o losses.png; "
+                       "oodcalc plot phase-diagram -o phase.png")
 app.add_typer(plot_app, name="plot")
 
-Output = Annotated[Path, typer.Option("--output", "-o", metavar="FILE",
+SUFFIXES = (".png", ".svg", ".pdf")
+
+
+@plot_app.callback(invoke_without_command=True)
+def plot(ctx: typer.Context) -> None:
+    """Draw a figure to a file (PNG, SVG or PDF by the extension)."""
+    if ctx.invoked_subcommand is None:
+        kinds = ", ".join(ctx.command.list_commands(ctx))
+        raise InputError("plot", "no figure", f"name one: {kinds} (e.g. oodcalc plot losses "
+                         "--gamma 1,-0.9 -o losses.png; oodcalc plot KIND -h for its options)")
+
+Output = Annotated[str, typer.Option("--output", "-o", metavar="FILE",
     help="Where to write the figure; .png, .svg or .pdf (written atomically).")]
 
 
-def draw(make_figure, output: Path) -> None:
+def draw(make_figure, output: str) -> None:
     """Check the destination first, then build the figure and write it."""
     from .. import plots
     plots.check_output(output)
     print(plots.save(make_figure(), output))
 
 
-def trajectories(kind: str, output: Path, gamma, theta, K, mean_query, orthogonal, features,
+def trajectories(kind: str, output: str, gamma, theta, K, mean_query, orthogonal, features,
                  ood, d, tol, eps, eta, eta_ft, max_steps) -> None:
     from .. import plots
     from ..predict import predict
 
+    def cost(n: int, dim: int | None, p) -> float:
+        lines = 2 * n if kind == "loss_trajectories" else n * n + 2 * n
+        return limits.trajectory_plot_bytes(n, dim or 2 * n, p.eps, p.eta, p.eta_ft,
+                                            p.max_steps, lines)
+
     def make():
         report = predict(build_setting(gamma, theta, K, mean_query, orthogonal, features, ood,
-                                       d, tol, eps, eta, eta_ft, max_steps))
+                                       d, tol, eps, eta, eta_ft, max_steps, cost=cost,
+                                       what="the figure (a curve per feature, every step)"))
         return getattr(plots, kind)(report)
     draw(make, output)
 
@@ -88,8 +107,18 @@ def ood_vs_theta(
     from .. import plots
     from .reproduce import simulators
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
-    chosen = simulators(options.integer("--prompts", prompts, 1), seed=0)
+    n_tokens = options.integer("--prompts", prompts, 1)
+    chosen = simulators(n_tokens, seed=0)
     n = options.integer("--K", K, 2) or 4
+    p = protocol
+
+    def cost(k: int, tokens: int | None) -> float:
+        return limits.ood_vs_theta_bytes(k, p.eps, p.eta, p.eta_ft, p.max_steps, tokens)
+    culprits = [("--K", K, cost(2, n_tokens), "lower --K")]
+    if n_tokens is not None:
+        culprits.append(("--prompts", prompts, cost(n, 1), "lower --prompts"))
+    culprits.append(limits.steps_culprit(n, p))
+    limits.refuse_over_cap(cost(n, n_tokens), "the figure's simulations (d = 2K)", culprits)
     draw(lambda: plots.ood_error_vs_theta(n, protocol, simulators=chosen), output)
 
 
@@ -103,7 +132,10 @@ def phase_diagram(
     """Forgetting F and the theorem's regimes over (γ1, γ2), K = 2."""
     from .. import plots
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
-    n = options.integer("--grid", grid, 3)
+    n = options.integer("--grid", grid, 3, math.isqrt(limits.MAX_ROWS),
+                        f"N × N points: a sweep holds at most {limits.MAX_ROWS:,}")
+    limits.refuse_over_cap(limits.phase_diagram_bytes(n), "the phase diagram (N × N rows and "
+                           "images)", [("--grid", grid, 0.0, "lower --grid")])
     draw(lambda: plots.phase_diagram_k2(n, protocol), output)
 
 

@@ -8,9 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import limits
 from . import app
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
+
+
+def predict_cost(K: int, d: int | None, p) -> float:
+    return limits.predict_bytes(K, d or 2 * K, p.eps, p.eta, p.eta_ft, p.max_steps)
 
 
 @app.command()
@@ -30,15 +35,20 @@ def predict(
     Example: oodcalc predict --gamma 1,-0.9
     """
     if precision is not None:
-        from ..symbolic.highprec import print_high_precision
+        from ..symbolic.highprec import parse_digits, print_high_precision
+        digits = parse_digits(precision)
         setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                                None, eta, eta_ft, max_steps)
+                                None, eta, eta_ft, max_steps, what="the closed forms at "
+                                f"{digits} digits", cost=lambda n, dim, p: (
+                                    limits.precision_bytes(n, digits)
+                                    + limits.geometry_bytes(dim or 2 * n, n)))
         print_high_precision(setting, eps, precision, as_json)
         return
     from ..predict import predict as run_predict
 
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                            eps, eta, eta_ft, max_steps)
+                            eps, eta, eta_ft, max_steps, cost=predict_cost,
+                            what="predict (the K × K logits of every step)")
     report = run_predict(setting)
     for warning in report.warnings:
         print(f"oodcalc: warning: {warning}", file=sys.stderr)

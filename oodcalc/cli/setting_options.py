@@ -6,15 +6,19 @@ Declare them in a command's signature with these aliases, then call ``build_sett
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Sequence
+from typing import Annotated, Callable, Optional
 
 import typer
 
 from .. import geometry as geo
+from .. import limits
 from ..errors import InputError
 from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, Protocol, Setting
 from . import options
+
+#: ``cost(K, d, protocol) -> bytes``: a command's memory estimate (``d`` None: the smallest).
+Cost = Callable[[int, Optional[int], Protocol], float]
 
 Text = Optional[str]
 GEOMETRY_OPTIONS = "--gamma, --theta, --mean-query, --orthogonal or --features/--ood"
@@ -32,10 +36,10 @@ MeanQuery = Annotated[bool, typer.Option("--mean-query",
     rich_help_panel=GEOMETRY_PANEL)]
 Orthogonal = Annotated[bool, typer.Option("--orthogonal",
     help="span(U) ⊥ span(V); needs --K.", rich_help_panel=GEOMETRY_PANEL)]
-Features = Annotated[Optional[Path], typer.Option("--features", metavar="V_FILE",
+Features = Annotated[Optional[str], typer.Option("--features", metavar="V_FILE",
     help="Training features V: d × K .npy, .csv or .json, each column a feature.",
     rich_help_panel=GEOMETRY_PANEL)]
-Ood = Annotated[Optional[Path], typer.Option("--ood", metavar="U_FILE",
+Ood = Annotated[Optional[str], typer.Option("--ood", metavar="U_FILE",
     help="OOD features U, same shape as V.", rich_help_panel=GEOMETRY_PANEL)]
 NumFeatures = Annotated[Text, typer.Option("--K", "-K", metavar="INT",
     help="Number of features for --theta, --mean-query, --orthogonal.",
@@ -62,18 +66,42 @@ def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -
     return Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
                     eta=options.positive("--eta", eta) or DEFAULT_ETA,
                     eta_ft=options.positive("--eta-ft", eta_ft),
-                    max_steps=options.integer("--max-steps", max_steps, 1))
+                    max_steps=options.integer("--max-steps", max_steps, 1, limits.MAX_STEPS,
+                                              "steps per phase"))
+
+
+def check_cost(cost: Cost, what: str, K: int, K_option: tuple[str, object], d: int | None,
+               d_text: Text, protocol: Protocol,
+               more: Sequence[tuple[str, object, Cost, str]] = ()) -> None:
+    """Refuse before any allocation when ``cost`` is over the memory cap, naming the
+    option whose change alone would fit: ``--d``, then the number of features, then
+    ``more`` (the command's own sizes), then the steps (``--max-steps`` or ``--eps``)."""
+    culprits = []
+    if d is not None:
+        culprits.append(("--d", d_text, cost(K, None, protocol),
+                         "lower --d (it changes no number; leave it out)"))
+    culprits.append((*K_option, cost(2, None, protocol), f"lower {K_option[0]}"
+                     if K_option[0] != "--gamma" else "give fewer --gamma values"))
+    culprits += [(option, value, smaller(K, d, protocol), change)
+                 for option, value, smaller, change in more]
+    culprits.append(limits.steps_culprit(K, protocol))
+    limits.refuse_over_cap(cost(K, d, protocol), what, culprits)
 
 
 def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogonal: bool,
-                  features: Optional[Path], ood: Optional[Path], d: Text, tol: Text,
-                  eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -> Setting:
-    """Turn the command-line text into a validated Setting (errors name the option)."""
+                  features: Text, ood: Text, d: Text, tol: Text,
+                  eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None, *,
+                  cost: Cost | None = None, what: str = "this run",
+                  more: Sequence[tuple[str, object, Cost, str]] = ()) -> Setting:
+    """Turn the command-line text into a validated Setting (errors name the option).
+
+    With ``cost``, the memory estimate is checked against the cap before the geometry's
+    arrays exist (for feature files, once their shape is known)."""
     chosen = [name for name, given in (("--gamma", gamma is not None),
                                        ("--theta", theta is not None),
                                        ("--mean-query", mean_query),
                                        ("--orthogonal", orthogonal),
-                                       ("--features/--ood", features or ood)) if given]
+                                       ("--features/--ood", features is not None or ood is not None)) if given]
     if len(chosen) != 1:
         raise InputError("geometry", " and ".join(chosen) if chosen else "none",
                          f"choose exactly one of {GEOMETRY_OPTIONS}")
@@ -84,17 +112,25 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
     if chosen[0] in ("--theta", "--mean-query", "--orthogonal") and k_value is None:
         raise InputError("--K", "nothing", f"{chosen[0]} needs the number of features, "
                          "e.g. --K 4")
+    protocol = build_protocol(eps, eta, eta_ft, max_steps)
+    if cost is not None and chosen[0] != "--features/--ood":
+        count = k_value if k_value is not None else len(options.numbers("--gamma", gamma))
+        source = ("--K", K) if k_value is not None else ("--gamma", f"{count} values")
+        check_cost(cost, what, count, source, d_value, d, protocol, more)
     try:
         geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol)
     except InputError as err:
         if err.what != "d":
             raise
         raise InputError("--d", d, err.accepted) from None
-    return Setting(geometry, build_protocol(eps, eta, eta_ft, max_steps))
+    if cost is not None and chosen[0] == "--features/--ood":
+        check_cost(cost, what, geometry.K, ("--features", f"{geometry.K} features"), None, d,
+                   protocol, more)
+    return Setting(geometry, protocol)
 
 
-def _geometry(kind: str, gamma: Text, theta: Text, K: int | None, features: Optional[Path],
-              ood: Optional[Path], d: int | None, tol: Text) -> geo.Geometry:
+def _geometry(kind: str, gamma: Text, theta: Text, K: int | None, features: Text,
+              ood: Text, d: int | None, tol: Text) -> geo.Geometry:
     if kind == "--gamma":
         return geo.parallel_shift(options.numbers("--gamma", gamma), d, name="--gamma")
     if kind == "--theta":

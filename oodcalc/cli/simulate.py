@@ -10,8 +10,10 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
+from .. import limits
 from ..errors import InputError
 from . import app, options
+from .predict import predict_cost
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
 
@@ -171,10 +173,11 @@ def simulate(
     Examples: oodcalc simulate --gamma 1,-0.9 --compare;
     oodcalc simulate --gamma 1,-0.9 -s prompts --N 64 --seed 3 --json
     """
-    setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                            eps, eta, eta_ft, max_steps)
     n_rows = options.integer("--rows", rows, 2) or 8
     prompt_options = {"--N": N, "--batch": batch, "--seed": seed, "--holdout": holdout}
+    geometry = (gamma, theta, K, mean_query, orthogonal, features, ood, d, tol, eps, eta, eta_ft,
+                max_steps)
+    extra = (lambda n, dim, p: predict_cost(n, dim, p)) if compare else (lambda n, dim, p: 0.0)
     if simulator is Simulator.population:
         given = [(name, repr(v)) for name, v in prompt_options.items() if v is not None]
         given += [("--fixed-sample", "the flag")] if fixed_sample else []
@@ -183,17 +186,36 @@ def simulate(
             raise InputError(given[0][0], given[0][1], "only --simulator prompts takes "
                              "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
         from ..simulate import simulate_population
+        setting = build_setting(*geometry, what="simulate (every iterate Q, d × d)",
+                                cost=lambda n, dim, p: limits.population_bytes(
+                                    n, dim or 2 * n, p.eps, p.eta, p.eta_ft, p.max_steps)
+                                + extra(n, dim, p))
         report = simulate_population(setting)
     else:
         if holdout is not None and stop is not Stop.heldout:
             raise InputError("--holdout", holdout, "only used with --stop heldout")
+        n_tokens = options.integer("--N", N, 1) or 32
+        n_batch = options.integer("--batch", batch, 1) or 1024
+        n_holdout = options.integer("--holdout", holdout, 2) or 4096
+        root_seed = options.integer("--seed", seed, 0) or 0
+
+        def cost(n, dim, p, tokens=n_tokens, prompts=n_batch, held=n_holdout):
+            return limits.prompts_bytes(n, dim or 2 * n, tokens, prompts, held, p.eps, p.eta,
+                                        p.eta_ft, p.max_steps, stop is Stop.heldout) \
+                + extra(n, dim, p)
+        more = [("--N", N, lambda n, dim, p: cost(n, dim, p, tokens=1), "lower --N"),
+                ("--batch", batch, lambda n, dim, p: cost(n, dim, p, prompts=1),
+                 "lower --batch"),
+                ("--holdout", holdout, lambda n, dim, p: cost(n, dim, p, held=1),
+                 "lower --holdout")]
+        setting = build_setting(*geometry, what="simulate -s prompts (batches of N tokens "
+                                "in d dimensions)", cost=cost, more=more)
+        if n_holdout < setting.K:
+            raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts
-        report = simulate_prompts(
-            setting, N=options.integer("--N", N, 1) or 32,
-            batch=options.integer("--batch", batch, 1) or 1024,
-            resample=not fixed_sample, seed=options.integer("--seed", seed, 0) or 0,
-            stop=stop.value,
-            holdout=options.integer("--holdout", holdout, setting.K) or 4096)
+        report = simulate_prompts(setting, N=n_tokens, batch=n_batch,
+                                  resample=not fixed_sample, seed=root_seed, stop=stop.value,
+                                  holdout=n_holdout)
     comparison = None
     if compare:
         from ..compare import compare as compare_reports

@@ -14,6 +14,7 @@ Grid syntax (every option is text, parsed here with one-line errors):
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from enum import Enum
@@ -23,6 +24,7 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
+from .. import limits
 from ..errors import InputError
 from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS
 from . import app, options
@@ -45,13 +47,15 @@ def _range(option: str, item: str, parse, allow_log: bool) -> list[float]:
     if len(parts) != 3 and not log:
         raise InputError(option, repr(item), usage)
     start, stop = parse(option, parts[0].strip()), parse(option, parts[1].strip())
-    try:
-        num = int(parts[2])
-    except ValueError:
-        num = 0
+    num_text = parts[2].strip()
+    num = int(num_text) if num_text.isascii() and num_text.isdigit() else 0
     if num < 1:
         raise InputError(option, repr(item), f"NUM in START:STOP:NUM must be an integer >= 1, "
-                         f"got {parts[2].strip()!r}")
+                         f"got {num_text!r}")
+    if num > limits.MAX_AXIS:
+        raise InputError(option, repr(item), f"NUM in START:STOP:NUM is at most "
+                         f"{limits.MAX_AXIS:,} (a sweep holds at most {limits.MAX_ROWS:,} "
+                         "configurations)")
     if log:
         if start <= 0 or stop <= 0:
             raise InputError(option, repr(item), "a :log range needs START and STOP > 0")
@@ -96,9 +100,14 @@ def _K(option: str, text: str) -> float:
     return float(options.integer(option, text, 2))
 
 
+def _count(option: str, values: list) -> int:
+    return len(values)
+
+
 def build_grids(gamma: list[str] | None, theta: Text, K: Text, eps: Text, eta: Text,
-                eta_ft: Text):
-    """Turn the command-line text into validated grids (errors name the option)."""
+                eta_ft: Text, workers: int = 1):
+    """Turn the command-line text into validated grids (errors name the option); the
+    number of configurations and their memory are checked before any grid is built."""
     from ..sweep import gamma_grid, theta_grid
 
     if bool(gamma) == (theta is not None):
@@ -109,44 +118,81 @@ def build_grids(gamma: list[str] | None, theta: Text, K: Text, eps: Text, eta: T
         "eta": axis("--eta", eta, _positive) if eta is not None else DEFAULT_ETA,
         "eta_ft": axis("--eta-ft", eta_ft, _positive) if eta_ft is not None else None,
     }
+    per_geometry = 1
+    for values in protocol.values():
+        per_geometry *= len(values) if isinstance(values, list) else 1
     if gamma:
         if K is not None:
             raise InputError("--K", K, "K follows from the number of --gamma entries; omit --K")
-        grids = []
+        planned = []
         for text in gamma:
             axes = gamma_axes("--gamma", text)
             if len(axes) < 2:
                 raise InputError("--gamma", repr(text), "give one entry per feature, at "
                                  "least 2 (K >= 2), e.g. --gamma=-1:1:201,-1:1:201")
-            grids.append(gamma_grid(axes, **protocol, name="--gamma"))
-        return grids
+            planned.append((len(axes), per_geometry * _product(len(a) for a in axes), axes))
+        _check_size(planned, "--gamma", workers)
+        return [gamma_grid(axes, **protocol, name="--gamma") for _, _, axes in planned]
     if K is None:
         raise InputError("--K", "nothing", "--theta needs the number of features, e.g. --K 4 "
                          "or --K 2,4,8")
     thetas = axis("--theta", theta, options.angle, allow_log=False)
     Ks = [int(k) for k in axis("--K", K, _K, allow_log=False)]
-    return [theta_grid(thetas, k, **protocol) for k in dict.fromkeys(Ks)]
+    planned = [(k, per_geometry * len(thetas), None) for k in dict.fromkeys(Ks)]
+    _check_size(planned, "--theta/--K", workers)
+    return [theta_grid(thetas, k, **protocol) for k, _, _ in planned]
 
 
-def _executor(workers: Text, scheduler: Text):
-    """``(executor, closer)`` for --workers / --scheduler; ``(None, None)`` for serial."""
-    n = options.integer("--workers", workers, 1)
+def _product(counts) -> int:
+    n = 1
+    for c in counts:
+        n *= c
+    return n
+
+
+def _check_size(planned, option: str, workers: int) -> None:
+    """At most MAX_ROWS configurations, and their memory within the cap."""
+    rows = sum(n for _, n, _ in planned)
+    if rows > limits.MAX_ROWS:
+        raise InputError(option, f"{rows:,} configurations", f"at most {limits.MAX_ROWS:,} in "
+                         "one sweep; split it or coarsen an axis")
+    by_K: dict[int, int] = {}
+    for k, n, _ in planned:
+        by_K[k] = by_K.get(k, 0) + n
+    estimate = limits.sweep_bytes(by_K, workers)
+    culprits = [("--workers", str(workers), limits.sweep_bytes(by_K), "use fewer --workers")]
+    culprits.append((option, f"{rows:,} configurations of K up to {max(by_K)}", 0.0,
+                     "coarsen an axis or split the sweep"))
+    limits.refuse_over_cap(estimate, "the sweep (every configuration's row until written)",
+                           culprits if workers > 1 else culprits[1:])
+
+
+SCHEDULER = re.compile(r"^[a-z][a-z0-9+]*://[^\s/]+:\d{1,5}$")
+
+
+def _executor(n: int | None, workers: Text, scheduler: Text, tasks: int):
+    """``(executor, closer)`` for --workers / --scheduler; ``(None, None)`` for serial.
+    Never more local processes than tasks (one configuration runs here)."""
     if n is not None and scheduler is not None:
         raise InputError("--workers", workers, "use --workers (local processes) or "
                          "--scheduler (a dask cluster), not both")
     if scheduler is not None:
+        if not SCHEDULER.match(scheduler):
+            raise InputError("--scheduler", repr(scheduler), "expected a scheduler address "
+                             "PROTOCOL://HOST:PORT, e.g. tcp://10.0.0.5:8786")
         try:
             from dask.distributed import Client
         except ImportError:
             raise InputError("--scheduler", scheduler, "needs dask.distributed: "
-                             "pip install 'oodcalc[dask]'") from None
+                             'pip install "oodcalc[dask]"') from None
         try:
             client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as err:
+        except Exception as err:  # noqa: BLE001 - dask raises many kinds for a bad address
             raise InputError("--scheduler", scheduler, f"could not connect to a dask "
                              f"scheduler there ({err})") from None
         return client.get_executor(), client.close
-    if n is not None and n > 1:
+    n = min(n or 1, tasks)
+    if n > 1:
         from concurrent.futures import ProcessPoolExecutor
         pool = ProcessPoolExecutor(max_workers=n)
         return pool, lambda: pool.shutdown(cancel_futures=True)
@@ -202,23 +248,30 @@ def sweep(
 
     Example: oodcalc sweep --gamma=-1:1:201,-1:1:201 -o phase.csv
     """
-    from ..sweep import output_format, sweep as run_sweep
+    from ..io import check_output
+    from ..sweep import FORMATS, sweep as run_sweep
 
-    grids = build_grids(gamma, theta, K, eps, eta, eta_ft)
-    steps = options.integer("--max-steps", max_steps, 1) or DEFAULT_MAX_STEPS
+    steps = options.integer("--max-steps", max_steps, 1, limits.MAX_STEPS, "steps per phase") \
+        or DEFAULT_MAX_STEPS
     chunk = options.integer("--chunk-size", chunk_size, 1)
     root_seed = options.integer("--seed", seed, 0) or 0
-    form = fmt.value if fmt is not None else ("csv" if output == "-" else output_format(output))
-    if output == "-" and form != "csv":
-        raise InputError("--format", form, "only csv can go to stdout; give -o FILE.npz")
-    if output != "-":
-        directory = Path(output).parent
-        if not directory.is_dir():
-            raise InputError("--output", output, f"the directory {directory} does not exist")
+    n_workers = options.integer("--workers", workers, 1)
+    if output == "-":
+        form = fmt.value if fmt is not None else "csv"
+        if form != "csv":
+            raise InputError("--format", form, "only csv can go to stdout; give -o FILE.npz")
+    else:
+        suffix = Path(output).suffix.lower().lstrip(".")
+        form = fmt.value if fmt is not None else suffix
+        if suffix != form:
+            raise InputError("--output", repr(output), "a file name ending in .csv or .npz"
+                             + (f" (.{form} for --format {form})" if fmt is not None else ""))
+        check_output(output, "--output", suffixes=tuple(f".{f}" for f in FORMATS))
+    grids = build_grids(gamma, theta, K, eps, eta, eta_ft, workers=n_workers or 1)
     total = sum(len(g) for g in grids)
     show = progress if progress is not None else (sys.stderr.isatty() and total >= PROGRESS_FROM)
-
-    executor, close = _executor(workers, scheduler)
+    tasks = -(-total // chunk) if chunk else (16 if total >= 16 else total)
+    executor, close = _executor(n_workers, workers, scheduler, tasks)
     started = time.perf_counter()
     try:
         if show:

@@ -1,0 +1,68 @@
+"""Where human output goes: a rich console that reads well on a terminal and when piped.
+
+On a terminal, lines are wrapped at its width, but only at spaces that do not sit inside a
+formula (``Q = 0``, ``e_k <= ε``, ``L = Σ e_k/K`` stay on one line). Piped (or redirected),
+nothing is wrapped: a line of output is one line, and tables get ``PIPE_WIDTH`` columns
+(or ``$COLUMNS`` when it is set).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+#: Width given to tables when the output is not a terminal and $COLUMNS is not set.
+PIPE_WIDTH = 160
+
+#: A space next to one of these words binds its neighbours together (a formula).
+OPERATORS = frozenset({"=", "<=", ">=", "≤", "≥", "≈", "±", "×", "→", "<", ">", "+", "−",
+                       "-", "Σ", "in"})
+
+
+def _breakable(plain: str) -> list[int]:
+    """Offsets just after each run of spaces where a line may break."""
+    out = []
+    for match in re.finditer(r" +", plain):
+        before = plain[:match.start()].rsplit(" ", 1)[-1]
+        after = plain[match.end():].split(" ", 1)[0]
+        if before and after and before not in OPERATORS and after not in OPERATORS:
+            out.append(match.end())
+    return out
+
+
+def make_console(stderr: bool = False):
+    from rich.console import Console
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(highlight=False, stderr=stderr)
+    width = None if os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(highlight=False, stderr=stderr, width=width, soft_wrap=True)
+
+
+def breaks(plain: str, width: int, indent: int = 0) -> list[int]:
+    """Offsets where a greedy wrap at ``width`` starts a new line (never inside a formula)."""
+    starts, line_start, last = [], 0, None
+    for offset in _breakable(plain) + [len(plain) + 1]:
+        room = width - (indent if starts else 0)
+        if len(plain[line_start:offset].rstrip()) > room and last is not None \
+                and last > line_start:
+            starts.append(last)
+            line_start = last
+        last = offset
+    return starts
+
+
+def say(console, markup: str, indent: int = 0, style: str | None = None) -> None:
+    """Print rich markup, wrapped formula-aware on a terminal, never wrapped when piped."""
+    from rich.text import Text
+    text = Text.from_markup(markup, style=style or "")
+    if console.soft_wrap:
+        console.print(text, soft_wrap=True)
+        return
+    offsets = breaks(text.plain, console.width, indent)
+    for i, line in enumerate(text.divide(offsets)):
+        line.rstrip()
+        if i:
+            line = Text(" " * indent) + line
+        console.print(line, soft_wrap=True)
