@@ -413,6 +413,9 @@ def _load_npy(path: Path, name: str) -> np.ndarray:
     count = 1
     for n in shape:
         count *= int(n)
+    if path.stat().st_size < count * dtype.itemsize:
+        raise InputError(name, str(path), f"the file is truncated: its header claims shape "
+                         f"{shape} but it holds {path.stat().st_size} bytes")
     limits.refuse_over_cap(8.0 * count, f"reading {path} (shape {shape})",
                            [(name, str(path), 0.0, "use a smaller file")])
     return np.load(path, allow_pickle=False)

@@ -54,10 +54,10 @@ def _name_max(directory: Path) -> int:
         return NAME_MAX
 
 
-def _check_text(path: str | Path, option: str) -> str:
+def _check_text(path: str | Path, option: str, thing: str = "file") -> str:
     text = os.fspath(path)
     if not text.strip():
-        raise _refuse(option, text, "an empty path; give a file name")
+        raise _refuse(option, text, f"an empty path; give a {thing} name")
     if "\x00" in text:
         raise _refuse(option, text, "a path cannot contain a NUL character")
     if len(os.fsencode(text)) > PATH_MAX:
@@ -153,7 +153,7 @@ def _first_file(path: Path) -> Path | None:
 
 def check_output_dir(path: str | Path, option: str) -> Path:
     """A directory that files can be written into (created later if missing)."""
-    text = _check_text(path, option)
+    text = _check_text(path, option, "directory")
     directory = Path(text)
     _check_name(directory, option, text)
     try:

@@ -42,7 +42,11 @@ def test_reproduce_cli_formats(capsys, tmp_path):
                      "reported_in": paper.figure("synthetic-k4-t1-loss").source}
     assert main(["reproduce", "synthetic", "-f", "markdown"]) == 0
     assert "| experiment |" in capsys.readouterr().out
-    assert main(["reproduce", "synthetic", "-o", str(target)]) == 2   # a file needs markdown or json
+    # -o infers the format from the extension; the terminal table cannot go to a file
+    assert main(["reproduce", "synthetic", "-o", str(target)]) == 0
+    assert json.loads(target.read_text())["parameters"]["eps"] == 0.01
+    assert main(["reproduce", "synthetic", "-f", "table", "-o", str(target)]) == 2
+    assert main(["reproduce", "synthetic", "-o", str(tmp_path / "tables.png")]) == 2
     assert json.loads(target.read_text()) == data        # and the old file is intact
 
 

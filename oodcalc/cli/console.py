@@ -2,8 +2,8 @@
 
 On a terminal, lines are wrapped at its width, but only at spaces that do not sit inside a
 formula (``Q = 0``, ``e_k <= ε``, ``L = Σ e_k/K`` stay on one line). Piped (or redirected),
-nothing is wrapped: a line of output is one line, and tables get ``PIPE_WIDTH`` columns
-(or ``$COLUMNS`` when it is set).
+nothing is wrapped: a line of output is one line, and tables get ``PIPE_WIDTH`` columns;
+``$COLUMNS``, when set, makes any output behave like a terminal of that width.
 """
 
 from __future__ import annotations
@@ -20,13 +20,20 @@ OPERATORS = frozenset({"=", "<=", ">=", "≤", "≥", "≈", "±", "×", "→", 
                        "-", "Σ", "in"})
 
 
+#: A line may start with a comparison after a number: ``a = 0.9`` / ``< b = 1``.
+COMPARISONS = frozenset({"<", ">", "<=", ">=", "≤", "≥"})
+_NUMBER = re.compile(r"^[+−-]?\d[\d.e+−-]*[,;]?$")
+
+
 def _breakable(plain: str) -> list[int]:
     """Offsets just after each run of spaces where a line may break."""
     out = []
     for match in re.finditer(r" +", plain):
         before = plain[:match.start()].rsplit(" ", 1)[-1]
         after = plain[match.end():].split(" ", 1)[0]
-        if before and after and before not in OPERATORS and after not in OPERATORS:
+        after_number = after in COMPARISONS and _NUMBER.match(before)
+        if before and after and before not in OPERATORS \
+                and (after not in OPERATORS or after_number):
             out.append(match.end())
     return out
 
@@ -34,10 +41,9 @@ def _breakable(plain: str) -> list[int]:
 def make_console(stderr: bool = False):
     from rich.console import Console
     stream = sys.stderr if stderr else sys.stdout
-    if stream.isatty():
+    if stream.isatty() or os.environ.get("COLUMNS"):
         return Console(highlight=False, stderr=stderr)
-    width = None if os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(highlight=False, stderr=stderr, width=width, soft_wrap=True)
+    return Console(highlight=False, stderr=stderr, width=PIPE_WIDTH, soft_wrap=True)
 
 
 def breaks(plain: str, width: int, indent: int = 0) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -20,11 +19,12 @@ def derive(
         help="Claim number, id or key (e.g. 2, 8b or conservation); a number selects all "
              "its parts; every claim if omitted.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT",
-        help="text (terminal), markdown ($...$ math) or latex (a standalone document).")] = "text",
+        help="text (terminal), markdown (display math in $$…$$) or latex (a standalone "
+             "document).")] = "text",
     list_claims: Annotated[bool, typer.Option("--list",
         help="List the claims with the level of their decisive step and exit (fast: derives "
              "nothing).")] = False,
-    write: Annotated[Optional[Path], typer.Option("--write", metavar="DIR",
+    write: Annotated[Optional[str], typer.Option("--write", metavar="DIR",
         help="Write the Markdown and LaTeX of every claim into DIR (e.g. derivations/).")] = None,
 ) -> None:
     """Derive a claim from the model's definitions with sympy and print every step.
@@ -32,13 +32,15 @@ def derive(
     Example: oodcalc derive conservation --format markdown
     """
     if fmt not in FORMATS:
-        raise InputError("--format", fmt, f"expected one of {', '.join(FORMATS)}")
+        raise InputError("--format", repr(fmt), f"expected one of {', '.join(FORMATS)}")
     if list_claims:
         _print_list()
         return
     if write is not None:
         if claim is not None:
             raise InputError("CLAIM", claim, "--write writes every claim; omit CLAIM")
+        from ..io import check_output_dir
+        check_output_dir(write, "--write")   # before the minutes of deriving
         from ..symbolic.documents import write as write_documents
         for path in write_documents(write):
             print(path)
@@ -62,8 +64,9 @@ def derive(
 
 
 def _print_list() -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .console import make_console
     table = Table(title="The claims of arXiv 2609.36448 and what the symbolic engine derives",
                   title_justify="left")
     table.add_column("#", no_wrap=True)
@@ -73,7 +76,7 @@ def _print_list() -> None:
     table.add_column("decisive step")
     for c in CLAIMS:
         table.add_row(c.id, c.key, c.title, c.level, c.decisive_step)
-    Console(highlight=False).print(table)
+    make_console().print(table)
     print("Levels: symbolic K = sympy derived the decisive step with K a Symbol; K = a..b = for "
           "each K in that range; numeric; rests on the paper; refuted = a counterexample to "
           "the paper's statement stands. `oodcalc derive N` prints the derivation.")

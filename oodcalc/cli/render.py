@@ -10,6 +10,7 @@ from rich.table import Table
 from .. import theory
 from ..geometry import describe_text as describe_geometry
 from ..report import Report
+from .console import breaks, make_console, say
 
 REGIME_STYLE = {"forgetting": "red", "backward-transfer": "green",
                 "undetermined": "yellow", "unaffected": "cyan", None: "dim"}
@@ -20,12 +21,12 @@ def fmt(x: float, digits: int = 5) -> str:
 
 
 def render_prediction(report: Report, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or make_console()
     p = report.parameters
     K = p["K"]
-    console.print(f"[bold]oodcalc predict[/bold] · {describe_geometry(p['geometry'])}")
-    console.print(f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
-                  f"η_ft = {fmt(p['eta_ft'])}; exact population dynamics from Q = 0")
+    say(console, f"[bold]oodcalc predict[/bold] · {describe_geometry(p['geometry'])}")
+    say(console, f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
+                 f"η_ft = {fmt(p['eta_ft'])}; exact population dynamics from Q = 0")
 
     pre = report.pretrain
     table = Table(title="1 · Pretraining on V: where the stopping rule e_k <= ε is met",
@@ -53,40 +54,45 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         table.add_row(str(k + 1), fmt(ood.z[k, k]), beta_text, fmt(ood.attention[k, k]),
                       fmt(ood.error[k]), fmt(closed_error[k]), ood.corollary[k] or "—")
     console.print(table)
-    console.print(f"Random guessing (uniform attention 1/K) has e_k = {fmt(theory.uniform_error(K))}; "
-                  f"OOD loss L = Σ e_k/K = {fmt(float(ood.error.sum() / K))}.")
+    say(console, f"Random guessing (uniform attention 1/K) has e_k = "
+                 f"{fmt(theory.uniform_error(K))}; OOD loss L = Σ e_k/K = "
+                 f"{fmt(float(ood.error.sum() / K))}.")
 
     ft = report.finetune
     within = ft.eta_ft <= ft.step_size_bound
     verdict = "[green]within[/green]" if within else "[red]exceeds[/red]"
     console.print()
-    console.print(f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps; "
-                  f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}, "
-                  f"η_ft = {fmt(ft.eta_ft)} {verdict} it.")
-    table = Table(box=box.SIMPLE_HEAD)
-    table.add_column("k")
-    table.add_column("γ_k", justify="right")
-    table.add_column("paper's verdict (claim 8)", ratio=1)
-    table.add_column("first step", no_wrap=True)
-    table.add_column("F_k (exact)", justify="right", no_wrap=True)
-    table.add_column("L_{v_k} trend", no_wrap=True)
+    say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps; "
+                 f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}, "
+                 f"η_ft = {fmt(ft.eta_ft)} {verdict} it.")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
+    for name in ("k", "γ_k", "paper's verdict (claim 8)", "first step", "F_k (exact)",
+                 "L_{v_k} trend"):
+        table.add_column(name, no_wrap=True, justify="right" if name in ("γ_k", "F_k (exact)")
+                         else "left")
+    # The condition wraps, at spaces outside its formulas, in what the other columns leave.
+    room = None if console.soft_wrap else max(20, console.width - 56)
     gamma = p["geometry"].get("gamma") or np.diag(np.asarray(p["geometry"]["M"]))
     for f in report.forgetting:
         style = REGIME_STYLE[f.regime]
-        verdict = (f"[{style}]{f.regime}[/{style}]\n{f.condition}" if f.regime
-                   else "[dim]n/a: the theorem assumes a parallel shift[/dim]")
+        condition = f.condition or ""
+        if room is not None:
+            cuts = [0, *breaks(condition, room), len(condition)]
+            condition = "\n".join(condition[i:j].rstrip() for i, j in zip(cuts, cuts[1:]))
+        verdict = (f"[{style}]{f.regime}[/{style}]\n{condition}" if f.regime
+                   else "[dim]n/a: the theorem\nassumes a parallel shift[/dim]")
         first = (f"{f.initial_direction}\nD_k = {f.D_k:+.4g}" if f.initial_direction
                  else "[dim]n/a[/dim]")
         trend = f.trend if f.theorem_holds is not False else f"[red]{f.trend} ✗[/red]"
         table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, first, f"{f.F_k:+.4g}", trend)
     console.print(table)
     if any(f.initial_direction for f in report.forgetting):
-        console.print("First step: the sign of D_k = Σ_(n≠k)(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ "
-                      "(derived; see README, Findings).")
+        say(console, "First step: the sign of D_k = Σ_(n≠k)(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ "
+                     "(derived; see README, Findings).")
     if any(f.theorem_holds is False for f in report.forgetting):
-        console.print("[red]✗[/red] the exact trajectory contradicts the paper's verdict: "
-                      "for K > 2 its condition is not sufficient.")
+        say(console, "[red]✗[/red] the exact trajectory contradicts the paper's verdict: "
+                     "for K > 2 its condition is not sufficient.")
     F = report.F
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
-    console.print(f"F = L_tr(after) − L_tr(before) = [bold]{F:+.5g}[/bold] ({meaning}).")
+    say(console, f"F = L_tr(after) − L_tr(before) = [bold]{F:+.5g}[/bold] ({meaning}).")

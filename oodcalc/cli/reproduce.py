@@ -63,39 +63,69 @@ def as_markdown(tables, protocol: Protocol) -> str:
 
 
 def show_tables(tables, protocol: Protocol) -> None:
+    """One table per experiment: text cells wrap, numbers never do; when even that does not
+    fit the terminal, each row is printed as a short block instead."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
-    console.print(f"[bold]oodcalc reproduce[/bold] · ε = {protocol.eps:g}, η = {protocol.eta:g}, "
-                  f"η_ft = {protocol.eta_ft:g} · figures reported in the paper, arXiv {paper.ARXIV}")
+    from .console import make_console, say
+
+    console = make_console()
+    say(console, f"[bold]oodcalc reproduce[/bold] · ε = {protocol.eps:g}, η = {protocol.eta:g}, "
+                 f"η_ft = {protocol.eta_ft:g} · figures reported in the paper, "
+                 f"arXiv {paper.ARXIV}")
     note_number = 0
     for title, rows in tables.items():
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-        table.add_column("experiment", min_width=7)
-        table.add_column("quantity", min_width=6)
-        table.add_column("theory", justify="right", no_wrap=True)
-        for sim in (rows[0].simulations if rows else []):
-            table.add_column(sim, justify="right", no_wrap=True)
-        table.add_column("paper", justify="right", no_wrap=True)
-        table.add_column("sign", no_wrap=True)
-        table.add_column("magnitude", no_wrap=True)
-        table.add_column("note", no_wrap=True)
-        notes = []
+        notes, cells = [], []
         for r in rows:
             note_number += 1
             notes.append(f"[{note_number}] {r.quantity.figure.where}: {r.note}")
             style = "green" if r.magnitude == "agrees" else "yellow"
-            table.add_row(r.quantity.experiment, r.quantity.name, fmt(r.theory),
+            cells.append((r.quantity.experiment, r.quantity.name, fmt(r.theory),
                           *(fmt(v) for v in r.simulations.values()),
                           r.quantity.figure.printed.split()[-1], SIGN_MARK[r.sign],
                           f"[{style}]{r.magnitude.replace('ours/paper = ', '×')}[/{style}]",
-                          f"[{note_number}]")
-        console.print(table)
+                          f"[{note_number}]"))
+        headers = ["experiment", "quantity", "theory",
+                   *(rows[0].simulations if rows else []), "paper", "sign", "magnitude", "note"]
+        widths = _widths(headers, cells, console.width)
+        if widths is None:   # not even one word per line fits: one block per row
+            say(console, title, style="italic")
+            for row in cells:
+                say(console, f"{row[0]} · {row[1]}", style="bold")
+                pairs = (f"{h} {v}".replace(" ", "\u00a0") for h, v in zip(headers[2:], row[2:]))
+                say(console, "  " + " · ".join(pairs), indent=4)
+        else:
+            table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
+                          pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
+            for i, (name, width) in enumerate(zip(headers, widths)):
+                table.add_column(name, width=width, no_wrap=i >= 2,
+                                 justify="right" if 2 <= i < len(headers) - 3 else "left")
+            for row in cells:
+                table.add_row(*row)
+            console.print(table)
         for note in notes:
-            console.print(note, style="dim")
+            say(console, note, indent=4, style="dim")
         console.print()
+
+
+def _widths(headers: list[str], cells: list[tuple], room: int) -> list[int] | None:
+    """Column widths for ``room`` columns: numbers and marks at full width, the two text
+    columns (experiment, quantity) sharing the rest, never narrower than their longest
+    word; None when that does not fit."""
+    from rich.text import Text
+    full = [max([len(h)] + [Text.from_markup(row[i]).cell_len for row in cells])
+            for i, h in enumerate(headers)]
+    words = [max(len(w) for text in [headers[i]] + [row[i] for row in cells]
+                 for w in text.split()) for i in (0, 1)]
+    free = room - sum(full[2:]) - 2 * (len(headers) - 1)   # a gap: padding and rule
+    if free < sum(words):
+        return None
+    text = full[:2]
+    while sum(text) > free:   # take from the wider text column first
+        i = 0 if text[0] - words[0] >= text[1] - words[1] else 1
+        text[i] -= 1
+    return text + full[2:]
 
 
 def simulators(prompts: int | None, seed: int) -> dict:
@@ -109,35 +139,67 @@ def simulators(prompts: int | None, seed: int) -> dict:
     return chosen
 
 
+#: File extensions each written format takes (-o infers the format from them).
+SUFFIXES = {Format.markdown: (".md", ".markdown", ".txt"), Format.json: (".json",)}
+
+
+def output_format_for(output: str | None, chosen: Format | None) -> Format:
+    """The format: as given, else from -o's extension, else the terminal table; and -o
+    checked before any work."""
+    from ..errors import InputError
+    from ..io import check_output
+    if output is None:
+        return chosen or Format.table
+    if chosen is Format.table:
+        raise InputError("--output", repr(output), "the table is for the terminal; write a "
+                         "file with --format markdown or json (or -o FILE.md / FILE.json)")
+    suffix = Path(output).suffix.lower()
+    form = chosen or next((f for f, s in SUFFIXES.items() if suffix in s), None)
+    if form is None:
+        raise InputError("--output", repr(output), "a name ending in .md or .json (or give "
+                         "--format markdown|json)")
+    check_output(output, "--output", suffixes=SUFFIXES[form],
+                 formats=f"a name ending in {' or '.join(SUFFIXES[form])} for {form.value}")
+    return form
+
+
 @reproduce_app.command("synthetic")
 def synthetic(
-    output_format: Annotated[Format, typer.Option("--format", "-f",
-        help="table (terminal), markdown or json.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
-        help="Write to FILE (atomically) instead of the terminal; needs markdown or json.")] = None,
+    output_format: Annotated[Optional[Format], typer.Option("--format", "-f",
+        help="table (terminal), markdown or json.",
+        show_default="table; with -o, from its extension")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE",
+        help="Write to FILE (atomically) instead of the terminal: .md (markdown) or .json.")]
+        = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None,
     prompts: Annotated[Optional[str], typer.Option("--prompts", metavar="N",
         help="Add a column from the finite-prompt simulator with N tokens per prompt "
-             "(fresh mini-batches of 1024 prompts; slower, about 25 s).")] = None,
+             "(fresh mini-batches of 1024 prompts; slower, about 25 s).",
+        show_default="no such column")] = None,
     seed: Annotated[str, typer.Option("--seed", metavar="INT",
         help="Seed of the finite-prompt simulator.")] = "0",
 ) -> None:
     """The one-layer synthetic tables (K = 4, d = 8; K = 2 γ sweep) beside the paper's figures."""
+    from .. import limits
     from ..experiments import reproduce as run
-    from ..errors import InputError
     from ..io import write_text_atomic
 
+    form = output_format_for(output, output_format)
     protocol = build_protocol(eps, eta, eta_ft)
-    if output is not None and output_format is Format.table:
-        raise InputError("--output", str(output), "writing a file needs --format markdown or json")
-    tables = run(protocol, simulators(options.integer("--prompts", prompts, 1),
-                                      options.integer("--seed", seed, 0)))
-    if output_format is Format.table:
+    n_tokens = options.integer("--prompts", prompts, 1)
+    root_seed = options.integer("--seed", seed, 0)
+    p = protocol
+    limits.refuse_over_cap(
+        limits.reproduce_bytes(p.eps, p.eta, p.eta_ft, n_tokens),
+        "the finite-prompt column (batches of 1024 prompts of N tokens)",
+        [("--prompts", prompts, 0.0, "lower --prompts")])
+    tables = run(protocol, simulators(n_tokens, root_seed))
+    if form is Format.table:
         show_tables(tables, protocol)
         return
-    if output_format is Format.json:
-        text = json.dumps({"parameters": {**protocol.describe(), "prompts_N": prompts,
-                                          "seed": int(seed)},
+    if form is Format.json:
+        text = json.dumps({"parameters": {**protocol.describe(), "prompts_N": n_tokens,
+                                          "seed": root_seed},
                            "tables": {t: [r.to_dict() for r in rows] for t, rows in tables.items()}},
                           indent=2, ensure_ascii=False)
     else:

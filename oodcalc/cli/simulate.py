@@ -42,27 +42,25 @@ def trajectory_json(trajectories: dict) -> dict:
 
 def render(report, rows: int, comparison=None) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     from ..geometry import describe_text as describe_geometry
+    from .console import make_console, say
     from .render import fmt
 
     from rich.markup import escape
 
-    console = Console(highlight=False)
-    if comparison is not None and console.width < 100:
-        console = Console(highlight=False, width=100)
+    console = make_console()
     p = report.parameters
     K = p["K"]
-    console.print(f"[bold]oodcalc simulate[/bold] · {describe_geometry(p['geometry'])}")
-    console.print(f"{report.source}; K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, "
-                  f"η = {fmt(p['eta'])}, η_ft = {fmt(p['eta_ft'])}")
-    console.print(f"T1 = {report.pretrain.T1}: α = {fmt(report.pretrain.alpha)}, "
-                  f"β = {fmt(report.pretrain.beta)}, max e_k = "
-                  f"{fmt(float(report.pretrain.error.max()))}; OOD loss at T1 = "
-                  f"{fmt(float(report.ood.error.sum() / K))}; T2 = {report.finetune.T2}; "
-                  f"F = {report.F:+.5g}")
+    say(console, f"[bold]oodcalc simulate[/bold] · {describe_geometry(p['geometry'])}")
+    say(console, f"{report.source}; K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, "
+                 f"η = {fmt(p['eta'])}, η_ft = {fmt(p['eta_ft'])}")
+    say(console, f"T1 = {report.pretrain.T1}: α = {fmt(report.pretrain.alpha)}, "
+                 f"β = {fmt(report.pretrain.beta)}, max e_k = "
+                 f"{fmt(float(report.pretrain.error.max()))}; OOD loss at T1 = "
+                 f"{fmt(float(report.ood.error.sum() / K))}; T2 = {report.finetune.T2}; "
+                 f"F = {report.F:+.5g}")
 
     table = Table(title="Trajectories (α, β: means over features and pairs; L: Σe_k/K)",
                   title_justify="left", box=box.SIMPLE_HEAD)
@@ -97,10 +95,13 @@ def render(report, rows: int, comparison=None) -> None:
     if comparison is not None:
         table = Table(title="Theory (exact population dynamics, closed forms) beside the "
                             "simulation, field by field", title_justify="left",
-                      box=box.SIMPLE_HEAD)
+                      box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                      padding=(0, 1, 0, 0))
         table.add_column("field", no_wrap=True)
+        # Long texts (conditions) in these two are cut; numbers and the diffs never are.
+        text_width = max(12, min(20, (console.width - 52) // 2))
         for name in ("theory", "simulation"):
-            table.add_column(name, justify="right", max_width=20, overflow="ellipsis",
+            table.add_column(name, justify="right", max_width=text_width, overflow="ellipsis",
                              no_wrap=True)
         for name in ("max |diff|", "max rel"):
             table.add_column(name, justify="right", no_wrap=True)

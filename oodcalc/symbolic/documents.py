@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from ..claims import CLAIMS, Claim
+from ..io import write_text_atomic
 from .render import to_latex, to_markdown
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "derivations"
@@ -57,6 +58,7 @@ def render_all() -> dict[str, str]:
 
 
 def write(directory: Path = DEFAULT_DIR) -> list[Path]:
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for stale_file in directory.glob("claim*-*.*"):       # entries renamed or removed
@@ -64,7 +66,7 @@ def write(directory: Path = DEFAULT_DIR) -> list[Path]:
             stale_file.unlink()
     for name, content in render_all().items():
         path = directory / name
-        path.write_text(content, encoding="utf-8")
+        write_text_atomic(path, content, option="--write")
         written.append(path)
     return written
 
