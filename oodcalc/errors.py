@@ -20,7 +20,7 @@ class InputError(OodcalcError, ValueError):
 
     def __init__(self, what: str, value: object, accepted: str) -> None:
         self.what, self.value, self.accepted = what, value, accepted
-        shown = value if isinstance(value, str) else repr(value)
+        shown = value if isinstance(value, str) and value.isprintable() else repr(value)
         super().__init__(f"{what}: got {shown}; {accepted}")
 
 

@@ -66,15 +66,19 @@ def _check_text(path: str | Path, option: str, thing: str = "file") -> str:
 
 
 def _probe(directory: Path, option: str, shown: object) -> None:
-    """Fail unless a file can be created in ``directory`` (as the write will need)."""
-    probe = directory / f".probe.{os.getpid()}{PARTIAL}"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as err:
-        raise _refuse(option, shown, f"cannot create a file in {directory} "
-                      f"({err.strerror or err})") from None
-    os.close(fd)
-    os.unlink(probe)
+    """Fail unless files can be created in ``directory`` (permissions, a read-only file
+    system), without creating anything."""
+    reason = None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        reason = "permission denied"
+    else:
+        try:
+            if os.statvfs(directory).f_flag & os.ST_RDONLY:
+                reason = "read-only file system"
+        except (OSError, AttributeError):
+            pass
+    if reason is not None:
+        raise _refuse(option, shown, f"cannot create a file in {directory} ({reason})")
 
 
 def check_output(path: str | Path, option: str = "--output", *,
@@ -89,7 +93,7 @@ def check_output(path: str | Path, option: str = "--output", *,
     if text.endswith(os.sep):
         raise _refuse(option, text, "a directory; give a file name inside it")
     requested = Path(text)
-    if os.path.abspath(text).startswith(SYSTEM):
+    if _system(text):
         raise _refuse(option, text, "a system path (devices, /proc); oodcalc writes regular "
                       "files only (for the terminal, leave out the output option or use '-' "
                       "where the command accepts it)")
@@ -134,6 +138,11 @@ def check_output(path: str | Path, option: str = "--output", *,
     return target
 
 
+def _system(text: str) -> bool:
+    path = os.path.abspath(text)
+    return any(path == p.rstrip("/") or path.startswith(p) for p in SYSTEM)
+
+
 def _check_name(path: Path, option: str, shown: str) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     limit = _name_max(directory if directory.is_dir() else Path("."))
@@ -154,6 +163,9 @@ def _first_file(path: Path) -> Path | None:
 def check_output_dir(path: str | Path, option: str) -> Path:
     """A directory that files can be written into (created later if missing)."""
     text = _check_text(path, option, "directory")
+    if _system(text):
+        raise _refuse(option, text, "a system directory (devices, /proc); give a directory "
+                      "of your own")
     directory = Path(text)
     _check_name(directory, option, text)
     try:

@@ -61,7 +61,9 @@ from . import derive as _derive  # noqa: E402,F401
 
 
 def error_line(message: str) -> None:
-    print(f"oodcalc: error: {message}", file=sys.stderr)
+    """One line, whatever the message quotes (control characters and line breaks escaped)."""
+    safe = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    print(f"oodcalc: error: {safe}", file=sys.stderr)
 
 
 def start_text() -> str:

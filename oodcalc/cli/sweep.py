@@ -215,34 +215,37 @@ def sweep(
         help="Number(s) of features for --theta, e.g. 4 or 2,4,8.",
         rich_help_panel="Geometry (choose one)")] = None,
     eps: Annotated[Text, typer.Option("--eps", metavar="LIST",
-        help=f"Stopping rule(s) e_k <= eps: values or ranges (1e-3:1e-1:5:log) "
-             f"[default: {DEFAULT_EPS:g}].", rich_help_panel="Protocol")] = None,
+        help="Stopping rule(s) e_k <= eps: values or ranges (1e-3:1e-1:5:log).",
+        show_default=f"{DEFAULT_EPS:g}", rich_help_panel="Protocol")] = None,
     eta: Annotated[Text, typer.Option("--eta", metavar="LIST",
-        help=f"Pretraining step size(s) [default: {DEFAULT_ETA:g}].",
+        help="Pretraining step size(s).", show_default=f"{DEFAULT_ETA:g}",
         rich_help_panel="Protocol")] = None,
     eta_ft: Annotated[Text, typer.Option("--eta-ft", metavar="LIST",
-        help="Fine-tuning step size(s) [default: each row's --eta].",
+        help="Fine-tuning step size(s).", show_default="each row's --eta",
         rich_help_panel="Protocol")] = None,
     max_steps: Annotated[Text, typer.Option("--max-steps", metavar="INT",
-        help=f"Step cap per phase; rows that hit it are marked converged=false "
-             f"[default: {DEFAULT_MAX_STEPS}].", rich_help_panel="Protocol")] = None,
+        help="Step cap per phase; rows that hit it are marked converged=false.",
+        show_default=f"{DEFAULT_MAX_STEPS}", rich_help_panel="Protocol")] = None,
     fmt: Annotated[Optional[Format], typer.Option("--format",
-        help="Output format [default: from the file suffix, else csv].",
+        help="Output format.", show_default="from the file's extension; csv for -",
         case_sensitive=False)] = None,
     workers: Annotated[Text, typer.Option("--workers", metavar="N",
-        help="Fine-tune in N local processes.", rich_help_panel="Execution")] = None,
+        help="Fine-tune in N local processes (never more than there are chunks).",
+        show_default="1", rich_help_panel="Execution")] = None,
     scheduler: Annotated[Text, typer.Option("--scheduler", metavar="ADDRESS",
-        help="Run on a dask.distributed cluster (tcp://host:8786); needs oodcalc[dask].",
+        help="Run on a dask.distributed cluster (tcp://host:8786); needs "
+             "pip install \"oodcalc\\[dask]\".", show_default="local",
         rich_help_panel="Execution")] = None,
     chunk_size: Annotated[Text, typer.Option("--chunk-size", metavar="INT",
-        help="Configurations per task [default: all at once serially, 1/16 of the grid "
-             "otherwise].", rich_help_panel="Execution")] = None,
+        help="Configurations per task.", show_default="all at once serially, 1/16 of the "
+        "grid otherwise", rich_help_panel="Execution")] = None,
     seed: Annotated[Text, typer.Option("--seed", metavar="INT",
         help="Root seed; each chunk gets its own via SeedSequence.spawn (recorded; the "
-             "exact dynamics are deterministic) [default: 0].",
+             "exact dynamics are deterministic).", show_default="0",
         rich_help_panel="Execution")] = None,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress",
-        help="Progress bar on stderr [default: on a terminal, for long sweeps].")] = None,
+        help="Progress bar on stderr.",
+        show_default=f"on a terminal, from {PROGRESS_FROM} configurations")] = None,
 ) -> None:
     """Sweep γ, θ, ε and η: T1, T2, OOD loss, forgetting F and F_k, regimes per row.
 

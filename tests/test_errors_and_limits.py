@@ -1,0 +1,385 @@
+"""Hostile input, output paths and resource caps: every reproduction of the robustness
+report ends in one clean line (exit 2), before any work; plus the CLI conventions
+(--version, -h, the start text, help defaults, piped and 80-column output)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from oodcalc import io, limits
+from oodcalc.cli import main
+
+#: The memory cap the refusals below are checked against (independent of this machine).
+CAP = "4G"
+
+
+def run(capsys, *args):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("oodcalc: error: "), err
+    assert "internal error" not in err and "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def no_engines(monkeypatch):
+    """Any refusal must come before the engines run: calling one fails the test."""
+    import importlib
+    dynamics, predict, population, prompts, sweep = (
+        importlib.import_module(f"oodcalc.{name}") for name in
+        ("dynamics", "predict", "simulate.population", "simulate.prompts", "sweep"))
+
+    def engine(*args, **kwargs):
+        raise AssertionError("an engine ran before the input was refused")
+    for module, name in ((dynamics, "descend"), (predict, "descend"), (sweep, "descend"),
+                         (population, "train"), (prompts, "train_on_prompts"),
+                         (sweep, "sweep")):
+        monkeypatch.setattr(module, name, engine)
+    monkeypatch.setenv(limits.MEMORY_VARIABLE, CAP)
+
+
+BIG = "99999999999999999999"
+
+# (arguments, the option the one line must name): the reproductions, in the report's order.
+REPRODUCTIONS = [
+    (["predict", "--theta", "pi/0", "--K", "2"], "--theta"),
+    (["sweep", "--theta", "pi/0", "--K", "2", "-o", "a.csv"], "--theta"),
+    (["simulate", "--theta", "pi/0", "--K", "2"], "--theta"),
+    (["predict", "--gamma", "1,-0.9", "--max-steps", BIG], "--max-steps"),
+    (["predict", "--gamma", "1,-0.9", "--d", BIG], "--d"),
+    (["predict", "--theta", "0.5", "--K", BIG], "--K"),
+    (["plot", "ood-vs-theta", "--K", BIG, "-o", "a.png"], "--K"),
+    (["sweep", "--gamma", "1,-0.9", "--seed", BIG, "-o", "a.csv"], "--seed"),
+    (["sweep", "--theta", "0.5", "--K", BIG, "-o", "a.csv"], "--K"),
+    (["sweep", f"--gamma=0:1:{BIG},0.5", "-o", "a.csv"], "--gamma"),
+    (["plot", "phase-diagram", "--grid", BIG, "-o", "a.png"], "--grid"),
+    # memory, against the cap CAP
+    (["predict", "--theta", "pi/6", "--K", "100000"], "--K"),
+    (["predict", "--gamma", "1,-0.9", "--d", "1000000000"], "--d"),
+    (["sweep", "--gamma=0:1:1000000000,0.5", "-o", "a.csv"], "--gamma"),
+    (["sweep", "--theta", "0:1:200000", "--K", "100", "-o", "a.csv"], "--theta/--K"),
+    (["simulate", "--gamma", "1,-0.9", "-s", "prompts", "--N", "100000", "--batch",
+      "1000000"], "--N"),
+    (["reproduce", "synthetic", "--prompts", "100000"], "--prompts"),
+    (["predict", "--theta", "pi/6", "--K", "5000"], "--K"),
+    (["plot", "phase-diagram", "--grid", "3000", "-o", "a.png"], "--grid"),
+    (["plot", "weights", "--mean-query", "--K", "100000", "-o", "a.png"], "--K"),
+    # accepted silently before
+    (["sweep", "--gamma", "1,-0.9", "-o", "x.png"], "--output"),
+    (["plot"], "plot"),
+]
+
+
+@pytest.mark.parametrize("args, option", REPRODUCTIONS, ids=lambda a: " ".join(a)[:60]
+                         if isinstance(a, list) else a)
+def test_reproduction_is_one_line_before_any_work(args, option, capsys, tmp_path,
+                                                   monkeypatch, no_engines):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert line.startswith(f"oodcalc: error: {option}: got "), line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_memory_refusal_names_the_cap_and_how_to_raise_it(capsys, no_engines):
+    code, _, err = run(capsys, "predict", "--theta", "pi/6", "--K", "100000")
+    line = one_line(err)
+    assert "over the memory cap of 4 GiB (OODCALC_MAX_MEMORY=4G)" in line
+    assert "lower --K, or raise the cap: OODCALC_MAX_MEMORY=" in line
+
+
+def test_the_cap_is_the_only_thing_between_a_run_and_its_estimate(monkeypatch):
+    """Perturbation: the same estimate passes under a larger cap and fails under a smaller."""
+    estimate = limits.predict_bytes(64, 128, 0.01, 0.1, 0.1, 10**6)
+    monkeypatch.setenv(limits.MEMORY_VARIABLE, str(int(estimate * 1.01)))
+    limits.require_memory(estimate, "--K", "64", "predict", "lower --K")
+    monkeypatch.setenv(limits.MEMORY_VARIABLE, str(int(estimate * 0.99)))
+    with pytest.raises(limits.InputError, match="over the memory cap"):
+        limits.require_memory(estimate, "--K", "64", "predict", "lower --K")
+
+
+def test_default_cap_follows_the_address_space_limit():
+    code = ("import resource, os; os.environ.pop('OODCALC_MAX_MEMORY', None);"
+            "resource.setrlimit(resource.RLIMIT_AS, (6 * 10**9, resource.RLIM_INFINITY));"
+            "from oodcalc.limits import memory_cap; print(memory_cap()[0])")
+    env = {k: v for k, v in os.environ.items() if k != limits.MEMORY_VARIABLE}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert int(out.stdout) <= 0.6 * 6e9
+
+
+@pytest.mark.parametrize("text, value", [("16G", 16 << 30), ("512M", 512 << 20),
+                                         ("2e9", 2 * 10**9), ("1.5T", int(1.5 * (1 << 40)))])
+def test_memory_variable_sizes(text, value):
+    assert limits.parse_size(text) == value
+
+
+def test_workers_never_outnumber_the_tasks(capsys, tmp_path, monkeypatch):
+    import concurrent.futures
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a process pool for one configuration")
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "--workers", "24",
+                       "-o", tmp_path / "a.csv")
+    assert code == 0, err
+    assert (tmp_path / "a.csv").read_text().count("\n") == 2
+
+
+# --- feature files ------------------------------------------------------------------------
+
+@pytest.fixture
+def files(tmp_path):
+    V = np.eye(3, 2)
+    np.save(tmp_path / "V.npy", V)
+    (tmp_path / "object.json").write_text('{"a": [1, 0]}')
+    (tmp_path / "bigint.json").write_text("[[" + "9" * 400 + ", 0], [0, 1], [0, 0]]")
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "bool.json").write_text("[[true, false], [false, true], [false, false]]")
+    np.save(tmp_path / "complex.npy", V + 0j)
+    np.save(tmp_path / "strings.npy", V.astype(str))
+    (tmp_path / "empty.csv").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("object.json", "list of rows"), ("bigint.json", "too large"), ("deep.json", "nested"),
+    ("bool.json", "found true"), ("complex.npy", "complex"), ("strings.npy", "text"),
+    ("empty.csv", "empty"),
+])
+def test_feature_files_only_real_numbers(files, name, fragment, capsys):
+    with _no_warnings():
+        code, _, err = run(capsys, "predict", "--features", files / name, "--ood",
+                           files / "V.npy")
+    assert code == 2
+    line = one_line(err)
+    assert line.startswith("oodcalc: error: --features: got ") and fragment in line
+
+
+class _no_warnings:
+    def __enter__(self):
+        import warnings
+        self.catcher = warnings.catch_warnings()
+        self.catcher.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc):
+        self.catcher.__exit__(*exc)
+
+
+# --- output paths ------------------------------------------------------------------------
+
+OUTPUTS = {   # command → how it names its output
+    "sweep": (["sweep", "--gamma", "1,-0.9", "-o"], ".csv"),
+    "plot": (["plot", "losses", "--gamma", "1,-0.9", "-o"], ".png"),
+    "reproduce": (["reproduce", "synthetic", "-f", "json", "-o"], ".json"),
+}
+
+
+@pytest.fixture
+def places(tmp_path):
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("a file")
+    os.mkfifo(tmp_path / "fifo")
+    ro = tmp_path / "readonly"
+    ro.mkdir()
+    ro.chmod(0o555)
+    yield tmp_path
+    ro.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", OUTPUTS)
+@pytest.mark.parametrize("where, fragment", [
+    ("", "an empty path"),
+    ("adir", "a directory"),
+    ("adir/", "a directory"),
+    ("a" * 300 + "{suffix}", "bytes long"),
+    ("/proc/version", "a system path"),
+    ("/dev/stdout", "a system path"),
+    ("afile/out{suffix}", "afile is a file, not a directory"),
+    ("missing/out{suffix}", "does not exist"),
+    ("fifo", "FIFO"),
+])
+def test_bad_output_paths(command, where, fragment, places, capsys, monkeypatch, no_engines):
+    monkeypatch.chdir(places)
+    args, suffix = OUTPUTS[command]
+    before = sorted(p.name for p in places.iterdir())
+    code, _, err = run(capsys, *args, where.format(suffix=suffix))
+    assert code == 2
+    assert fragment in one_line(err)
+    assert sorted(p.name for p in places.iterdir()) == before
+
+
+def test_unwritable_directory_refused_before_work(places, capsys, monkeypatch, no_engines):
+    """Root writes anywhere, so the permission check is simulated: access() says no."""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if "readonly" in str(p)
+                        else real(p, mode))
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", places / "readonly/a.csv")
+    assert code == 2 and "permission denied" in one_line(err)
+
+
+def test_device_is_refused_and_stays_a_device(tmp_path, capsys, no_engines):
+    device = tmp_path / "null.csv"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:
+        pytest.skip("cannot create a device node here")
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", device)
+    assert code == 2 and "a device" in one_line(err)
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+def test_symlink_is_followed_and_kept(tmp_path, capsys):
+    target = tmp_path / "real.csv"
+    target.write_text("old")
+    link = tmp_path / "link.csv"
+    link.symlink_to("real.csv")
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", link)
+    assert code == 0, err
+    assert link.is_symlink() and target.read_text().startswith("geometry,")
+
+
+def test_dangling_symlink_into_a_missing_directory(tmp_path, capsys, no_engines):
+    (tmp_path / "link.csv").symlink_to("missing/x.csv")
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", tmp_path / "link.csv")
+    assert code == 2 and "does not exist" in one_line(err)
+    assert (tmp_path / "link.csv").is_symlink()
+
+
+def test_stale_temporary_of_a_killed_run_is_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
+    pid = int(dead.stdout)
+    stale = tmp_path / f".out.csv.{pid}{io.PARTIAL}"
+    stale.write_text("half")
+    other = tmp_path / f".other.csv.{pid}{io.PARTIAL}"
+    other.write_text("not ours to judge")
+    live = tmp_path / f".out.csv.{os.getpid()}{io.PARTIAL}x"   # not our pattern
+    live.write_text("kept")
+    io.write_text_atomic(tmp_path / "out.csv", "new")
+    assert not stale.exists() and other.exists() and live.exists()
+    assert (tmp_path / "out.csv").read_text() == "new"
+
+
+def test_interrupt_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "data.csv"
+    target.write_text("precious")
+
+    def interrupted(tmp):
+        tmp.write_text("half")
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        io.write_atomic(target, interrupted)
+    assert target.read_text() == "precious"
+    assert [p.name for p in tmp_path.iterdir()] == ["data.csv"]
+
+
+@pytest.mark.parametrize("where", ["existing", "existing/sub", "/proc", "", "fifo"])
+def test_derive_write_destination_checked_before_deriving(where, places, capsys, monkeypatch):
+    import oodcalc.symbolic.documents as documents
+    monkeypatch.setattr(documents, "write", lambda *a: pytest.fail("derived first"))
+    monkeypatch.chdir(places)
+    (places / "existing").write_text("a file")
+    code, _, err = run(capsys, "derive", "--write", where)
+    assert code == 2 and one_line(err).startswith("oodcalc: error: --write: got ")
+
+
+# --- the CLI conventions ------------------------------------------------------------------
+
+def test_version_and_bare_start_text(capsys):
+    import oodcalc
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"oodcalc {oodcalc.__version__}"
+    code, out, err = run(capsys)
+    assert code == 0 and err == ""
+    assert "Start with: oodcalc predict --gamma 1,-0.9" in out
+    for command in ("predict", "simulate", "sweep", "plot", "reproduce", "derive", "verify"):
+        assert f"\n  {command} " in out
+    assert max(map(len, out.splitlines())) <= 80
+
+
+@pytest.mark.parametrize("words", [[], ["predict"], ["simulate"], ["sweep"], ["plot"],
+                                   ["plot", "losses"], ["plot", "phase-diagram"],
+                                   ["reproduce"], ["reproduce", "synthetic"], ["derive"],
+                                   ["verify"]])
+def test_short_and_long_help_everywhere(words, capsys):
+    code_short, short, _ = run(capsys, *words, "-h")
+    code_long, long, _ = run(capsys, *words, "--help")
+    assert code_short == code_long == 0 and short == long and "Usage:" in short
+
+
+def test_help_shows_defaults_without_stray_spaces(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    _, out, _ = run(capsys, "sweep", "--help")
+    for fragment in ("(0.01)", "(0.1)", "(1000000)", "each row's --eta",
+                     "from the file's extension", "on a terminal", 'oodcalc[dask]'):
+        assert fragment in out, fragment
+    assert not re.search(r"\w \.(\s|$)", out, re.MULTILINE)   # "Output format ." was one
+    _, out, _ = run(capsys, "derive", "--help")
+    assert "$$…$$" in out
+
+
+def test_install_hint_works_for_a_wheel(monkeypatch):
+    import builtins
+
+    from oodcalc import plots
+    real = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(plots.InputError, match=r'pip install "oodcalc\[plot\]"'):
+        plots._pyplot()
+
+
+def _run_cli(*args, columns=None):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([sys.executable, "-m", "oodcalc", *args], capture_output=True,
+                          text=True, env=env)
+
+
+def test_piped_output_never_wraps_inside_a_line():
+    out = _run_cli("predict", "--gamma", "1,-0.9").stdout
+    assert "; exact population dynamics from Q = 0\n" in out
+    assert "step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = " in out
+    assert not any(line.strip() in ("0", "Q =") for line in out.splitlines())
+
+
+def test_reproduce_at_80_columns_keeps_every_cell(monkeypatch, capsys):
+    out = _run_cli("reproduce", columns=80).stdout
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in out
+    for cell in ("experiment", "magnitude", "note", "orthogonal", "Attn_1(u_1)", "0.002499",
+                 "[12]"):
+        assert cell in out, cell
+
+
+def test_predict_at_80_columns_keeps_formulas_whole():
+    out = _run_cli("predict", "--gamma", "1,-0.9", columns=80).stdout
+    assert max(map(len, out.splitlines())) <= 80 and "…" not in out
+    for formula in ("Q = 0", "−γ2·γ1 = +0.9", "γ2² = 0.81", "L = Σ e_k/K = 0.24931"):
+        assert formula in out, formula
+
+
+def test_json_output_has_no_nonfinite_numbers(capsys):
+    code, out, _ = run(capsys, "predict", "--orthogonal", "--K", "3", "--json")
+    assert code == 0
+    json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))

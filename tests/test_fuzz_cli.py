@@ -1,0 +1,159 @@
+"""Fuzz the command line in-process: every command of ``fuzz_cases.ENTRIES``, valid and
+hostile values, input files and output paths (hypothesis; 2,000+ examples, each in its own
+directory with a time limit).
+
+Every example must end with exit code 0, 1 or 2; no traceback and no "internal error";
+on failure exactly one line ``oodcalc: error: ...`` on stderr; no NaN or inf printed; and
+nothing created or changed but the requested output (a symlink's target), with no
+temporary file left behind and no special file (FIFO, device, symlink) replaced.
+
+This checks the command-line layer, so the engines that take seconds are replaced by fast
+stand-ins that return real reports (the theory's): the full-Q and finite-prompt
+simulators, the figures' drawing (the output file is still written through
+``oodcalc.io``) and the reproduction tables (computed once). ``tools/fuzz_cli.py`` runs the
+same table against the real engines, one process per case, with memory and time caps.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+import fuzz_cases as fc  # noqa: E402
+from oodcalc.cli import main  # noqa: E402
+
+#: Examples in CI, over all commands (each command gets its share by weight, at least 60).
+EXAMPLES = 2100
+#: Seconds one example may take before the test fails (the slow engines are stubbed).
+TIME_LIMIT = 20
+NONFINITE = re.compile(r"(?<![\w.])(nan|inf|infinity)(?![\w])", re.IGNORECASE)
+
+
+class Hang(BaseException):
+    """Raised by the timer; a BaseException, so that main() cannot turn it into a line."""
+
+
+def examples_for(entry: fc.Entry) -> int:
+    total = sum(e.weight for e in fc.ENTRIES)
+    return max(60, round(EXAMPLES * entry.weight / total))
+
+
+@st.composite
+def invocation(draw, entry: fc.Entry) -> tuple[list[str], str | None]:
+    argv = list(entry.words)
+    if entry.geometry:
+        seed = draw(st.integers(0, 2**32 - 1))
+        import random
+        argv += fc.geometry_options(False, random.Random(seed))
+    present = {o: draw(st.booleans()) if o != entry.output else draw(st.integers(0, 9)) > 0
+               for o in entry.options}
+    if entry.must and not any(present[o] for o in entry.must):
+        present[draw(st.sampled_from(entry.must))] = True
+    output = None
+    for option, pool in entry.options.items():
+        if not present[option]:
+            continue
+        if pool is None:
+            argv.append(option)
+            continue
+        values = pool.valid + pool.hostile
+        if option in entry.must:   # the options that keep a slow command fast
+            values = pool.hostile + (("--list",) if option == "ARG" else ())
+        value = draw(st.one_of(st.sampled_from(values), st.text(max_size=6)))
+        if option == "ARG":
+            argv.append(value)
+        else:
+            argv += [option, value]
+        if option == entry.output:
+            output = value
+    return argv, output
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return fc.make_inputs(tmp_path_factory.mktemp("fuzz-inputs"))
+
+
+@pytest.fixture(scope="module")
+def fast_engines():
+    """Stand-ins for the engines that take seconds (see the module docstring)."""
+    mp = pytest.MonkeyPatch()
+    import oodcalc.experiments as experiments
+    import oodcalc.plots as plots
+    import oodcalc.simulate as simulate
+    import oodcalc.simulate.prompts as prompts
+    from oodcalc.io import write_atomic
+    from oodcalc.predict import predict
+
+    def as_simulation(setting, *args, **kwargs):
+        return predict(setting)
+
+    for module in (simulate, prompts):
+        for name in ("simulate_population", "simulate_prompts"):
+            if hasattr(module, name):
+                mp.setattr(module, name, as_simulation)
+    tables = functools.lru_cache(maxsize=1)(
+        lambda: experiments.reproduce(simulators={"GD on Q": predict}))
+    mp.setattr(experiments, "reproduce", lambda *args, **kwargs: tables())
+    for name in ("loss_trajectories", "weight_trajectories", "ood_error_vs_theta",
+                 "phase_diagram_k2"):
+        mp.setattr(plots, name, lambda *args, **kwargs: "figure")
+    mp.setattr(plots, "save", lambda fig, path, option="--output": write_atomic(
+        plots.check_output(path, option), lambda tmp: tmp.write_bytes(b"figure"),
+        option=option))
+    yield
+    mp.undo()
+
+
+def run_one(argv: list[str], output: str | None, inputs: Path, capsys) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="case-", dir=inputs.parent))
+    fc.make_outputs(workdir)
+    before, inputs_before = fc.snapshot(workdir), fc.snapshot(inputs)
+    argv = fc.resolve(argv, inputs)
+    here = os.getcwd()
+
+    def hang(*_):
+        raise Hang(f"over {TIME_LIMIT} s: oodcalc {argv}")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT)
+    try:
+        os.chdir(workdir)
+        code = main(argv)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        os.chdir(here)
+    out, err = capsys.readouterr()
+    shown = f"oodcalc {' '.join(map(repr, argv))}\nstdout: {out[-500:]}\nstderr: {err}"
+    assert code in (0, 1, 2), shown
+    assert "Traceback" not in err and "internal error" not in err, shown
+    if code != 0:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("oodcalc: error: "), shown
+    assert not NONFINITE.search(out), shown
+    changes = fc.unexpected_changes(before, fc.snapshot(workdir), output, workdir)
+    assert not changes, f"{shown}\nchanged: {changes}"
+    assert fc.snapshot(inputs) == inputs_before, shown
+    for path in workdir.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+
+
+@pytest.mark.parametrize("entry", fc.ENTRIES, ids=lambda e: " ".join(e.words) or "oodcalc")
+def test_fuzz_command(entry, inputs, fast_engines, capsys):
+    @settings(max_examples=examples_for(entry), deadline=None, database=None,
+              derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(invocation(entry))
+    def check(case):
+        run_one(*case, inputs, capsys)
+    check()
