@@ -42,8 +42,6 @@ MAX_ROWS = 20_000_000
 MAX_AXIS = MAX_ROWS
 #: Most significant digits for --precision (mpmath's cost grows faster than the digits).
 MAX_DIGITS = 10_000
-#: Largest nesting depth of a JSON feature file (a matrix is 2 deep).
-MAX_JSON_DEPTH = 64
 #: Largest feature file read (bytes); a d × K matrix of K >= 2 features is far smaller.
 MAX_FEATURE_FILE = 1 << 30
 

@@ -359,7 +359,7 @@ def _run_cli(*args, columns=None):
 def test_piped_output_never_wraps_inside_a_line():
     out = _run_cli("predict", "--gamma", "1,-0.9").stdout
     assert "; exact population dynamics from Q = 0\n" in out
-    assert "step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = " in out
+    assert "\nstep-size bound min_(n≠k) exp(−β_(u_n,u_k)) = 0.37177; η_ft = 0.1 is within" in out
     assert not any(line.strip() in ("0", "Q =") for line in out.splitlines())
 
 

@@ -9,6 +9,7 @@ Results go to stdout, diagnostics to stderr.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import textwrap
@@ -66,11 +67,16 @@ def error_line(message: str) -> None:
     print(f"oodcalc: error: {safe}", file=sys.stderr)
 
 
+@functools.lru_cache(maxsize=1)
+def root_command():
+    """The click command tree (built once: building it costs more than most commands)."""
+    return typer.main.get_command(app)
+
+
 def start_text() -> str:
     """What bare ``oodcalc`` prints: what it is, where to start, and the commands."""
-    import click
-    command = typer.main.get_command(app)
-    ctx = click.Context(command, info_name="oodcalc")
+    command = root_command()
+    ctx = command.context_class(command, info_name="oodcalc")
     names = command.list_commands(ctx)
     width = max(map(len, names))
     lines = [*textwrap.wrap(f"oodcalc {__version__}: {SUMMARY}", 79), "", START, "",
@@ -86,12 +92,15 @@ def start_text() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns (and, as a script, exits with) the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        print(start_text())
-        return _exit(0, argv)
-    command = typer.main.get_command(app)
+    command = root_command()
     try:
+        if not args:
+            print(start_text())
+            return _exit(0, argv)
         result = command.main(args=args, prog_name="oodcalc", standalone_mode=False)
+    except BrokenPipeError:   # the reader went away (oodcalc ... | head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
     except OodcalcError as err:
         error_line(str(err))
         code = err.exit_code

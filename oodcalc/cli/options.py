@@ -36,7 +36,7 @@ def positive(option: str, text: str | None) -> float | None:
 
 
 def integer(option: str, text: str | None, minimum: int, maximum: int = MAX_INT,
-            why: str = "") -> int | None:
+            why: str = "no option takes a larger integer") -> int | None:
     """An integer in ``[minimum, maximum]``; ``why`` says where the maximum comes from."""
     if text is None:
         return None
@@ -51,7 +51,7 @@ def integer(option: str, text: str | None, minimum: int, maximum: int = MAX_INT,
     if n < minimum:
         raise InputError(option, repr(text), accepted)
     if n > maximum:
-        raise InputError(option, repr(text), f"at most {maximum:,}" + (f" ({why})" if why else ""))
+        raise InputError(option, repr(text), f"at most {maximum:,} ({why})")
     return int(n)
 
 

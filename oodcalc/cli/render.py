@@ -12,6 +12,9 @@ from ..geometry import describe_text as describe_geometry
 from ..report import Report
 from .console import breaks, make_console, say
 
+#: Every table: a rule under the header, no frame, one space between columns.
+TABLE = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
+
 REGIME_STYLE = {"forgetting": "red", "backward-transfer": "green",
                 "undetermined": "yellow", "unaffected": "cyan", None: "dim"}
 
@@ -30,7 +33,7 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
 
     pre = report.pretrain
     table = Table(title="1 · Pretraining on V: where the stopping rule e_k <= ε is met",
-                  title_justify="left", box=box.SIMPLE_HEAD)
+                  title_justify="left", **TABLE)
     table.add_column("quantity")
     table.add_column("closed form (threshold)", justify="right")
     table.add_column("gradient descent at T1", justify="right")
@@ -43,7 +46,7 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
 
     ood = report.ood
     table = Table(title="2 · OOD features at T1 (claim 5, M = VᵀU)", title_justify="left",
-                  box=box.SIMPLE_HEAD)
+                  **TABLE)
     for name in ("k", "α_{u_k}", "β_{u_n,u_k}, n≠k", "Attn_k", "e_k", "e_k at α*", "corollary"):
         table.add_column(name, justify="left" if name in ("k", "corollary") else "right")
     closed_error = ood.at_alpha_star["error"]
@@ -62,10 +65,10 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     within = ft.eta_ft <= ft.step_size_bound
     verdict = "[green]within[/green]" if within else "[red]exceeds[/red]"
     console.print()
-    say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps; "
-                 f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}, "
-                 f"η_ft = {fmt(ft.eta_ft)} {verdict} it.")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
+    say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps")
+    say(console, f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}; "
+                 f"η_ft = {fmt(ft.eta_ft)} is {verdict} it.")
+    table = Table(**TABLE)
     for name in ("k", "γ_k", "paper's verdict (claim 8)", "first step", "F_k (exact)",
                  "L_{v_k} trend"):
         table.add_column(name, no_wrap=True, justify="right" if name in ("γ_k", "F_k (exact)")

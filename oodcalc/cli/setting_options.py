@@ -6,8 +6,7 @@ Declare them in a command's signature with these aliases, then call ``build_sett
 
 from __future__ import annotations
 
-from typing import Sequence
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Optional, Sequence
 
 import typer
 
@@ -97,11 +96,12 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
 
     With ``cost``, the memory estimate is checked against the cap before the geometry's
     arrays exist (for feature files, once their shape is known)."""
+    files = features is not None or ood is not None
     chosen = [name for name, given in (("--gamma", gamma is not None),
                                        ("--theta", theta is not None),
                                        ("--mean-query", mean_query),
                                        ("--orthogonal", orthogonal),
-                                       ("--features/--ood", features is not None or ood is not None)) if given]
+                                       ("--features/--ood", files)) if given]
     if len(chosen) != 1:
         raise InputError("geometry", " and ".join(chosen) if chosen else "none",
                          f"choose exactly one of {GEOMETRY_OPTIONS}")
