@@ -146,7 +146,7 @@ def test_predict_shows_the_first_step_criterion(capsys, monkeypatch):
     assert max(len(line) for line in lines) <= 100
     header = next(line for line in lines if "paper's verdict" in line)
     assert "first step" in header and "F_k (exact)" in header and "trend" in header
-    row = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1   -0.7"))
+    row = next(i for i, line in enumerate(lines) if line.lstrip().split()[:2] == ["1", "-0.7"])
     assert "forgetting" in lines[row] and "falling" in lines[row] and "✗" in lines[row]
     assert "−γ1·γ2 = +0.63 > γ1² = 0.49" in lines[row + 1]
     assert "D_k = -0.0715" in lines[row + 1]

@@ -74,7 +74,7 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         table.add_column(name, no_wrap=True, justify="right" if name in ("γ_k", "F_k (exact)")
                          else "left")
     # The condition wraps, at spaces outside its formulas, in what the other columns leave.
-    room = None if console.soft_wrap else max(20, console.width - 56)
+    room = None if console.soft_wrap else max(25, console.width - 54)
     gamma = p["geometry"].get("gamma") or np.diag(np.asarray(p["geometry"]["M"]))
     for f in report.forgetting:
         style = REGIME_STYLE[f.regime]
