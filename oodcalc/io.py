@@ -14,6 +14,7 @@ run was killed) is removed by the next write of the same target.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -101,15 +102,7 @@ def check_output(path: str | Path, option: str = "--output", *,
     target = Path(os.path.realpath(requested)) if requested.is_symlink() else requested
     _check_name(target, option, text)
     directory = target.parent if str(target.parent) else Path(".")
-    try:
-        mode = os.stat(target).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as err:   # a symlink loop, a component that is a file...
-        if err.errno == 20:   # ENOTDIR
-            raise _refuse(option, text, f"{_first_file(target)} is a file, not a "
-                          "directory") from None
-        raise _refuse(option, text, f"cannot use this path ({err.strerror})") from None
+    mode = _mode(target, option, text)
     if mode is not None:
         kind = _kind(mode)
         if kind == "a directory":
@@ -127,15 +120,31 @@ def check_output(path: str | Path, option: str = "--output", *,
                                     + " or " + suffixes[-1] if len(suffixes) > 1
                                     else "a name ending in " + suffixes[0])
             raise _refuse(option, text, f"this output needs {described}")
-    if not directory.exists():
-        first = _first_file(directory)
-        if first is not None:
-            raise _refuse(option, text, f"{first} is a file, not a directory")
-        raise _refuse(option, text, f"the directory {directory} does not exist")
-    if not directory.is_dir():
-        raise _refuse(option, text, f"{directory} is not a directory")
-    _probe(directory, option, text)
+    _check_directory(directory, option, text)
     return target
+
+
+def _mode(path: Path, option: str, shown: str) -> int | None:
+    """``st_mode`` of what ``path`` names (None if nothing), or a refusal."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as err:   # a symlink loop, a component that is a file...
+        if err.errno == errno.ENOTDIR:
+            raise _refuse(option, shown, f"{_first_file(path)} is a file, not a "
+                          "directory") from None
+        raise _refuse(option, shown, f"cannot use this path ({err.strerror})") from None
+
+
+def _check_directory(directory: Path, option: str, shown: str) -> None:
+    """``directory`` exists, is one, and files can be created in it."""
+    first = _first_file(directory)
+    if first is not None:
+        raise _refuse(option, shown, f"{first} is a file, not a directory")
+    if not directory.is_dir():
+        raise _refuse(option, shown, f"the directory {directory} does not exist")
+    _probe(directory, option, shown)
 
 
 def _system(text: str) -> bool:
@@ -168,24 +177,12 @@ def check_output_dir(path: str | Path, option: str) -> Path:
                       "of your own")
     directory = Path(text)
     _check_name(directory, option, text)
-    try:
-        mode = os.stat(directory).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as err:
-        raise _refuse(option, text, f"cannot use this path ({err.strerror})") from None
-    if mode is not None:
-        if not stat.S_ISDIR(mode):
-            raise _refuse(option, text, f"{_kind(mode) or 'a file'}, not a directory")
-        _probe(directory, option, text)
-        return directory
-    parent = directory.parent if str(directory.parent) else Path(".")
-    first = _first_file(parent)
-    if first is not None:
-        raise _refuse(option, text, f"{first} is a file, not a directory")
-    if not parent.is_dir():
-        raise _refuse(option, text, f"the directory {parent} does not exist")
-    _probe(parent, option, text)
+    mode = _mode(directory, option, text)
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise _refuse(option, text, f"{_kind(mode) or 'a file'}, not a directory")
+    # an existing directory must take files; a new one, its parent
+    _check_directory(directory if mode is not None else
+                     (directory.parent if str(directory.parent) else Path(".")), option, text)
     return directory
 
 

@@ -134,6 +134,7 @@ def main() -> int:
     parser.add_argument("--memory", type=float, default=6.0, help="address-space cap, GB")
     parser.add_argument("--json", type=Path, help="write every case and the counts here")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at the same time")
+    parser.add_argument("--log", type=Path, help="append one JSON line per finished case here")
     args = parser.parse_args()
 
     # Imports shared by every case happen once, before forking (each case then starts fast).
@@ -185,6 +186,9 @@ def main() -> int:
             records.append({"i": i, "argv": argv_of[i], "outcome": outcome, "exit": code,
                             "seconds": round(elapsed, 3), "flags": case_flags,
                             "changes": changes, "stderr": last_error_line(err)})
+            if args.log:
+                with open(args.log, "a", encoding="utf-8") as log:
+                    log.write(json.dumps(records[-1]) + "\n")
             if outcome not in ("success", "clean error") or case_flags:
                 print(f"[{i}] {outcome} {case_flags} {' '.join(map(repr, argv_of[i]))[:200]}"
                       f"\n      {last_error_line(err)}", file=sys.stderr)
