@@ -100,7 +100,8 @@ def ood_vs_theta(
     K: Annotated[Optional[str], typer.Option("--K", "-K", metavar="INT",
         help="Number of features.", show_default="4")] = None,
     prompts: Annotated[Optional[str], typer.Option("--prompts", metavar="N",
-        help="Also mark the finite-prompt simulator with N tokens per prompt.")] = None,
+        help="Also mark the finite-prompt simulator with N tokens per prompt.",
+        show_default="population GD only")] = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
 ) -> None:
     """OOD error against the rotation angle θ: theory line, simulation markers."""

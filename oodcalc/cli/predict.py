@@ -28,7 +28,8 @@ def predict(
     precision: Annotated[Optional[str], typer.Option("--precision", metavar="DIGITS",
         help="Print only the closed forms (α*, β*, OOD weights and errors at α*, step-size "
              "bound), evaluated with mpmath at DIGITS significant digits; --eps is read at "
-             "that precision (e.g. 1e-30 or 1e-600). The float64 dynamics are not run.")] = None,
+             "that precision (e.g. 1e-30 or 1e-600). The float64 dynamics are not run.",
+        show_default="off: float64 closed forms and dynamics")] = None,
 ) -> None:
     """Predict pretraining, OOD error and forgetting for a geometry, exactly.
 
