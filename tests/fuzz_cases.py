@@ -275,6 +275,10 @@ def make_inputs(directory: Path) -> Path:
     return directory
 
 
+#: Values in the hostile pools that oodcalc rightly accepts: the case's own directory, and a
+#: claim key with a trailing space (a valid derive/verify run takes seconds to minutes).
+ACCEPTED_ANYWAY = (".", "adir", "conservation ")
+
 #: Entries make_outputs creates in a case directory, and what each must stay.
 SPECIAL = {"existing.csv": "file", "existing.png": "file", "adir": "dir", "afile": "file",
            "link.csv": "symlink", "link.png": "symlink", "dangling.csv": "symlink",

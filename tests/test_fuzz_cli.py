@@ -65,10 +65,12 @@ def invocation(draw, entry: fc.Entry) -> tuple[list[str], str | None]:
         if pool is None:
             argv.append(option)
             continue
-        values = pool.valid + pool.hostile
-        if option in entry.must:   # the options that keep a slow command fast
-            values = pool.hostile + (("--list",) if option == "ARG" else ())
-        value = draw(st.one_of(st.sampled_from(values), st.text(max_size=6)))
+        if option in entry.must:   # the options that keep a slow command fast: refused ones
+            refused = tuple(v for v in pool.hostile if v not in fc.ACCEPTED_ANYWAY)
+            value = draw(st.sampled_from(refused + (("--list",) if option == "ARG" else ())))
+        else:
+            value = draw(st.one_of(st.sampled_from(pool.valid + pool.hostile),
+                                   st.text(max_size=6)))
         if option == "ARG":
             argv.append(value)
         else:

@@ -17,10 +17,11 @@ and a time limit (``--timeout``, default 20 s). Outcomes:
 Flags counted on top: NaN/inf printed on stdout, a file created or changed other than the
 requested output (or a special file replaced), a temporary file left behind.
 
-Run against any source tree (same seed and count give the same cases)::
+Run against any source tree (the same seed gives the same cases, in the same order)::
 
-    python tools/fuzz_cli.py --cases 3300 --seed 10 --json after.json
-    PYTHONPATH=/path/to/other/checkout python tools/fuzz_cli.py --cases 3300 --seed 10
+    python tools/fuzz_cli.py --cases 3300 --seed 10 --jobs 2 --json after.json
+    PYTHONPATH=/path/to/other/checkout python tools/fuzz_cli.py ... --json before.json
+    python tools/fuzz_cli.py --summarize before.json after.json
 """
 
 from __future__ import annotations
@@ -126,6 +127,27 @@ def last_error_line(err: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
+def summarize(paths: list[Path], first: int | None) -> None:
+    """Counts by outcome and flag of finished campaigns (--json or --log files), side by
+    side, over the cases numbered below ``first`` (the same cases for every file)."""
+    columns = {}
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        records = (json.loads(text)["records"] if text.lstrip().startswith("{\n")
+                   else [json.loads(line) for line in text.splitlines() if line.strip()])
+        records = [r for r in records if first is None or r["i"] < first]
+        counts = collections.Counter(r["outcome"] for r in records)
+        counts.update(f for r in records for f in r["flags"])
+        counts["cases"] = len(records)
+        columns[path.name] = counts
+    rows = ["cases", *OUTCOMES, "nan/inf printed", "wrote outside the requested path",
+            "temporary file left", "input files changed"]
+    print("| outcome | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for row in rows:
+        print(f"| {row} | " + " | ".join(f"{c[row]:,}" for c in columns.values()) + " |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=3300)
@@ -135,7 +157,13 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every case and the counts here")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at the same time")
     parser.add_argument("--log", type=Path, help="append one JSON line per finished case here")
+    parser.add_argument("--summarize", type=Path, nargs="+", metavar="FILE",
+                        help="print counts of finished campaigns instead of running one")
+    parser.add_argument("--first", type=int, help="with --summarize: cases 0 .. FIRST-1 only")
     args = parser.parse_args()
+    if args.summarize:
+        summarize(args.summarize, args.first)
+        return 0
 
     # Imports shared by every case happen once, before forking (each case then starts fast).
     import numpy  # noqa: F401
