@@ -74,6 +74,7 @@ REPRODUCTIONS = [
     (["simulate", "--gamma", "1,-0.9", "-s", "prompts", "--N", "100000", "--batch",
       "1000000"], "--N"),
     (["reproduce", "synthetic", "--prompts", "100000"], "--prompts"),
+    (["reproduce", "--prompts", "100000"], "--prompts"),   # options go to the default one
     (["predict", "--theta", "pi/6", "--K", "5000"], "--K"),
     (["plot", "phase-diagram", "--grid", "3000", "-o", "a.png"], "--grid"),
     (["plot", "weights", "--mean-query", "--K", "100000", "-o", "a.png"], "--K"),

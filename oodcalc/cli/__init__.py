@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args:
             print(start_text())
             return _exit(0, argv)
-        result = command.main(args=args, prog_name="oodcalc", standalone_mode=False)
+        result = command.main(args=_with_default_subcommand(args), prog_name="oodcalc",
+                              standalone_mode=False)
     except BrokenPipeError:   # the reader went away (oodcalc ... | head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
@@ -130,6 +131,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         code = result if isinstance(result, int) else 0
     return _exit(code, argv)
+
+
+#: Groups that run a subcommand when given none; their options then go to it
+#: (``oodcalc reproduce -f markdown`` is ``oodcalc reproduce synthetic -f markdown``).
+DEFAULT_SUBCOMMAND = {"reproduce": "synthetic"}
+
+
+def _with_default_subcommand(args: list[str]) -> list[str]:
+    group = DEFAULT_SUBCOMMAND.get(args[0])
+    if group and len(args) > 1 and args[1].startswith("-") \
+            and args[1] not in CONTEXT["help_option_names"]:
+        return [args[0], group, *args[1:]]
+    return args
 
 
 def _exit(code: int, argv) -> int:
