@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import textwrap
+import warnings
 from typing import Annotated, Optional, Sequence
 
 import typer
@@ -97,8 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args:
             print(start_text())
             return _exit(0, argv)
-        result = command.main(args=_with_default_subcommand(args), prog_name="oodcalc",
-                              standalone_mode=False)
+        with warnings.catch_warnings():
+            # numpy's overflow warnings are not for users: the output says "overflow" itself
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = command.main(args=_with_default_subcommand(args), prog_name="oodcalc",
+                                  standalone_mode=False)
     except BrokenPipeError:   # the reader went away (oodcalc ... | head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1

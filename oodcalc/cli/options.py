@@ -16,11 +16,16 @@ _INTEGER = re.compile(r"^\s*[+-]?\d+(?:\.0*)?(?:[eE]\+?\d+)?\s*$", re.ASCII)
 _PI_EXPR = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)?)\s*\*?\s*pi\s*(?:/\s*(\d+\.?\d*))?\s*$")
 
 
+# A decimal number as written in ASCII (no underscores, no other scripts' digits).
+_NUMBER = re.compile(r"^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$", re.ASCII)
+
+
 def number(option: str, text: str, accepted: str = "expected a finite real number") -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise InputError(option, repr(text), accepted) from None
+    if text.strip().lower().lstrip("+-") in ("inf", "infinity", "nan"):
+        raise InputError(option, repr(text), accepted + " (NaN and inf are not accepted)")
+    if not _NUMBER.match(text):
+        raise InputError(option, repr(text), accepted)
+    x = float(text)
     if not math.isfinite(x):
         raise InputError(option, repr(text), accepted + " (NaN and inf are not accepted)")
     return x
@@ -59,10 +64,7 @@ def numbers(option: str, text: str) -> list[float]:
     """A comma-separated list of finite numbers, e.g. ``1,-0.9``."""
     values = []
     for part in (p.strip() for p in text.split(",")):
-        try:
-            x = float(part)
-        except ValueError:
-            x = math.nan
+        x = float(part) if _NUMBER.match(part) else math.nan
         if not math.isfinite(x):
             raise InputError(option, repr(text), f"entry {part!r} is not a finite number; "
                              "expected comma-separated finite numbers, e.g. 1,-0.9")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from rich import box
 from rich.console import Console
@@ -19,8 +21,14 @@ REGIME_STYLE = {"forgetting": "red", "backward-transfer": "green",
                 "undetermined": "yellow", "unaffected": "cyan", None: "dim"}
 
 
-def fmt(x: float, digits: int = 5) -> str:
-    return f"{x:.{digits}g}"
+def fmt(x: float, digits: int = 5, sign: str = "") -> str:
+    """``x`` to ``digits`` significant digits; a float64 overflow is said in words, never
+    printed as inf or nan."""
+    if math.isnan(x):
+        return "undefined (overflow)"
+    if math.isinf(x):
+        return "overflow" if x > 0 else "−overflow"
+    return f"{x:{sign}.{digits}g}"
 
 
 def render_prediction(report: Report, console: Console | None = None) -> None:
@@ -84,10 +92,11 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
             condition = "\n".join(condition[i:j].rstrip() for i, j in zip(cuts, cuts[1:]))
         verdict = (f"[{style}]{f.regime}[/{style}]\n{condition}" if f.regime
                    else "[dim]n/a: the theorem\nassumes a parallel shift[/dim]")
-        first = (f"{f.initial_direction}\nD_k = {f.D_k:+.4g}" if f.initial_direction
+        first = (f"{f.initial_direction}\nD_k = {fmt(f.D_k, 4, '+')}" if f.initial_direction
                  else "[dim]n/a[/dim]")
         trend = f.trend if f.theorem_holds is not False else f"[red]{f.trend} ✗[/red]"
-        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, first, f"{f.F_k:+.4g}", trend)
+        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, first, fmt(f.F_k, 4, "+"),
+                      trend)
     console.print(table)
     if any(f.initial_direction for f in report.forgetting):
         say(console, "First step: the sign of D_k = Σ_(n≠k)(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ "
@@ -98,4 +107,4 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     F = report.F
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
-    say(console, f"F = L_tr(after) − L_tr(before) = [bold]{F:+.5g}[/bold] ({meaning}).")
+    say(console, f"F = L_tr(after) − L_tr(before) = [bold]{fmt(F, 5, '+')}[/bold] ({meaning}).")
