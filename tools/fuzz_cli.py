@@ -127,6 +127,22 @@ def last_error_line(err: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
+def recount(record: dict) -> set[str]:
+    """A case's flags, from its recorded changes, without two artifacts of the checker: a
+    directory that holds the requested output changes its time when the output is written
+    (adir, rodir), and ``-o=NAME`` asks for a file named ``=NAME`` (the parser's reading
+    of a short option)."""
+    flags = set(record["flags"]) - {"wrote outside the requested path", "temporary file left"}
+    real = [c for c in record["changes"] if c not in ("adir", "rodir") and not c.startswith("=")]
+    if real:
+        flags.add("wrote outside the requested path")
+    if any("became" in c or "removed" in c for c in real):
+        flags.add("special file replaced")
+    if any(Path(c.split(" ")[0]).name.startswith(".") for c in real):
+        flags.add("temporary file left")
+    return flags
+
+
 def summarize(paths: list[Path], first: int | None) -> None:
     """Counts by outcome and flag of finished campaigns (--json or --log files), side by
     side, over the cases numbered below ``first`` (the same cases for every file)."""
@@ -137,11 +153,11 @@ def summarize(paths: list[Path], first: int | None) -> None:
                    else [json.loads(line) for line in text.splitlines() if line.strip()])
         records = [r for r in records if first is None or r["i"] < first]
         counts = collections.Counter(r["outcome"] for r in records)
-        counts.update(f for r in records for f in r["flags"])
+        counts.update(f for r in records for f in recount(r))
         counts["cases"] = len(records)
         columns[path.name] = counts
     rows = ["cases", *OUTCOMES, "nan/inf printed", "wrote outside the requested path",
-            "temporary file left", "input files changed"]
+            "special file replaced", "temporary file left", "input files changed"]
     print("| outcome | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for row in rows:
