@@ -10,9 +10,9 @@ address-space limit (``ulimit -v``) when that is smaller. Set the environment va
 The other caps are fixed, each a named constant: they bound what the arithmetic can
 represent (integers, step counters), not what a machine can hold.
 
-The estimates describe the current implementation; when one changes how it stores a
-computation (for example no longer keeping every step's ``K × K`` logits), its estimate
-here is the one place to update.
+The estimates describe the current implementation and take their step counts and the
+dynamics' working memory from :mod:`oodcalc.estimates`; when a command changes how it stores
+a computation, its estimate here is the one place to update.
 """
 
 from __future__ import annotations
@@ -114,15 +114,13 @@ def require_memory(estimate: float, option: str, value: object, what: str,
                      f"{MEMORY_VARIABLE}={suggestion}")
 
 
-# --- step counts ------------------------------------------------------------------------
+# --- step counts (the dynamics' own estimates) -----------------------------------------
 
 def pretrain_steps(K: int, eps: float, eta: float) -> float:
-    """Rough count of pretraining steps to the stopping rule from ``Q = 0``.
-
-    A fit to measured T1 (K = 2…64, ε = 0.01…0.1, η = 0.1…1; within a factor 4 there):
-    ``T1 ≈ K^1.54 / (4 η ε^0.88)``. Fine-tuning is counted the same.
-    """
-    return K ** 1.54 / (4 * eta * eps ** 0.88)
+    """Estimated steps of a phase from ``Q = 0`` (gradient flow on the symmetric ray, see
+    :mod:`oodcalc.estimates`); fine-tuning is counted the same."""
+    from . import estimates
+    return estimates.pretrain_steps(K, eps, eta)
 
 
 def steps_held(K: int, eps: float, eta: float, max_steps: int) -> float:
@@ -137,13 +135,20 @@ def geometry_bytes(d: int, K: int) -> float:
     return 2 * d * K * FLOAT * 2
 
 
+def trajectory_budget() -> float:
+    """What ``predict`` keeps of its trajectories, all phases together (strided beyond)."""
+    from .predict import TRAJECTORY_BYTES
+    return TRAJECTORY_BYTES
+
+
 def predict_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
                   max_steps: int) -> float:
-    """``predict``: the geometry plus the K × K logits of every step of both phases
-    (recorded, then stacked: twice while stacking; fine-tuning also keeps the source path)."""
-    pre = steps_held(K, eps, eta, max_steps)
-    ft = steps_held(K, eps, eta_ft, max_steps)
-    return BASE_BYTES + geometry_bytes(d, K) + K * K * FLOAT * (2 * pre + 3 * ft + 20)
+    """``predict``: the geometry, the K × K dynamics (a few copies of their working set:
+    fine-tuning, the source view, the closed forms) and the kept trajectories. Steps cost
+    time, not memory: trajectories are strided to their budget."""
+    from . import estimates
+    return (BASE_BYTES + geometry_bytes(d, K) + 4 * estimates.dynamics_bytes(K)
+            + trajectory_budget())
 
 
 def population_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
@@ -181,9 +186,11 @@ def phase_diagram_bytes(n: int) -> float:
 
 def trajectory_plot_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
                           max_steps: int, lines: int) -> float:
-    """``plot losses`` / ``plot weights``: predict, then ``lines`` curves of every step."""
+    """``plot losses`` / ``plot weights``: predict, then ``lines`` curves through every
+    kept step (matplotlib holds a few copies of each curve's points)."""
     steps = steps_held(K, eps, eta, max_steps) + steps_held(K, eps, eta_ft, max_steps)
-    return predict_bytes(K, d, eps, eta, eta_ft, max_steps) + lines * steps * FLOAT * 6
+    kept = min(steps, trajectory_budget() / (FLOAT * K * K))
+    return predict_bytes(K, d, eps, eta, eta_ft, max_steps) + lines * kept * FLOAT * 6
 
 
 def ood_vs_theta_bytes(K: int, eps: float, eta: float, eta_ft: float, max_steps: int,

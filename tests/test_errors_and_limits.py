@@ -44,9 +44,11 @@ def no_engines(monkeypatch):
 
     def engine(*args, **kwargs):
         raise AssertionError("an engine ran before the input was refused")
-    for module, name in ((dynamics, "descend"), (predict, "descend"), (sweep, "descend"),
-                         (population, "train"), (prompts, "train_on_prompts"),
-                         (sweep, "sweep")):
+    targets = [(m, n) for m in (dynamics, predict, sweep) for n in dir(m)
+               if n.startswith("descend")]           # every descent, wherever it is bound
+    targets += [(population, "train"), (prompts, "train_on_prompts"), (sweep, "sweep")]
+    assert len(targets) > 4
+    for module, name in targets:
         monkeypatch.setattr(module, name, engine)
     monkeypatch.setenv(limits.MEMORY_VARIABLE, CAP)
 

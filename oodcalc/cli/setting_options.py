@@ -116,7 +116,8 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
     if cost is not None and chosen[0] != "--features/--ood":
         count = k_value if k_value is not None else len(options.numbers("--gamma", gamma))
         source = ("--K", K) if k_value is not None else ("--gamma", f"{count} values")
-        check_cost(cost, what, count, source, d_value, d, protocol, more)
+        if count >= 2:   # fewer: the geometry below says what it needs
+            check_cost(cost, what, count, source, d_value, d, protocol, more)
     try:
         geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol)
     except InputError as err:
