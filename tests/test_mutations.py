@@ -269,6 +269,24 @@ NUMERIC_MUTATIONS = {
 }
 
 
+#: a row that compares several formulas: a mutation of each other one (the detector of
+#: claim 6 included) must fail the row's population check too
+NUMERIC_PART_MUTATIONS = {
+    "3: Q^(T1) off": ("3", numeric(C3, q_t1=_times(1 + 1e-6, theory.q_at_t1))),
+    "3: symmetric logits off": ("3", numeric(C3, symmetric_logits=_times(
+        1 + 1e-6, theory.symmetric_logits))),
+    "5: OOD errors off": ("5", numeric(C5, ood_errors=_times(1 + 1e-6, theory.ood_errors))),
+    "6: no case flagged": ("6", numeric(C6, corollary_cases=lambda M: [None] * M.shape[1])),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMERIC_PART_MUTATIONS))
+def test_numeric_part_mutation_fails_the_population_check(name, quick_context):
+    claim_id, make = NUMERIC_PART_MUTATIONS[name]
+    population, _, _ = get_claim(claim_id).load("check")(quick_context, claimed=make())
+    assert not population.passed, population.details
+
+
 def test_numeric_mutations_cover_every_row():
     assert set(NUMERIC_MUTATIONS) == {c.id for c in CLAIMS}
 
