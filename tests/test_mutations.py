@@ -188,7 +188,7 @@ SYMBOLIC_MUTATIONS = {
     },
     "9b": {
         "dropped a_k": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S),
-                        {"hessian"}),
+                        {"hessian", "weights-sum"}),
         "factor 2 lost": (claimed(C9, variance=lambda vv, wv, av, sig: vv - av * wv
                                   + sig * av ** 2), {"quadratic-form"}),
         "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
