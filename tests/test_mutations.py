@@ -164,6 +164,8 @@ SYMBOLIC_MUTATIONS = {
             {"counterexample"}),
         "D sign flipped": (patched("oodcalc.theory", "first_step_D", scaled(-1)),
                            {"second-counterexample"}),
+        "claim 7 sign flipped": (patched(f"oodcalc.claims.{C7}", "CLAIMED", lambda c: {
+            **c, "entry": lambda gn, gk, w: -gn * gk * w}), {"every-step"}),
     },
     "8c": {
         "K − 1 → K": (claimed(C8, D=lambda gk, g, Lam, Delta, K, n: sp.Sum(

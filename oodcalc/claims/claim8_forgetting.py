@@ -298,14 +298,24 @@ def derive_paper_k3(claimed: dict = CLAIMED):
     r.check("counterexample", "D_1 = −Δ/20 < 0: L_{v_1} falls at the first fine-tuning step, "
             "whatever ε (the paper's condition predicts a monotone rise)", EXPLICIT, falls,
             ks=(3,), decisive=True)
-    margin = g1 ** 2 + g1 * g / 2
+    from .claim7_finetune_projection import CLAIMED as projection
+    entry = projection["entry"]
+    dW = sp.Symbol("delta W_{1,1}", positive=True)
+    # claim 7 carries the OOD step to the source column; conservation with the two equal
+    # β's of the symmetric OOD column makes each δW_n1 = −δW_11/(K − 1), K = 3
+    margin = sp.factor(entry(g1, g1, dW) - entry(g, g1, -dW / 2))
     r.step("And at every step: the two features with equal γ are exchangeable, so the OOD "
-           "column stays symmetric in n ≠ 1 and each δW_n1 = −δW_11/(K − 1); every source "
-           "margin α_{v_1} − β_{v_n,v_1} then changes by γ_1²δW_11 − γ_nγ_1δW_n1 = "
-           f"(γ_1² + γ_1γ/(K − 1))δW_11 = {margin}·δW_11 > 0. The source column stays "
-           "two-valued with a growing margin, on which e_1 falls (claim 3): L_{v_1} falls "
-           "monotonically. In this family the exact threshold is −γ_1γ > (K − 1)γ_1², here "
+           "column stays symmetric in n ≠ 1 and each δW_n1 = −δW_11/(K − 1) (conservation), "
+           "with δW_11 = (η/K)·2a_1e_1 > 0 (claim 2). Claim 7 carries the step to the source "
+           "column; every source margin α_{v_1} − β_{v_n,v_1} changes by "
+           "γ_1²δW_11 − γ_nγ_1δW_n1:", eq(sp.Symbol("delta s"), margin))
+    r.step("The source column stays two-valued with a growing margin, on which e_1 falls "
+           "(claim 3): L_{v_1} falls monotonically, for every η and ε — exactly, not only to "
+           "first order. In this family the exact threshold is −γ_1γ > (K − 1)γ_1², here "
            "9/20 < 1/2.")
+    r.check("every-step", "the source margin grows by δW_11/40 > 0 at every fine-tuning step "
+            "(δW_11 > 0): L_{v_1} falls monotonically, exactly, for any η and ε", EXPLICIT,
+            bool((margin / dW).is_positive), ks=(3,), decisive=True)
     de, D_num, _ = _exact_first_step(np.array([-0.7, 0.9, 0.95]), 0.1)
     trends = source_trends((-0.7, 0.9, 0.95))
     r.step(f"A second counterexample, not symmetric: γ = (−0.7, 0.9, 0.95), k = 1: "
