@@ -180,6 +180,11 @@ SYMBOLIC_MUTATIONS = {
                             {"g-positive"}),
         "D sign flipped": (patched("oodcalc.theory", "first_step_D", scaled(-1)),
                            {"first-step"}),
+        # the criterion is assembled from claims 2 and 7: a wrong link there fails it
+        "claim 7 γ_n²": (patched(f"oodcalc.claims.{C7}", "CLAIMED", lambda c: {
+            **c, "entry": lambda gn, gk, w: gn * gn * w}), {"criterion"}),
+        "claim 2 step / 2": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
+            **c, "logit-step": lambda eta, G: -eta * G / 2}), {"criterion"}),
     },
     "9a": {
         "K − 1 → K": (claimed(C9, **{"paper-bound": lambda a, K, gk, gn: sp.exp(

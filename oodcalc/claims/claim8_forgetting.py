@@ -60,16 +60,20 @@ def _symbols():
 
 def first_order_change():
     """The first-order change of e_k on v_k over one fine-tuning step, derived: ``(δe, g)``
-    with g = ∂e_k/∂z_nk on the symmetric source column (claim 3), the source step from
-    claim 7's entries and the OOD step from claim 2's closed form (Δ on the diagonal, −Λ_n
-    off it, times η/K)."""
+    with g = ∂e_k/∂z_nk on the symmetric source column and the diagonal in units of g
+    (claim 3's ray gradient), the OOD step from claim 2's GD step on the logits (the
+    gradient of L = Σe_k/K in column k is −Δ/K on the diagonal and Λ_n/K off it), and the
+    source step from claim 7's entries. Each piece is read from its claim module, so a
+    wrong formula there fails the criterion too."""
+    from .claim2_conservation import CLAIMED as conservation
+    from .claim7_finetune_projection import CLAIMED as projection
     K, n, eta, Delta, g_k, gam, Lam = _symbols()
     alpha, beta, own, other = ray_gradient()
-    g, diagonal = sp.Symbol("g", positive=True), sp.Symbol("d_kk")
-    # the law on the ray (claim 3; the g-positive check verifies it on the ray gradient)
-    own_in_g = sp.solve(eq(diagonal + (K - 1) * g, 0), diagonal)[0]
-    d_own = g_k ** 2 * (eta / K) * Delta                  # claim 7: γ_k γ_k δW_kk
-    d_other = gam[n] * g_k * (-(eta / K) * Lam[n])        # claim 7: γ_n γ_k δW_nk
+    g = sp.Symbol("g", positive=True)
+    own_in_g = sp.cancel(sp.together(own / other)) * g   # −(K − 1)g if the law holds
+    step, entry = conservation["logit-step"], projection["entry"]
+    d_own = entry(g_k, g_k, step(eta, -Delta / K))            # source (k, k)
+    d_other = entry(gam[n], g_k, step(eta, Lam[n] / K))       # source (n, k)
     delta_e = own_in_g * d_own + sp.Sum(g * d_other, (n, 1, K - 1))
     return delta_e, g
 
