@@ -72,9 +72,9 @@ def derive_smoothness(claimed: dict = CLAIMED):
     rest_terms = sp.Poly(sp.expand(x * claimed["weight"](x, col.a[k], col.S, False)), x).terms()
     summed = all(mon[0] in power_sums for mon, _ in rest_terms)
     rest = sum(coef * power_sums.get(mon[0], 0) for mon, coef in rest_terms)
-    r.step("The weights sum to σ: with w_m = a_m c_m summed over the named entries and over "
-           "the rest (Σ_rest a_m = R/T, Σ_rest a_m² = P/T², T the column's Σ e^z),",
-           eq(sp.Symbol("Sigma_n w_n"), sp.factor(sp.together(named + rest))))
+    r.step("The weights sum to σ: σ_w = Σ_n w_n, with w_m = a_m c_m summed over the named "
+           "entries and over the rest (Σ_rest a_m = R/T, Σ_rest a_m² = P/T², T the column's "
+           "Σ e^z), is", eq(sp.Symbol("sigma_w"), sp.factor(sp.together(named + rest))))
     r.check("weights-sum", "Σ_n w_n = Σ_n a_n c_n = Σ_m a_m² = σ over the whole column "
             "(symbolic K: named entries plus R, P)", SYMBOLIC,
             summed and is_zero(named + rest - col.S), decisive=True)
