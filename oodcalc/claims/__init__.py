@@ -114,7 +114,7 @@ CLAIMS: tuple[Claim, ...] = (
           "falls monotonically (exact, any η and ε)",
           _M + "claim8_forgetting", "derive_paper_k3", "check_paper_k3", refutes=True),
     Claim("8c", "forgetting-criterion", "Forgetting criterion (derived)",
-          "Any K: the first fine-tuning step changes e_k on v_k by (η/K)·g·D_k with g > 0, "
+          "Any K: the first fine-tuning step changes e_k on v_k by (η/K)·g·D_k + O(η²), g > 0, "
           "D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ; so −γ_kγ_m0 > (K−1)γ_k² starts "
           "forgetting, and for K = 2 the paper's theorem follows.",
           "symbolic K",

@@ -7,7 +7,7 @@
   γ = (0.5, −0.9, −0.9) it holds for k = 1, yet the derived criterion gives D_1 < 0 for every
   α > 0 and L_{v_1} falls at every step (in the exact dynamics and in full-Q GD).
 * 8c — the derived criterion, any K: the first fine-tuning step changes e_k on v_k by
-  (η/K)·g·D_k with g > 0 and D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ, Λ_n and Δ from the T1
+  (η/K)·g·D_k + O(η²) with g > 0 and D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ, Λ_n and Δ from the T1
   OOD column's attention. Consequences: the K = 2 theorem; −γ_kγ_m0 > (K−1)γ_k² suffices for
   an initial rise (at T1 the shares Λ_n may not all be ≥ 0, and it still does).
 
