@@ -79,7 +79,7 @@ SYMBOLIC_MUTATIONS = {
                          {"error", "error-explicit"}),
     },
     "2": {
-        "step / K": (claimed(C2, **{"logit-step": lambda eta, G: -eta * G / 2}),
+        "step / 2": (claimed(C2, **{"logit-step": lambda eta, G: -eta * G / 2}),
                      {"gd-on-logits", "gd-on-logits-explicit"}),
         "factor 3": (claimed(C2, **{"grad-own": lambda ak, an, S, e: -3 * ak * e}),
                      {"gradient-own", "law"}),
