@@ -4,6 +4,7 @@ import pytest
 
 from oodcalc import verify
 from oodcalc.cli import main
+from oodcalc.predict import pretrain_logits
 
 
 def run(capsys, *args):
@@ -15,7 +16,9 @@ def run(capsys, *args):
 def test_simulate_population_human(capsys):
     code, out, err = run(capsys, "simulate", "--gamma", "1,-0.9", "--rows", "3")
     assert code == 0 and err == ""
-    for fragment in ("population GD", "T1 = 357", "Trajectories", "fine-tune", "F_k"):
+    # full-Q GD must stop where the exact K×K dynamics stop (357 steps for ε = 0.01, η = 0.1)
+    T1 = int(pretrain_logits(2, 0.01, 0.1, 10**6).steps[0])
+    for fragment in ("population GD", f"T1 = {T1}", "Trajectories", "fine-tune", "F_k"):
         assert fragment in out
 
 

@@ -117,6 +117,9 @@ def test_pretrain_estimate_is_close(K):
 
 
 def test_out_of_reach_runs_fail_before_running():
+    # ε = 1e-12: T1 ≈ (K − 1)/(4ηε) = 1/(4 · 0.1 · 1e-12) = 2.5e12 (claim 4's flow time).
+    # η = 1e6: one pretraining step takes the margin to η/4, α = η/8; OOD column 2 then
+    # starts at margin α(γ2² + γ1γ2) = −0.09α = −11250 and needs ~e^11250/η ≈ 10^4880 steps.
     with pytest.raises(oc.ComputationError, match=r"about 2\.5e\+12 steps.*raise --eps"):
         oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(eps=1e-12)))
     with pytest.raises(oc.ComputationError, match=r"10\^48\d\d steps.*overshot.*lower --eta"):

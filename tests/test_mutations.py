@@ -79,7 +79,7 @@ SYMBOLIC_MUTATIONS = {
                          {"error", "error-explicit"}),
     },
     "2": {
-        "step / K": (claimed(C2, **{"logit-step": lambda eta, G: -eta * G / 2}),
+        "step / 2": (claimed(C2, **{"logit-step": lambda eta, G: -eta * G / 2}),
                      {"gd-on-logits", "gd-on-logits-explicit"}),
         "factor 3": (claimed(C2, **{"grad-own": lambda ak, an, S, e: -3 * ak * e}),
                      {"gradient-own", "law"}),
@@ -164,6 +164,8 @@ SYMBOLIC_MUTATIONS = {
             {"counterexample"}),
         "D sign flipped": (patched("oodcalc.theory", "first_step_D", scaled(-1)),
                            {"second-counterexample"}),
+        "claim 7 sign flipped": (patched(f"oodcalc.claims.{C7}", "CLAIMED", lambda c: {
+            **c, "entry": lambda gn, gk, w: -gn * gk * w}), {"every-step"}),
     },
     "8c": {
         "K − 1 → K": (claimed(C8, D=lambda gk, g, Lam, Delta, K, n: sp.Sum(
@@ -178,6 +180,11 @@ SYMBOLIC_MUTATIONS = {
                             {"g-positive"}),
         "D sign flipped": (patched("oodcalc.theory", "first_step_D", scaled(-1)),
                            {"first-step"}),
+        # the criterion is assembled from claims 2 and 7: a wrong link there fails it
+        "claim 7 γ_n²": (patched(f"oodcalc.claims.{C7}", "CLAIMED", lambda c: {
+            **c, "entry": lambda gn, gk, w: gn * gn * w}), {"criterion"}),
+        "claim 2 step / 2": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
+            **c, "logit-step": lambda eta, G: -eta * G / 2}), {"criterion"}),
     },
     "9a": {
         "K − 1 → K": (claimed(C9, **{"paper-bound": lambda a, K, gk, gn: sp.exp(
@@ -188,7 +195,7 @@ SYMBOLIC_MUTATIONS = {
     },
     "9b": {
         "dropped a_k": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S),
-                        {"hessian"}),
+                        {"hessian", "weights-sum"}),
         "factor 2 lost": (claimed(C9, variance=lambda vv, wv, av, sig: vv - av * wv
                                   + sig * av ** 2), {"quadratic-form"}),
         "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
@@ -267,6 +274,24 @@ NUMERIC_MUTATIONS = {
            ("population", "prompts")),
     "9b": (numeric(C9, smoothness=0.2), ("population",)),
 }
+
+
+#: a row that compares several formulas: a mutation of each other one (the detector of
+#: claim 6 included) must fail the row's population check too
+NUMERIC_PART_MUTATIONS = {
+    "3: Q^(T1) off": ("3", numeric(C3, q_t1=_times(1 + 1e-6, theory.q_at_t1))),
+    "3: symmetric logits off": ("3", numeric(C3, symmetric_logits=_times(
+        1 + 1e-6, theory.symmetric_logits))),
+    "5: OOD errors off": ("5", numeric(C5, ood_errors=_times(1 + 1e-6, theory.ood_errors))),
+    "6: no case flagged": ("6", numeric(C6, corollary_cases=lambda M: [None] * M.shape[1])),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMERIC_PART_MUTATIONS))
+def test_numeric_part_mutation_fails_the_population_check(name, quick_context):
+    claim_id, make = NUMERIC_PART_MUTATIONS[name]
+    population, _, _ = get_claim(claim_id).load("check")(quick_context, claimed=make())
+    assert not population.passed, population.details
 
 
 def test_numeric_mutations_cover_every_row():

@@ -110,10 +110,11 @@ CLAIMS: tuple[Claim, ...] = (
           "monotonically through fine-tuning.",
           "refuted",
           "γ = (0.5, −0.9, −0.9), k = 1: −γ_1γ_m0 = 0.45 > γ_1² = 0.25, yet D_1 < 0 for "
-          "every α > 0, so L_{v_1} falls at the first step (and at every step in GD)",
+          "every α > 0 and the source margin grows by δW_11/40 > 0 at every step, so L_{v_1} "
+          "falls monotonically (exact, any η and ε)",
           _M + "claim8_forgetting", "derive_paper_k3", "check_paper_k3", refutes=True),
     Claim("8c", "forgetting-criterion", "Forgetting criterion (derived)",
-          "Any K: the first fine-tuning step changes e_k on v_k by (η/K)·g·D_k with g > 0, "
+          "Any K: the first fine-tuning step changes e_k on v_k by (η/K)·g·D_k + O(η²), g > 0, "
           "D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ; so −γ_kγ_m0 > (K−1)γ_k² starts "
           "forgetting, and for K = 2 the paper's theorem follows.",
           "symbolic K",

@@ -7,7 +7,7 @@
   γ = (0.5, −0.9, −0.9) it holds for k = 1, yet the derived criterion gives D_1 < 0 for every
   α > 0 and L_{v_1} falls at every step (in the exact dynamics and in full-Q GD).
 * 8c — the derived criterion, any K: the first fine-tuning step changes e_k on v_k by
-  (η/K)·g·D_k with g > 0 and D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ, Λ_n and Δ from the T1
+  (η/K)·g·D_k + O(η²) with g > 0 and D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ, Λ_n and Δ from the T1
   OOD column's attention. Consequences: the K = 2 theorem; −γ_kγ_m0 > (K−1)γ_k² suffices for
   an initial rise (at T1 the shares Λ_n may not all be ≥ 0, and it still does).
 
@@ -60,16 +60,20 @@ def _symbols():
 
 def first_order_change():
     """The first-order change of e_k on v_k over one fine-tuning step, derived: ``(δe, g)``
-    with g = ∂e_k/∂z_nk on the symmetric source column (claim 3), the source step from
-    claim 7's entries and the OOD step from claim 2's closed form (Δ on the diagonal, −Λ_n
-    off it, times η/K)."""
+    with g = ∂e_k/∂z_nk on the symmetric source column and the diagonal in units of g
+    (claim 3's ray gradient), the OOD step from claim 2's GD step on the logits (the
+    gradient of L = Σe_k/K in column k is −Δ/K on the diagonal and Λ_n/K off it), and the
+    source step from claim 7's entries. Each piece is read from its claim module, so a
+    wrong formula there fails the criterion too."""
+    from .claim2_conservation import CLAIMED as conservation
+    from .claim7_finetune_projection import CLAIMED as projection
     K, n, eta, Delta, g_k, gam, Lam = _symbols()
     alpha, beta, own, other = ray_gradient()
-    g, diagonal = sp.Symbol("g", positive=True), sp.Symbol("d_kk")
-    # the law on the ray (claim 3; the g-positive check verifies it on the ray gradient)
-    own_in_g = sp.solve(eq(diagonal + (K - 1) * g, 0), diagonal)[0]
-    d_own = g_k ** 2 * (eta / K) * Delta                  # claim 7: γ_k γ_k δW_kk
-    d_other = gam[n] * g_k * (-(eta / K) * Lam[n])        # claim 7: γ_n γ_k δW_nk
+    g = sp.Symbol("g", positive=True)
+    own_in_g = sp.cancel(sp.together(own / other)) * g   # −(K − 1)g if the law holds
+    step, entry = conservation["logit-step"], projection["entry"]
+    d_own = entry(g_k, g_k, step(eta, -Delta / K))            # source (k, k)
+    d_other = entry(gam[n], g_k, step(eta, Lam[n] / K))       # source (n, k)
     delta_e = own_in_g * d_own + sp.Sum(g * d_other, (n, 1, K - 1))
     return delta_e, g
 
@@ -298,14 +302,24 @@ def derive_paper_k3(claimed: dict = CLAIMED):
     r.check("counterexample", "D_1 = −Δ/20 < 0: L_{v_1} falls at the first fine-tuning step, "
             "whatever ε (the paper's condition predicts a monotone rise)", EXPLICIT, falls,
             ks=(3,), decisive=True)
-    margin = g1 ** 2 + g1 * g / 2
+    from .claim7_finetune_projection import CLAIMED as projection
+    entry = projection["entry"]
+    dW = sp.Symbol("delta W_{1,1}", positive=True)
+    # claim 7 carries the OOD step to the source column; conservation with the two equal
+    # β's of the symmetric OOD column makes each δW_n1 = −δW_11/(K − 1), K = 3
+    margin = sp.factor(entry(g1, g1, dW) - entry(g, g1, -dW / 2))
     r.step("And at every step: the two features with equal γ are exchangeable, so the OOD "
-           "column stays symmetric in n ≠ 1 and each δW_n1 = −δW_11/(K − 1); every source "
-           "margin α_{v_1} − β_{v_n,v_1} then changes by γ_1²δW_11 − γ_nγ_1δW_n1 = "
-           f"(γ_1² + γ_1γ/(K − 1))δW_11 = {margin}·δW_11 > 0. The source column stays "
-           "two-valued with a growing margin, on which e_1 falls (claim 3): L_{v_1} falls "
-           "monotonically. In this family the exact threshold is −γ_1γ > (K − 1)γ_1², here "
+           "column stays symmetric in n ≠ 1 and each δW_n1 = −δW_11/(K − 1) (conservation), "
+           "with δW_11 = (η/K)·2a_1e_1 > 0 (claim 2). Claim 7 carries the step to the source "
+           "column; every source margin α_{v_1} − β_{v_n,v_1} changes by "
+           "γ_1²δW_11 − γ_nγ_1δW_n1:", eq(sp.Symbol("delta s"), margin))
+    r.step("The source column stays two-valued with a growing margin, on which e_1 falls "
+           "(claim 3): L_{v_1} falls monotonically, for every η and ε — exactly, not only to "
+           "first order. In this family the exact threshold is −γ_1γ > (K − 1)γ_1², here "
            "9/20 < 1/2.")
+    r.check("every-step", "the source margin grows by δW_11/40 > 0 at every fine-tuning step "
+            "(δW_11 > 0): L_{v_1} falls monotonically, exactly, for any η and ε", EXPLICIT,
+            bool((margin / dW).is_positive), ks=(3,), decisive=True)
     de, D_num, _ = _exact_first_step(np.array([-0.7, 0.9, 0.95]), 0.1)
     trends = source_trends((-0.7, 0.9, 0.95))
     r.step(f"A second counterexample, not symmetric: γ = (−0.7, 0.9, 0.95), k = 1: "

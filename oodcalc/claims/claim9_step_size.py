@@ -62,6 +62,23 @@ def derive_smoothness(claimed: dict = CLAIMED):
     r.check("hessian", "every entry type of ∇²e_k (kk, nn, kn, nj; a rest entry can always be "
             "named) equals the claimed form (symbolic K)", SYMBOLIC, ok, decisive=True)
 
+    # Σ_n w_n = σ over the whole column: the named entries, and the rest through R, P
+    # (w_m = a_m c_m with c_m a polynomial in a_m; Σ_rest a_m = R/T, Σ_rest a_m² = P/T²).
+    x = sp.Symbol("x")
+    k = col.names[0]
+    named = sum(col.a[m] * claimed["weight"](col.a[m], col.a[k], col.S, m == k)
+                for m in col.names)
+    power_sums = {1: col.R / col.total, 2: col.P / col.total ** 2}
+    rest_terms = sp.Poly(sp.expand(x * claimed["weight"](x, col.a[k], col.S, False)), x).terms()
+    summed = all(mon[0] in power_sums for mon, _ in rest_terms)
+    rest = sum(coef * power_sums.get(mon[0], 0) for mon, coef in rest_terms)
+    r.step("The weights sum to σ: σ_w = Σ_n w_n, with w_m = a_m c_m summed over the named "
+           "entries and over the rest (Σ_rest a_m = R/T, Σ_rest a_m² = P/T², T the column's "
+           "Σ e^z), is", eq(sp.Symbol("sigma_w"), sp.factor(sp.together(named + rest))))
+    r.check("weights-sum", "Σ_n w_n = Σ_n a_n c_n = Σ_m a_m² = σ over the whole column "
+            "(symbolic K: named entries plus R, P)", SYMBOLIC,
+            summed and is_zero(named + rest - col.S), decisive=True)
+
     Kv = sym_K()
     v, w, a = (sp.MatrixSymbol(x, Kv, 1) for x in ("v", "w", "a"))
     Wd = sp.MatrixSymbol("diag(w)", Kv, Kv)
@@ -71,8 +88,8 @@ def derive_smoothness(claimed: dict = CLAIMED):
         v.T * Wd * v: vv, v.T * w * a.T * v: wv * av, v.T * a * w.T * v: av * wv,
         v.T * a * a.T * v: av ** 2})
     square = claimed["variance"](vv, wv, av, sig)
-    r.check("quadratic-form", "vᵀHv = Σ_n w_n(v_n − ⟨a,v⟩)² (uses Σ_n w_n = σ)", SYMBOLIC,
-            sp.expand(quad - square) == 0, decisive=True)
+    r.check("quadratic-form", "vᵀHv = Σ_n w_n(v_n − ⟨a,v⟩)² (with Σ_n w_n = σ, derived above)",
+            SYMBOLIC, sp.expand(quad - square) == 0, decisive=True)
 
     a_n, a_k, S, x = sp.symbols("a_n a_k S x", nonnegative=True)
     unit = sp.Interval(0, 1)
