@@ -56,6 +56,13 @@ def skewed_ray_gradient(original):
     return perturbed
 
 
+def swapped_regimes(regimes):
+    """The paper's verdicts with forgetting and backward transfer exchanged."""
+    swap = {"forgetting": "backward-transfer", "backward-transfer": "forgetting"}
+    return [theory.Regime(r.k, swap.get(r.regime, r.regime), r.condition, r.m0, r.m1)
+            for r in regimes]
+
+
 def scaled(factor):
     return lambda f: functools.wraps(f)(lambda *a, **k: factor * f(*a, **k))
 
@@ -174,8 +181,6 @@ SYMBOLIC_MUTATIONS = {
         "threshold K": (claimed(C8, **{"threshold-factor": lambda K: K}), {"sufficient"}),
         "the paper's threshold": (claimed(C8, **{"threshold-factor": lambda K: 1}),
                                   {"sufficient", "sufficient-at-T1"}),
-        "interval": (claimed(C8, **{"bt-interval": sp.Interval(sp.Rational(1, 3), 1)}),
-                     {"backward-transfer"}),
         "skewed gradient": (patched(f"oodcalc.claims.{C8}", "ray_gradient", skewed_ray_gradient),
                             {"g-positive"}),
         "D sign flipped": (patched("oodcalc.theory", "first_step_D", scaled(-1)),
@@ -185,6 +190,17 @@ SYMBOLIC_MUTATIONS = {
             **c, "entry": lambda gn, gk, w: gn * gn * w}), {"criterion"}),
         "claim 2 step / 2": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
             **c, "logit-step": lambda eta, G: -eta * G / 2}), {"criterion"}),
+    },
+    "8d": {
+        "gap sign": (claimed(C8, **{"bt-gap-sign": lambda gap: gap.is_negative}),
+                     {"own-logit-largest"}),
+        "share without a_k": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
+            **c, "grad-other": lambda ak, an, S, e: an * (an - S)}),
+            {"shares-positive", "error-falls"}),
+        "flipped source step": (patched(f"oodcalc.claims.{C7}", "CLAIMED", lambda c: {
+            **c, "entry": lambda gn, gk, w: -gn * gk * w}), {"source-margins-grow"}),
+        "verdicts swapped": (patched("oodcalc.theory", "forgetting_regimes",
+                                     lambda f: lambda g: swapped_regimes(f(g))), {"dynamics"}),
     },
     "9a": {
         "K − 1 → K": (claimed(C9, **{"paper-bound": lambda a, K, gk, gn: sp.exp(
@@ -263,13 +279,12 @@ NUMERIC_MUTATIONS = {
           ("population", "prompts")),
     "7": (numeric(C7, source_change=lambda g, dW: np.outer(g, g) * dW * 1.001),
           ("population", "prompts")),
-    "8a": (numeric(C8, forgetting_regimes=lambda g: [
-        theory.Regime(r.k, {"forgetting": "backward-transfer",
-                            "backward-transfer": "forgetting"}.get(r.regime, r.regime),
-                      r.condition, r.m0, r.m1) for r in theory.forgetting_regimes(g)]),
-        ("population", "prompts")),
+    "8a": (numeric(C8, forgetting_regimes=lambda g: swapped_regimes(theory.forgetting_regimes(g))),
+           ("population", "prompts")),
     "8b": (numeric(C8, forgetting_regimes=theory.corrected_regimes), ("population",)),
     "8c": (numeric(C8, first_step_D=lambda g, z: -theory.first_step_D(g, z)), ("population",)),
+    "8d": (numeric(C8, forgetting_regimes=lambda g: swapped_regimes(theory.forgetting_regimes(g))),
+           ("population",)),
     "9a": (numeric(C9, step_size_bounds=lambda z: 1.05 * theory.step_size_bounds(z)),
            ("population", "prompts")),
     "9b": (numeric(C9, smoothness=0.2), ("population",)),

@@ -36,7 +36,7 @@ def test_derive_formats(capsys, fmt, marker):
 def test_derive_number_selects_every_part(capsys):
     assert main(["derive", "8", "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    assert all(f"# Claim 8{p}:" in out for p in "abc")
+    assert all(f"# Claim 8{p}:" in out for p in "abcd")
 
 
 def test_derive_bad_input(capsys):

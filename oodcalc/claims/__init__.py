@@ -121,6 +121,14 @@ CLAIMS: tuple[Claim, ...] = (
           "at T1 the source column is symmetric: ∂e_k/∂z_nk = g for every n ≠ k and "
           "−(K−1)g on the diagonal; the step moves it by γ_k²Δ and −γ_kγ_nΛ_n",
           _M + "claim8_forgetting", "derive_criterion", "check_criterion"),
+    Claim("8d", "backward-transfer", "Backward-transfer threshold, any K",
+          "Any K: with m1 = argmin_{m≠k} γ_kγ_m, −γ_kγ_m1 < γ_k² makes L_{v_k} fall "
+          "monotonically through fine-tuning (the paper's second condition; every ε and η).",
+          "symbolic K",
+          "the condition makes u_k's own OOD logit the largest at T1 and at every step, so "
+          "every share Λ_n ≥ a_n² > 0, every source margin grows by (η/K)(γ_k²Δ + γ_kγ_nΛ_n) "
+          "> 0, and e_k falls with every margin",
+          _M + "claim8_forgetting", "derive_backward_transfer", "check_backward_transfer"),
     Claim("9a", "step-size", "Fine-tuning step size (paper)",
           "η <= min_{n≠k} exp(−β_{u_n,u_k}^(T1)) suffices for fine-tuning.",
           "rests on the paper",

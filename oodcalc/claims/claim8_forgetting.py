@@ -26,7 +26,7 @@ import sympy as sp
 
 from .. import theory
 from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, is_zero, sym_K)
-from ..symbolic.model import conditional_error
+from ..symbolic.model import Column, conditional_error
 from .claim3_convergence import ray_gradient
 
 CLAIMED = {
@@ -41,7 +41,8 @@ CLAIMED = {
     "paper-condition": lambda g_k, g_m0: -g_k * g_m0 > g_k ** 2,
     # K = 2: how e_k moves with the source margin; where a_k² + (1 − a_k)² <= a_k
     "k2-monotone": "decreasing",
-    "bt-interval": sp.Interval(sp.Rational(1, 2), 1),
+    # 8d: the sign of the own-logit gap under the condition (it must be positive)
+    "bt-gap-sign": lambda gap: gap.is_positive,
 }
 NUMERIC_CLAIMED = {"first_step_D": theory.first_step_D,
                    "forgetting_regimes": theory.forgetting_regimes}
@@ -163,18 +164,9 @@ def derive_criterion(claimed: dict = CLAIMED):
     r.check("sufficient-at-T1", "−γ_kγ_m0 > (K−1)γ_k² ⇒ D_k > 0 at the T1 logits, H or not",
             NUMERIC, ok, f"{tried} features meeting the condition (K = 3..6, 4000 random γ each, "
             f"ε = 1e-2, 1e-6, 1e-12; H fails on {held} of them)")
-    # the paper's backward-transfer condition under H
-    half = sp.Symbol("a_k", positive=True)
-    interval = sp.solve_univariate_inequality(half ** 2 + (1 - half) ** 2 <= half, half,
-                                              relational=False)
     r.step("The paper's backward-transfer condition −γ_kγ_m1 < γ_k² (m1 = argmin) makes every "
-           "c_n < −(K − 2)γ_k² ≤ 0, so under H D_k < 0: L_{v_k} starts to fall. Along the whole "
-           "trajectory the source margins then grow (γ_k²Δ + γ_kγ_nΛ_n ≥ γ_k²(Δ − Λ_n) ≥ 0), "
-           "a_k stays ≥ 1 − δ ≥ 1/2, and on that set Σ_m a_m² ≤ a_k² + (1 − a_k)² ≤ a_k "
-           "(sympy: the interval below), which keeps every ∂e_k/∂z_nk ≥ 0: the fall is "
-           "monotone.", eq(sp.Symbol("A"), interval))
-    r.check("backward-transfer", "a_k² + (1 − a_k)² ≤ a_k exactly on [1/2, 1]", SYMBOLIC,
-            interval == claimed["bt-interval"])
+           "c_n < −(K − 2)γ_k² ≤ 0; that L_{v_k} then falls, at every step and for every K, "
+           "is derived in 8d.")
 
     # Numbers: the exact first step.
     ok, count, worst = True, 0, 0.0
@@ -184,7 +176,10 @@ def derive_criterion(claimed: dict = CLAIMED):
         gamma = rng.uniform(-1, 1, Kx)
         for eta_x, tol in ((0.1, None), (1e-5, 1e-3)):
             de, D_num, gs = _exact_first_step(gamma, eta_x)
-            big = np.abs(D_num) > 1e-8
+            # the second-order remainder was measured below 0.011·η²·g·scale/K (20,000 γ
+            # per K, examples/claim8_rules.py's study), so the sign is decided past 0.02·η·scale
+            scale = theory.first_step_terms(gamma, _t1_ood_logits(gamma))[1]
+            big = np.abs(D_num) > 0.02 * eta_x * scale
             ok &= bool(np.all(np.sign(de[big]) == np.sign(D_num[big])))
             if tol is not None:
                 ratio = de[big] / (eta_x / Kx * gs[big] * D_num[big])
@@ -193,12 +188,19 @@ def derive_criterion(claimed: dict = CLAIMED):
             count += int(big.sum())
     r.check("first-step", "the exact first fine-tuning step of the K×K dynamics: sign(δe_k) = "
             "sign(D_k) at η = 0.1, and δe_k/((η/K)gD_k) → 1 as η → 0", NUMERIC, ok,
-            f"{count} (γ, k, η) with |D_k| > 1e-8, K = 2..6; |ratio − 1| < 1e-3 at η = 1e-5")
+            f"{count} (γ, k, η) with |D_k| > 0.02·η·scale, K = 2..6; |ratio − 1| < 1e-3 at "
+            "η = 1e-5")
     return r.result("8c", "Forgetting criterion (derived)",
                     "Symbolic K: the first-order change of every source error over one "
                     "fine-tuning step is (η/K)·g·D_k with g > 0; the K = 2 theorem and the "
                     "sufficient threshold (K − 1)γ_k² follow; checked on the exact "
                     "first step.")
+
+
+def _t1_ood_logits(gamma: np.ndarray, eps: float = 0.01) -> np.ndarray:
+    from ..dynamics import ood_start
+    from ..predict import pretrain_logits
+    return ood_start(pretrain_logits(len(gamma), eps, 0.1, 1_000_000).z[0], np.diag(gamma))
 
 
 def _exact_first_step(gamma: np.ndarray, eta: float, eps: float = 0.01):
@@ -338,6 +340,92 @@ def derive_paper_k3(claimed: dict = CLAIMED):
                     "the ledger reproduces both in full-Q gradient descent.", refutes=True)
 
 
+def derive_backward_transfer(claimed: dict = CLAIMED):
+    """8d: the paper's backward-transfer condition, exact for every K, ε and η."""
+    from .claim2_conservation import CLAIMED as conservation
+    from .claim5_ood_weights import parallel_shift_entries
+    from .claim7_finetune_projection import CLAIMED as projection
+    r = Recorder()
+    K = sym_K()
+    alpha, g_k, g_n, own, other = parallel_shift_entries()
+    t = sp.Symbol("t", positive=True)          # γ_kγ_n = −γ_k² + t: the condition, per n
+    condition = {g_n: (-g_k ** 2 + t) / g_k}
+    gap = sp.factor(sp.simplify((own - other).subs(condition)))
+    j = sp.Symbol("j", nonnegative=True)
+    r.step("Take the paper's condition −γ_kγ_m1 < γ_k² with m1 = argmin_{m≠k} γ_kγ_m: then "
+           "−γ_kγ_n < γ_k² for every n ≠ k; write γ_kγ_n = −γ_k² + t_n with t_n > 0 (γ_k ≠ 0). "
+           "At T1 column k of the OOD logits is αγ_k² on the diagonal and −αγ_kγ_n/(K − 1) "
+           "off it (claim 5), so the gap between the own logit and each other one is",
+           eq(sp.Symbol("z_{k,k} - z_{n,k}"), gap))
+    r.check("own-logit-largest", "the gap α(γ_k²(K − 2) + t)/(K − 1) is > 0 for every K ≥ 2, "
+            "α > 0, t > 0: u_k's own logit is the largest of its OOD column at T1 "
+            "(symbolic K)", SYMBOLIC,
+            bool(claimed["bt-gap-sign"](sp.expand(gap.subs({K: j + 2, alpha: sp.Symbol(
+                "alpha", positive=True)})))), decisive=True)
+
+    a_n, a_k, S = sp.symbols("a_n a_k S", nonnegative=True)
+    share = conservation["grad-other"](a_k, a_n, S, None)        # Λ_n = a_n(a_n + a_k − S)
+    slack = sp.Symbol("s", nonnegative=True)                     # a_k = S + s: a_k ≥ S
+    margin = sp.expand(share.subs(a_k, S + slack) - a_n ** 2)
+    r.step("When the own logit is the largest, a_k is the largest attention and "
+           "S = Σ_m a_m² ≤ a_k Σ_m a_m = a_k; each share of claim 2 then satisfies "
+           "Λ_n − a_n² = a_n(a_k − S) ≥ 0:", eq(sp.Symbol("Lambda_n - a_n^2"), margin))
+    r.check("shares-positive", "a_k ≥ S makes Λ_n ≥ a_n² > 0 (Λ_n from claim 2)", SYMBOLIC,
+            bool(margin.is_nonnegative), decisive=True)
+    r.step("One fine-tuning step raises z_kk by (η/K)Δ (Δ = ΣΛ_n > 0) and lowers every z_nk by "
+           "(η/K)Λ_n > 0 (claim 2), so every gap grows: by induction u_k's own logit stays the "
+           "largest at every step, and every Λ_n > 0 at every step.")
+
+    eta, Delta, Lam_n, rest = sp.symbols("eta Delta Lambda_n R_Lambda", positive=True)
+    step, entry = conservation["logit-step"], projection["entry"]
+    d_own = entry(g_k, g_k, step(eta, -Delta / K))               # claim 7: source (k, k)
+    d_other = entry(g_n, g_k, step(eta, Lam_n / K))              # claim 7: source (n, k)
+    growth = sp.expand((d_own - d_other).subs(condition).subs(Delta, Lam_n + rest) * K / eta)
+    r.step("Each source margin α_{v_k} − β_{v_n,v_k} changes by claim 7's entries; with "
+           "Δ = Λ_n + R_Λ (R_Λ ≥ 0 the other shares) and the condition,",
+           eq(sp.Symbol("(K/eta) delta margin_n"), growth))
+    r.check("source-margins-grow", "every source margin grows at every step: "
+            "γ_k²Δ + γ_kγ_nΛ_n = γ_k²R_Λ + tΛ_n > 0 (symbolic K)", SYMBOLIC,
+            bool(growth.is_positive), decisive=True)
+
+    col = Column("k", "n")
+    m = sp.Symbol("m", real=True)
+    along = col.error.subs(col.z["n"], col.z["k"] - m)        # e_k against the margin m
+    slope = sp.diff(along, m)
+    closed = -conservation["grad-other"](col.a["k"], col.a["n"], col.S, col.error)
+    r.step("The source column starts on the ray with every margin αK/(K − 1) > 0 (claim 3) and "
+           "its margins only grow, so along every step's segment its own logit is the "
+           "largest and, by the same bound, ∂e_k/∂z_nk = a_n(a_n + a_k − S) ≥ a_n² > 0. As a "
+           "function of the margin m_n = z_kk − z_nk, sympy finds",
+           eq(sp.Derivative(sp.Symbol("e_k"), sp.Symbol("m_n")),
+              -conservation["grad-other"](a_k, a_n, S, None)))
+    r.check("error-falls", "∂e_k/∂m_n = −a_n(a_n + a_k − S) (symbolic K): negative while "
+            "a_k ≥ S, so e_k falls strictly at every step", SYMBOLIC,
+            is_zero((slope - closed).subs(col.z["n"], col.z["k"] - m)), decisive=True)
+    r.step("So L_{v_k} falls monotonically through fine-tuning under the paper's "
+           "backward-transfer condition, for every K, ε and η: the second half of the "
+           "paper's claim 8 holds as stated (the first half fails for K > 2, 8b).")
+
+    ok, count = True, 0
+    rng = np.random.default_rng(14)
+    for _ in range(10):
+        Kx = int(rng.integers(3, 7))
+        gamma = rng.uniform(-1, 1, Kx)
+        verdicts = theory.forgetting_regimes(gamma)
+        trends = source_trends(gamma)
+        for v, trend in zip(verdicts, trends):
+            if v.regime == "backward-transfer":
+                count += 1
+                ok &= trend == "falling"
+    r.check("dynamics", "exact dynamics: every backward-transfer verdict falls at every step",
+            NUMERIC, ok, f"{count} features of 10 random γ, K = 3..6 (ε = 0.01, η = 0.1)")
+    return r.result("8d", "Backward-transfer threshold, any K",
+                    "Symbolic K: the condition makes u_k's own logit the largest of its OOD "
+                    "column at T1 and at every step after, every share positive, every source "
+                    "margin growing, and e_k decreasing in each margin: exact for every K, ε "
+                    "and η.")
+
+
 # --- numeric checks against gradient descent ------------------------------------------
 
 EXPECTED_TREND = {"forgetting": "rising", "backward-transfer": "falling", "unaffected": "flat"}
@@ -475,4 +563,30 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
         float(count - agree), None,
         "every decided feature (|D_k| > 1e-6) agrees; the corrected condition is never wrong",
         agree == count and corrected_ok, [f"{agree}/{count} features agree"] + lines)
+    return population, None, []
+
+
+def check_backward_transfer(ctx, claimed: dict = NUMERIC_CLAIMED):
+    """Every feature the paper's backward-transfer condition covers falls at every step of
+    full-Q GD (simulator a), K = 3..6."""
+    from .. import geometry as geo
+    from ..setting import Setting
+    from ..verify import PopulationCheck
+    rng = np.random.default_rng(15)
+    gammas = [g for g in ctx.budget.gamma_grid if len(g) > 2]
+    gammas += [tuple(rng.uniform(-1, 1, K)) for K in (3, 4, 5, 6) for _ in range(3)]
+    covered, wrong = 0, []
+    for gamma in gammas:
+        rep = ctx.population(Setting(geo.parallel_shift(gamma)))
+        for f, r in zip(rep.forgetting, claimed["forgetting_regimes"](np.array(gamma))):
+            if r.regime == "backward-transfer":
+                covered += 1
+                if f.trend != "falling":
+                    wrong.append(f"γ = {tuple(round(x, 3) for x in gamma)}, k = {f.k}: "
+                                 f"{f.trend}, F_k = {f.F_k:+.3g}")
+    population = PopulationCheck(
+        f"the paper's backward-transfer verdict against L_(v_k) along the whole fine-tuning "
+        f"of simulator (a) (full-Q GD), {len(gammas)} γ with K = 3..6", float(len(wrong)), None,
+        "every covered feature falls at every step", not wrong and covered > 0,
+        [f"{covered - len(wrong)}/{covered} covered features fall at every step"] + wrong)
     return population, None, []
