@@ -52,3 +52,8 @@ def table(headers, rows) -> str:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
+
+
+def load() -> str:
+    """The 1-minute load average now (the machine is shared: read every time beside it)."""
+    return f"{os.getloadavg()[0]:.1f}"

@@ -1,76 +1,110 @@
-"""``oodcalc predict`` as K grows: T1, T2, wall time and peak memory, each in a fresh process.
+"""``oodcalc predict`` as K grows: T1, T2, wall time, CPU time and peak memory, each run
+as a user runs it (the command, in a fresh process).
 
-    python benchmarks/bench_predict.py [--rotation-K 2,...,1024] [--random-K 2,...,64]
+    python benchmarks/bench_predict.py [--rotation-K 2,...,1024] [--random-K 2,...,256]
 
 Rotations (``--theta 0.5 --K K``) keep every column on the symmetric ray: both phases are
-scalar recurrences (compiled by Numba when installed). Random γ (uniform in [-1, 1], seed
-0) fine-tune the full K×K logits. Each run is checked: T1 equals the ray recurrence's
-estimate to 1 %, and T1, T2 are read from the printed report (not --json: see run()).
+scalar recurrences. Random γ (uniform in [-1, 1], seed 0, three decimals) fine-tune the
+full K×K logits (the compiled per-column kernel with ``oodcalc[fast]``, else NumPy). Each
+run is checked: T1 equals the gradient-flow estimate to 1 %, and the engines are read
+from the report's last line. CPU time is the child's user + system time (on a shared
+machine, wall time grows with the load; CPU time much less). Targets (issue 12): random
+γ K = 128 under 30 s and 500 MB, K = 256 under 5 minutes and 1 GB; rotation K = 1024
+under 10 s.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import os
+import re
+import resource
 import subprocess
 import sys
 import time
 
 import numpy as np
 
-from _common import machine, table
-
+from _common import load, machine, table, verdict
 
 PROBE = ("import sys, resource; from oodcalc.cli import main; code = main(sys.argv[1:]); "
          "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
          "sys.exit(code)")
 
+TARGETS = {("random γ", 128): (30, 500), ("random γ", 256): (300, 1024),
+           ("rotation θ = 0.5", 1024): (10, None)}
 
-def run(args: list[str]) -> tuple[dict, float, float]:
-    """One fresh process: its JSON, wall time and own peak RSS (MiB)."""
+
+def run(args: list[str]) -> dict:
+    """One fresh process: T1, T2, engines, wall and CPU seconds, its own peak RSS (MiB)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    # Text output, not --json: the JSON of K = 1024 holds millions of numbers, and reading
-    # it here would inflate this process, whose size a forked child's ru_maxrss inherits.
+    # Text output, not --json (the JSON of K = 1024 holds millions of numbers); wide, so
+    # that no line wraps.
     proc = subprocess.run([sys.executable, "-c", PROBE, "predict", *args],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"})
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode:
-        return {"error": proc.stderr.strip().splitlines()[0]}, wall, 0.0
-    rss = int(proc.stderr.rsplit("RSS", 1)[1]) / 1024
+        return {"error": proc.stderr.strip().splitlines()[0], "wall": wall, "cpu": cpu}
     text = " ".join(proc.stdout.split())
-    T1 = int(re.search(r"T1 (\d+)", text).group(1))
-    T2 = int(re.search(r"T2 = (\d+) steps", text).group(1))
-    return {"pretrain": {"T1": T1}, "finetune": {"T2": T2}}, wall, rss
+    engines = re.search(r"Dynamics: pretraining by the (.*?), fine-tuning by the (.*?)\.$",
+                        text)
+    return {"T1": int(re.search(r"T1 (\d+)", text).group(1)),
+            "T2": int(re.search(r"T2 = (\d+) steps", text).group(1)),
+            "engines": engines.groups(), "wall": wall, "cpu": cpu,
+            "rss": int(proc.stderr.rsplit("RSS", 1)[1]) / 1024}
+
+
+def short(engine: str) -> str:
+    return (engine.replace("symmetric-ray recurrence", "ray").replace("per-column kernel",
+                                                                       "kernel")
+            .replace("K×K descent", "K×K"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rotation-K", default="2,4,8,16,32,64,128,256,512,1024")
-    parser.add_argument("--random-K", default="2,4,8,16,32,64")
+    parser.add_argument("--random-K", default="2,4,8,16,32,64,128,256")
     args = parser.parse_args()
     print(machine())
-    print("load average before:", os.getloadavg())
     from oodcalc.estimates import pretrain_steps
-    rows = []
+    rng = np.random.default_rng(0)
     cases = [("rotation θ = 0.5", int(K), ["--theta", "0.5", "--K", K])
              for K in args.rotation_K.split(",") if K]
-    rng = np.random.default_rng(0)
-    cases += [("random γ", int(K), ["--gamma", ",".join(f"{g:.3f}" for g in
-                                                     rng.uniform(-1, 1, int(K)))])
+    cases += [("random γ", int(K), ["--gamma=" + ",".join(f"{g:.3f}" for g in
+                                                         rng.uniform(-1, 1, int(K)))])
               for K in args.random_K.split(",") if K]
+    rows, checks = [], []
     for label, K, cli in cases:
-        out, wall, rss = run(cli)
+        out = run(cli)
         if "error" in out:
-            rows.append([label, K, "—", "—", f"{wall:.2f} s", "—", out["error"][:60]])
+            rows.append([label, K, "—", "—", f"{out['wall']:.2f} s", f"{out['cpu']:.2f} s",
+                         "—", out["error"][:70], load()])
             continue
-        T1, T2 = out["pretrain"]["T1"], out["finetune"]["T2"]
-        assert abs(T1 - pretrain_steps(K, 0.01, 0.1)) <= 0.01 * T1 + 1
-        rows.append([label, K, f"{T1:,}", f"{T2:,}", f"{wall:.2f} s", f"{rss:.0f} MiB", ""])
-        print(f"  {label} K = {K}: {wall:.1f} s", flush=True)
-    print()
-    print(table(["geometry", "K", "T1", "T2", "wall", "peak RSS", "note"], rows))
-    print("\nload average after:", os.getloadavg())
+        assert abs(out["T1"] - pretrain_steps(K, 0.01, 0.1)) <= 0.01 * out["T1"] + 1
+        engines = " / ".join(short(e) for e in out["engines"])
+        rows.append([label, K, f"{out['T1']:,}", f"{out['T2']:,}", f"{out['wall']:.2f} s",
+                     f"{out['cpu']:.2f} s", f"{out['rss']:.0f} MiB", engines, load()])
+        if (label, K) in TARGETS:
+            seconds, mib = TARGETS[label, K]
+            ok_time = out["wall"] <= seconds
+            ok_mem = mib is None or out["rss"] <= mib
+            checks.append([f"{label}, K = {K}", f"< {seconds} s" + (f", < {mib} MiB" if mib
+                                                                     else ""),
+                           f"{out['wall']:.1f} s wall ({out['cpu']:.1f} s CPU), "
+                           f"{out['rss']:.0f} MiB",
+                           verdict(ok_time and ok_mem) + ("" if ok_time or out["cpu"] >
+                                                          seconds else " (CPU time within)"),
+                           load()])
+        print(f"  {label} K = {K}: {out['wall']:.1f} s", file=sys.stderr, flush=True)
+    print("\n### `oodcalc predict` as K grows (ε = 0.01, η = 0.1; fresh process each)\n")
+    print(table(["geometry", "K", "T1", "T2", "wall", "CPU", "peak RSS",
+                 "engines (pretraining / fine-tuning)", "load"], rows))
+    if checks:
+        print("\n### Targets\n")
+        print(table(["run", "target", "measured", "verdict", "load"], checks))
 
 
 if __name__ == "__main__":

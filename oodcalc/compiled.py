@@ -1,15 +1,29 @@
 """Optional fused loops compiled by Numba (``pip install "oodcalc[fast]"``).
 
-Each kernel is the plain-Python source that oodcalc also runs without Numba, compiled
-unchanged, so both give the same numbers (the tests check it); Numba is imported only
-when a run is long enough to pay for the import and the compilation (about a second,
-cached on disk after the first time). Without Numba every function here returns None
-and the caller keeps its NumPy or plain-Python path.
+Two kinds of kernels, both used only when a run is long enough to pay for importing Numba
+and loading the compiled code (about a second; compiled once, then cached on disk):
+
+* the symmetric ray's scalar recurrence: the plain-Python source that oodcalc also runs
+  without Numba (:func:`oodcalc.dynamics.ray_step_loop`), compiled unchanged, so both
+  give the same numbers bit for bit (the tests check it);
+* the per-column K×K fine-tuning (:mod:`oodcalc._kernels`), whose fallback is the NumPy
+  K×K descent: the same arithmetic up to rounding (T2 identical and F_k to 1e-12 in the
+  tests).
+
+Without Numba every accessor here returns None and the caller keeps its NumPy or
+plain-Python path.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
+
+
+#: Logit updates (steps × logits) from which a sweep's compiled column kernel pays for
+#: importing Numba and loading its code (about a second, more on a loaded machine; the
+#: batched NumPy descent does about 3e7 updates a second there, the kernel 2-3e8).
+PAYS_FROM_WORK = 2e8
 
 
 @functools.cache
@@ -19,6 +33,21 @@ def numba():
     except ImportError:
         return None
     return numba
+
+
+def available() -> bool:
+    return numba() is not None
+
+
+def loaded() -> bool:
+    """Numba is already imported in this process (a compiled kernel costs less now)."""
+    return "numba" in sys.modules
+
+
+def threads() -> int:
+    """Threads the parallel kernels use (Numba's default: one per core)."""
+    nb = numba()
+    return nb.get_num_threads() if nb is not None else 1
 
 
 @functools.cache
@@ -31,5 +60,20 @@ def ray_step_loop():
     return nb.njit(cache=True, nogil=True)(loop)
 
 
-def available() -> bool:
-    return numba() is not None
+@functools.cache
+def finetune_diagonal():
+    """:func:`oodcalc._kernels.finetune_diagonal`; None without Numba."""
+    if numba() is None:
+        return None
+    from ._kernels import finetune_diagonal
+    return finetune_diagonal
+
+
+@functools.cache
+def column_kernels():
+    """``(serial, parallel)`` :func:`oodcalc._kernels.columns_advance`; None without
+    Numba."""
+    if numba() is None:
+        return None
+    from ._kernels import columns_advance, columns_advance_parallel
+    return columns_advance, columns_advance_parallel

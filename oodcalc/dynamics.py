@@ -69,7 +69,9 @@ def descend(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
     while True:
         done = batch.evaluate()
         if observe is not None:
-            observe(t, batch.logits())
+            view = batch.logits()
+            view.flags.writeable = False
+            observe(t, view)
         if done.any():
             finished = batch.index[done]
             z[finished], steps[finished], converged[finished] = batch.logits(done), t, True
@@ -205,22 +207,29 @@ def source_logits(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
 
 def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
                     max_steps: int, *,
-                    progress: Callable[[int], None] | None = None) -> Descent:
+                    progress: Callable[[int], None] | None = None,
+                    compiled: bool = False) -> Descent:
     """``descend`` for a batch of configurations, computing each distinct column once.
 
-    Two paths, chosen by the input alone (never by what else is in the batch):
+    Each column takes one of two paths, chosen by its own values (so a configuration's
+    result never depends on what else is in the batch):
 
-    * every column two-valued (its own logit and K−1 equal others: always for K = 2, and
-      for rotations and equal-γ shifts from the pretrained logits): the column is its
-      margin ``d = own − other`` (softmax sees nothing else), one number per distinct
+    * a two-valued column (its own logit and K−1 equal others: always for K = 2, and for
+      rotations and equal-γ shifts from the pretrained logits) is its margin
+      ``d = own − other`` (softmax sees nothing else), one number per distinct
       ``(d, K, η, ε)``; its own and other logits follow from the conserved column sum.
       Agrees with :func:`descend` to rounding (T identical in the tests).
-    * otherwise each distinct column ``(values, own row, η, ε)`` descends with exactly
-      ``descend``'s arithmetic: bit-identical results.
+    * any other column, one per distinct ``(values, own row, η, ε)``, descends with exactly
+      ``descend``'s arithmetic: bit-identical results; or, with ``compiled`` (and Numba
+      installed), by the compiled per-column kernel: the same to rounding (T identical,
+      F_k to 1e-12 in the tests), several times faster. Choose ``compiled`` for a whole
+      sweep, not per batch, so that results do not depend on how it is split.
 
-    Configuration ``b`` stops at the first step where all of its columns meet ``e <= ε``:
-    the count of its columns above ε is kept up to date as columns cross the threshold
-    (either way), so the rule is applied exactly, monotone errors or not.
+    Configuration ``b`` stops at the first step where all of its columns meet ``e <= ε``.
+    When every column is two-valued this is found in two passes over the margins (see
+    :func:`_margins_two_pass`); otherwise, or when that finds a column rising above ε
+    again, the count of each configuration's columns above ε is kept up to date as
+    columns cross the threshold (either way): the rule is applied exactly either way.
     """
     z0 = np.asarray(z0, dtype=np.float64)
     B, K = z0.shape[0], z0.shape[-1]
@@ -231,28 +240,68 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     own_value = columns[np.arange(B * K), own]
     others = np.where(np.eye(K, dtype=bool)[own], np.nan, columns)
     other_value = np.nanmax(others, axis=1) if K > 1 else own_value
-    two_valued = bool(np.all(np.isnan(others) | (others == other_value[:, None])))
-    if two_valued:
-        margin = own_value - other_value
-        keys = np.stack([margin, np.repeat(eta, K), np.repeat(eps, K)], axis=1)
-    else:
-        keys = np.concatenate([columns, own[:, None].astype(np.float64),
-                               np.repeat(eta, K)[:, None], np.repeat(eps, K)[:, None]], axis=1)
-    keys = np.ascontiguousarray(keys)
-    if two_valued and (keys[:, 1:] == keys[0, 1:]).all():   # one (η, ε): sort the margins
-        _, first, inverse = np.unique(keys[:, 0], return_index=True, return_inverse=True)
-    else:
-        _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
-                                      return_index=True, return_inverse=True)
-    inverse = inverse.ravel()                                # (B*K,) distinct column index
-    U = first.size
-    if two_valued:
-        engine = _Margins(keys[first, 0], K, keys[first, 1], keys[first, 2])
-    else:
-        engine = _Columns(columns[first].T.copy(), own[first], keys[first, -2],
-                          keys[first, -1])
+    two_valued = np.all(np.isnan(others) | (others == other_value[:, None]), axis=1)
+    row_eta, row_eps = np.repeat(eta, K), np.repeat(eps, K)
+    margin = own_value - other_value
+
+    # Distinct columns: margins first (indices 0..Um−1), then full columns.
+    tv = np.flatnonzero(two_valued)
+    full = np.flatnonzero(~two_valued)
+    inverse = np.empty(B * K, dtype=np.int64)
+    parts = []
+    if tv.size:
+        keys = np.stack([margin[tv], row_eta[tv], row_eps[tv]], axis=1)
+        first, inverse[tv] = _distinct(keys, by_first=bool((keys[:, 1:] == keys[0, 1:]).all()))
+        parts.append(_Margins(keys[first, 0], K, keys[first, 1], keys[first, 2]))
+    Um = parts[0].d.size if tv.size else 0
+    if full.size:
+        keys = np.concatenate([columns[full], own[full, None].astype(np.float64),
+                               row_eta[full, None], row_eps[full, None]], axis=1)
+        first, index = _distinct(keys)
+        inverse[full] = Um + index
+        from . import compiled as kernels
+        use = kernels.column_kernels() if compiled else None
+        x, own_rows = columns[full[first]].T.copy(), own[full[first]]
+        parts.append(_CompiledColumns(x, own_rows, keys[first, -2], keys[first, -1], use)
+                     if use is not None else _Columns(x, own_rows, keys[first, -2],
+                                                      keys[first, -1]))
+    engine = parts[0] if len(parts) == 1 else _Composite(*parts)
+    if isinstance(engine, _Columns) and first.size == B * K:
+        # Nothing shared and nothing two-valued: the batched descent does the same
+        # arithmetic (bit for bit) without the bookkeeping.
+        return descend(z0, eta, eps, max_steps, progress=progress)
+    slots = inverse.reshape(B, K)
+    z = np.empty((B, K, K))
+
+    def blocks(done: np.ndarray, margins: np.ndarray | None = None) -> np.ndarray:
+        """The final logits of configurations ``done`` (their columns' current values,
+        or, for all-margin batches, the given ``margins`` of their K columns)."""
+        rows = (done[:, None] * K + np.arange(K)).ravel()
+        distinct = slots[done].ravel()
+        block = np.empty((rows.size, K))
+        is_margin = distinct < Um
+        if is_margin.any():
+            # Column sums are conserved: own gains (K−1)/K of the margin's change,
+            # every other logit loses 1/K of it.
+            r, d = rows[is_margin], distinct[is_margin]
+            final = engine.margins(d) if margins is None else margins.ravel()[is_margin]
+            change = final - margin[r]
+            block[is_margin] = columns[r] - (change / K)[:, None]
+            block[np.flatnonzero(is_margin), own[r]] = own_value[r] + change * (K - 1) / K
+        if not is_margin.all():
+            block[~is_margin] = engine.columns(distinct[~is_margin] - Um).T
+        return block.reshape(done.size, K, K).transpose(0, 2, 1)   # [b, k, n] → z[b, n, k]
+
+    if isinstance(engine, _Margins):                           # every column a margin
+        fast = _margins_two_pass(engine, slots, max_steps, progress)
+        if fast is not None:
+            steps, converged, final = fast
+            z[...] = blocks(np.arange(B), final)
+            return Descent(z, steps, converged)
+        engine = _Margins(engine.start, K, engine.eta, engine.eps0)
 
     # Who uses which column: distinct (column, configuration) pairs, grouped both ways.
+    U = int(inverse.max()) + 1
     config = np.repeat(np.arange(B), K)
     pairs = np.unique(inverse * B + config)
     pair_col, pair_cfg = pairs // B, pairs % B
@@ -262,24 +311,12 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     by_cfg = np.searchsorted(pair_cfg[order], np.arange(B + 1))
     users = np.diff(by_col).astype(np.int64)                 # live configurations per column
 
-    z = np.empty((B, K, K))
     steps = np.full(B, max_steps, dtype=np.int64)
     converged = np.zeros(B, dtype=bool)
     live = np.ones(B, dtype=bool)
-    slots = inverse.reshape(B, K)
 
     def finish(done: np.ndarray, t: int, ok: bool) -> None:
-        if two_valued:
-            # Column sums are conserved: own gains (K−1)/K of the margin's change,
-            # every other logit loses 1/K of it.
-            rows = (done[:, None] * K + np.arange(K)).ravel()
-            change = engine.values(slots[done].ravel()) - keys[rows, 0]
-            block = columns[rows] - (change / K)[:, None]
-            block[np.arange(rows.size), own[rows]] = own_value[rows] + change * (K - 1) / K
-            block = block.reshape(done.size, K, K)
-        else:
-            block = engine.values(slots[done].ravel()).T.reshape(done.size, K, K)
-        z[done] = block.transpose(0, 2, 1)                    # block[b, k, n] → z[b, n, k]
+        z[done] = blocks(done)
         steps[done], converged[done], live[done] = t, ok, False
         np.subtract.at(users, _expand(by_cfg, done, cfg_cols), 1)
         engine.retire(users == 0)
@@ -318,6 +355,110 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     return Descent(z, steps, converged)
 
 
+def _distinct(keys: np.ndarray, by_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """First row of each distinct row of ``keys`` and every row's distinct index
+    (``by_first``: the rows differ in their first entry only)."""
+    keys = np.ascontiguousarray(keys)
+    if by_first:
+        _, first, inverse = np.unique(keys[:, 0], return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
+                                      return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+#: Margin trajectories kept by the first pass of :func:`_margins_two_pass` (beyond, a
+#: second pass recomputes the margins it needs).
+MARGIN_RECORD_BYTES = 128 * 2**20
+
+
+def _margins_two_pass(engine: "_Margins", slots: np.ndarray, max_steps: int,
+                      progress: Callable[[int], None] | None):
+    """The stopping rule for batches whose columns are all margins, without following
+    configurations step by step.
+
+    A margin only grows (its GD step is ``η/K (1 + 1/(K−1))² p (1−p)² >= 0``) and its
+    error falls as it grows, so a configuration stops at the latest first crossing of
+    its columns, ``T2 = max_c T_c``, provided that every column stays below ε from its
+    crossing on. The first pass finds each distinct margin's first crossing ``T_c``,
+    keeping the whole margin trajectory while it fits :data:`MARGIN_RECORD_BYTES`
+    (otherwise it drops each margin once it has crossed, and a second pass runs them
+    again up to the last step a configuration needs); each configuration then takes its
+    margins at its T2. Every column is checked to stay below ε from ``T_c`` to the last
+    step it is taken at (in floating point the error could tick up where a margin
+    stalls); if one does not, returns None and the caller applies the rule step by step.
+
+    Returns ``(steps, converged, margins)`` with ``margins`` ``(B, K)`` at each T2.
+    """
+    U = engine.d.size
+    crossed = np.full(U, -1, dtype=np.int64)
+    has_crossed = np.zeros(U, dtype=bool)
+    count = 0
+    record = [engine.d.copy()]
+    t = 0
+    while True:                                                 # pass 1
+        below = engine.evaluate()
+        if record is not None and np.any(has_crossed > below):
+            return None                                         # rose above ε again
+        newly = below > has_crossed
+        if newly.any():
+            crossed[newly] = t
+            has_crossed |= newly
+            count += int(newly.sum())
+            if record is None:
+                engine.retire(newly)
+        if count == U or t >= max_steps:
+            break
+        engine.step()
+        t += 1
+        if record is not None:
+            if (len(record) + 1) * U * 8 > MARGIN_RECORD_BYTES:
+                record = None                                   # too long: two passes
+                engine.retire(has_crossed)
+            else:
+                record.append(engine.d.copy())
+    never = crossed < 0
+    steps = np.where(never[slots], max_steps, crossed[slots]).max(axis=1)
+    converged = ~never[slots].any(axis=1)
+    if progress is not None and converged.any():
+        progress(int(converged.sum()))
+    if record is not None:                                      # gather, step by step
+        B, K = slots.shape
+        margins = np.empty((B, K))
+        order = np.argsort(steps, kind="stable")
+        bounds = np.searchsorted(steps[order], np.arange(int(steps.max()) + 2))
+        for t in np.flatnonzero(np.diff(bounds)):
+            rows = order[bounds[t]:bounds[t + 1]]
+            margins[rows] = record[t][slots[rows]]
+        return steps, converged, margins
+
+    # Pass 2: (column, step) requests, in step order.
+    B, K = slots.shape
+    request_col, request_step = slots.ravel(), np.repeat(steps, K)
+    order = np.argsort(request_step, kind="stable")
+    request_col, request_step = request_col[order], request_step[order]
+    end = int(steps.max())
+    bounds = np.searchsorted(request_step, np.arange(end + 2))
+    last = np.full(U, -1, dtype=np.int64)
+    np.maximum.at(last, request_col, request_step)
+    values = np.empty(request_col.size)
+    again = _Margins(engine.start, engine.K, engine.eta, engine.eps0)
+    crossed_by = np.where(never, np.iinfo(np.int64).max, crossed)
+    for t in range(end + 1):
+        below = again.evaluate()
+        if (~below & again.running & (crossed_by <= t)).any():
+            return None                                         # rose above ε again
+        take = slice(bounds[t], bounds[t + 1])
+        values[take] = again.margins(request_col[take])
+        again.retire(last == t)
+        if not again.running.any():
+            break
+        again.step()
+    margins = np.empty(request_col.size)
+    margins[order] = values
+    return steps, converged, margins.reshape(B, K)
+
+
 def _expand(indptr: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``values[indptr[r]:indptr[r+1]]`` for every r in ``rows``, concatenated."""
     start, stop = indptr[rows], indptr[rows + 1]
@@ -340,7 +481,10 @@ class _Engine:
 
     def _below(self, e: np.ndarray) -> np.ndarray:
         below = self._below_all             # retired columns read as below; never used
-        below[self.index] = e <= self.eps
+        if self.index.size == below.size:   # not compacted: position = distinct column
+            np.less_equal(e, self.eps, out=below)
+        else:
+            below[self.index] = e <= self.eps
         return below
 
     def retire(self, unused: np.ndarray) -> None:
@@ -349,56 +493,101 @@ class _Engine:
         if not gone.any():
             return
         self.running &= ~gone
-        self.rate[self.slot[gone]] = 0.0
+        self._freeze(self.slot[gone])
         kept = np.flatnonzero(self.running)
-        if 4 * kept.size <= 3 * self.rate.size:
+        if 4 * kept.size <= 3 * self._positions():
             self._compact(self.slot[kept])
             self.slot = np.full(self.slot.size, -1)
             self.slot[kept] = np.arange(kept.size)
             self.index = kept
             self._below_all[:] = True
 
+    def _freeze(self, pos: np.ndarray) -> None:
+        """Rate 0 at state positions ``pos``: those columns stay where they are."""
+        self.rate[pos] = 0.0
+
+    def _positions(self) -> int:
+        return self.rate.size
+
 
 class _Margins(_Engine):
     """Two-valued columns as their margins ``d = own − other`` (K−1 equal others).
 
-    With ``u = (K−1) e^{−d}``: own attention ``p = 1/(1+u)``, ``1 − p = u/(1+u)``, each
-    other ``q = (1 − p)/(K−1)``; ``e = ½[(1−p)² + (K−1) q²]``, and the GD step moves the
-    margin by ``η/K · (g_other − g_own)`` with ``g = a (r − Σ a r)`` as in ``_Batch``.
+    With ``m = K−1``, ``u = m e^{−d}``: own attention ``p = 1/(1+u)``, ``r = 1 − p =
+    u/(1+u)`` (accurately, no cancellation), each other ``r/m``. Then
+    ``e = ½(1 + 1/m) r²`` and the GD step of ``_Batch`` (``η/K · (g_other − g_own)``,
+    ``g = a (r − Σ a r)``) moves the margin by ``η/K (1 + 1/m)² p r²``, never down.
     """
 
     def __init__(self, d: np.ndarray, K: int, eta: np.ndarray, eps: np.ndarray) -> None:
         super().__init__(d.size)
         self.K, self.m = K, float(K - 1)
-        self.d, self.rate, self.eps = d.copy(), eta / K, eps.copy()
+        self.start, self.eta, self.eps0 = d.copy(), eta, eps     # for a second pass
+        self.d, self.eps = d.copy(), eps.copy()
+        self.rate = eta / K * (1.0 + 1.0 / self.m) ** 2
+        self.half = 0.5 * (1.0 + 1.0 / self.m)
+        self.floor = True
 
     def evaluate(self) -> np.ndarray:
         # Below d = −600 the own attention is < 1e−260 and a step cannot move d (its
         # change rounds away); the floor only keeps u finite so that u·p stays exact.
-        m = self.m
-        u = np.maximum(self.d, -600.0)
-        np.negative(u, out=u)
+        # Margins never fall, so once above it they need no floor.
+        if self.floor:
+            u = np.maximum(self.d, -600.0)
+            np.negative(u, out=u)
+            self.floor = bool((self.d < -600.0).any())
+        else:
+            u = np.negative(self.d)
         np.exp(u, out=u)
-        u *= m
-        self.p = p = 1.0 / (1.0 + u)
-        self.rest = rest = u * p                                   # 1 − p, accurately
-        self.q = q = rest / m
-        e = rest * rest
-        e += m * q * q
-        e *= 0.5
-        return self._below(e)
+        if self.m != 1.0:
+            u *= self.m
+        p = np.add(u, 1.0)
+        self.p = p = np.reciprocal(p, out=p)                      # 1/(1+u)
+        u *= p                                                    # r = 1 − p, accurately
+        self.r2 = r2 = np.multiply(u, u)
+        return self._below(np.multiply(r2, self.half, out=u))     # e
 
     def step(self) -> None:
-        p, rest, q, m = self.p, self.rest, self.q, self.m
-        S = m * q * q - p * rest                                  # Σ_n a_n r_n
-        self.d += self.rate * (q * (q - S) + p * (rest + S))      # g_other − g_own
+        change = self.p * self.r2
+        change *= self.rate
+        self.d += change
 
-    def values(self, distinct: np.ndarray) -> np.ndarray:
+    def margins(self, distinct: np.ndarray) -> np.ndarray:
         return self.d[self.slot[distinct]]
 
     def _compact(self, pos: np.ndarray) -> None:
         self.d, self.rate, self.eps = self.d[pos], self.rate[pos], self.eps[pos]
-        self.p, self.rest, self.q = self.p[pos], self.rest[pos], self.q[pos]
+        self.p, self.r2 = self.p[pos], self.r2[pos]
+
+
+class _Composite:
+    """Margins (distinct indices ``0..Um−1``) and full columns (``Um..``) stepping
+    together, each part with its own arithmetic."""
+
+    def __init__(self, margins: "_Margins", columns: "_Columns") -> None:
+        self.parts = (margins, columns)
+        self.split = margins.d.size
+
+    @property
+    def running(self) -> np.ndarray:
+        return np.concatenate([part.running for part in self.parts])
+
+    def evaluate(self) -> np.ndarray:
+        return np.concatenate([part.evaluate() for part in self.parts])
+
+    def step(self) -> None:
+        for part in self.parts:
+            part.step()
+
+    def retire(self, unused: np.ndarray) -> None:
+        self.parts[0].retire(unused[:self.split])
+        self.parts[1].retire(unused[self.split:])
+
+    def margins(self, distinct: np.ndarray) -> np.ndarray:
+        return self.parts[0].margins(distinct)
+
+    def columns(self, distinct: np.ndarray) -> np.ndarray:
+        return self.parts[1].columns(distinct)
 
 
 class _Columns(_Engine):
@@ -442,7 +631,7 @@ class _Columns(_Engine):
         g *= self.rate
         self.x -= g
 
-    def values(self, distinct: np.ndarray) -> np.ndarray:
+    def columns(self, distinct: np.ndarray) -> np.ndarray:
         return self.x[:, self.slot[distinct]]
 
     def _compact(self, pos: np.ndarray) -> None:
@@ -450,6 +639,80 @@ class _Columns(_Engine):
         self._load(np.ascontiguousarray(self.x[:, pos]), self.own[pos], self.rate[pos],
                    self.eps[pos])
         self.a[...], self.r[...] = a, r
+
+
+class _CompiledColumns(_Engine):
+    """:class:`_Columns` compiled by Numba (:func:`oodcalc._kernels.columns_advance`: the
+    arithmetic of ``_Batch`` up to rounding, a vectorised exp). Columns are held in tiles
+    of ``L``: position ``i`` is ``x[i // L, :, i % L]`` (the last tile padded with copies
+    of column 0, never read). ``step()`` only marks the step; the next ``evaluate()``
+    makes it and evaluates in one pass (the main loop evaluates right after stepping)."""
+
+    #: Columns per tile; logits per call from which the tiles are split over threads.
+    TILE = 512
+    PARALLEL_FROM = 2**20
+
+    def __init__(self, x: np.ndarray, own: np.ndarray, eta: np.ndarray,
+                 eps: np.ndarray, kernels) -> None:
+        super().__init__(x.shape[1])
+        self.K = x.shape[0]
+        self.kernels = kernels
+        self.pending = False
+        self._load(x.T, own, eta / self.K, eps)
+
+    def _tiles(self, a: np.ndarray) -> np.ndarray:
+        """``(C, ...)`` → ``(T, ..., L)``, padded with copies of the first row."""
+        C, L = a.shape[0], self.L
+        padded = np.concatenate([a, np.repeat(a[:1], -C % L, axis=0)])
+        return np.ascontiguousarray(np.moveaxis(padded.reshape(-1, L, *a.shape[1:]), 1, -1))
+
+    def _load(self, columns, own, rate, eps, w=None, state=None) -> None:
+        """``columns`` ``(C, K)``; ``w`` ``(C, K)`` and ``state`` ``(C, 5)`` if a step is
+        pending."""
+        self.C = C = columns.shape[0]
+        self.L = max(1, min(self.TILE, C))
+        self.x = self._tiles(columns)
+        self.own = self._tiles(np.asarray(own, dtype=np.int64))
+        self.rate, self.eps = self._tiles(rate), self._tiles(eps)
+        self.w = self._tiles(w) if w is not None else np.empty_like(self.x)
+        self.state = self._tiles(state) if state is not None else \
+            np.empty((self.x.shape[0], 5, self.L))
+        self.below_now = np.empty(self.own.shape, dtype=bool)
+
+    def _flat(self, a: np.ndarray) -> np.ndarray:
+        """``(T, ..., L)`` → ``(C, ...)``."""
+        return np.moveaxis(a, -1, 1).reshape(-1, *a.shape[1:-1])[:self.C]
+
+    def evaluate(self) -> np.ndarray:
+        kernel = self.kernels[self.x.size >= self.PARALLEL_FROM]
+        kernel(self.x, self.own, self.rate, self.eps, self.w, self.state, self.below_now,
+               self.pending)
+        self.pending = False
+        below = self._below_all             # retired columns read as below; never used
+        now = self.below_now.ravel()[:self.C]
+        if self.index.size == below.size:
+            below[:] = now
+        else:
+            below[self.index] = now
+        return below
+
+    def step(self) -> None:
+        self.pending = True
+
+    def _freeze(self, pos: np.ndarray) -> None:
+        self.rate[pos // self.L, pos % self.L] = 0.0
+
+    def _positions(self) -> int:
+        return self.C
+
+    def columns(self, distinct: np.ndarray) -> np.ndarray:
+        pos = self.slot[distinct]
+        return self.x[pos // self.L, :, pos % self.L].T
+
+    def _compact(self, pos: np.ndarray) -> None:
+        flat = [self._flat(a)[pos] for a in (self.x, self.w, self.state)]
+        self._load(flat[0], self._flat(self.own)[pos], self._flat(self.rate)[pos],
+                   self._flat(self.eps)[pos], flat[1], flat[2])
 
 
 # --- the symmetric ray: pretraining from Q = 0, and rotations -----------------------------
@@ -541,6 +804,7 @@ class Ray:
     loss_first: float
     loss_last: float
     trend: str
+    engine: str = "symmetric-ray recurrence (Python)"
 
     def logits(self, K: int) -> np.ndarray:
         return ray_logits(K, self.own, self.other)
@@ -555,7 +819,9 @@ def ray_logits(K: int, own, other) -> np.ndarray:
     return z
 
 
-#: Fused loops pay their compile/import cost (about a second) from this many steps on.
+#: The compiled ray loop pays for importing Numba and loading it (about a second; the
+#: plain loop takes 0.5–1 µs a step) from this many steps on, or from a tenth of it once
+#: Numba is imported anyway.
 COMPILED_FROM_STEPS = 2_000_000
 
 
@@ -571,9 +837,9 @@ def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_st
     in the same order: identical results).
     """
     src_own, src_other, scale = source if source is not None else (own, other, 0.0)
+    from . import compiled
     loop = ray_step_loop
-    if expected_steps >= COMPILED_FROM_STEPS:
-        from . import compiled
+    if expected_steps >= COMPILED_FROM_STEPS / (10 if compiled.loaded() else 1):
         loop = compiled.ray_step_loop() or ray_step_loop
     size = (min(max_steps, int(expected_steps * 4) + 16) // stride + 2) if stride else 1
     while True:
@@ -589,5 +855,7 @@ def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_st
         steps[-1] = t
     trend = ("non-monotone" if rises and falls else "rising" if rises
              else "falling" if falls else "flat")
+    engine = "symmetric-ray recurrence (" + \
+        ("Python)" if loop is ray_step_loop else "compiled, Numba)")
     return Ray(float(o), float(b), int(t), bool(ok), path[:n], steps, float(first),
-               float(last), trend)
+               float(last), trend, engine)

@@ -6,6 +6,7 @@ dimension that holds the geometry, and a larger ``d`` pads every feature with ze
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -45,10 +46,13 @@ class Geometry:
     def d(self) -> int:
         return self.V.shape[0]
 
-    @property
+    @functools.cached_property
     def M(self) -> np.ndarray:
-        """Alignment matrix ``M = VᵀU``: ``M[n, k] = ⟨v_n, u_k⟩``."""
-        return self.V.T @ self.U
+        """Alignment matrix ``M = VᵀU``: ``M[n, k] = ⟨v_n, u_k⟩`` (computed once, read-only:
+        a d × K product costs a third of a second at K = 1024)."""
+        M = self.V.T @ self.U
+        M.setflags(write=False)
+        return M
 
     @property
     def gamma(self) -> np.ndarray | None:

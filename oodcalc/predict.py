@@ -13,12 +13,13 @@ numbers are in ``trajectories["pretrain_steps"]`` and ``["finetune_steps"]``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from . import estimates, theory
-from .dynamics import Descent, descend, descend_ray, ood_start, ray_logits, \
+from . import compiled, estimates, theory
+from .dynamics import Descent, _is_diagonal, descend, descend_ray, ood_start, ray_logits, \
     require_converged, source_logits
 from .errors import ComputationError
 from .model import attention, conditional_errors
@@ -32,6 +33,10 @@ TRAJECTORY_BYTES = 64 * 2**20
 AUTO_STEP_LIMIT = 10**9
 #: Work (logit updates) past which a K×K fine-tuning is refused before it starts.
 WORK_LIMIT = 2e12
+#: The K×K fine-tuning engines, and the seconds each takes per logit update on one core
+#: (measured on a 2-core Xeon; ``benchmarks/bench_predict.py``), for messages only.
+ENGINES = {"compiled": "per-column kernel (Numba)", "numpy": "K×K descent (NumPy)"}
+SECONDS_PER_UPDATE = {"compiled": 3.5e-9, "numpy": 3e-8}
 
 
 def pretrain_logits(K: int, eps: float, eta: float, max_steps: int,
@@ -104,8 +109,23 @@ class _Trend:
         self.prev = loss
 
     def names(self) -> list[str]:
-        return ["non-monotone" if r and f else "rising" if r else "falling" if f else "flat"
-                for r, f in zip(self.rises, self.falls)]
+        return _trend_names(self.rises, self.falls)
+
+
+def _trend_names(rises, falls) -> list[str]:
+    return ["non-monotone" if r and f else "rising" if r else "falling" if f else "flat"
+            for r, f in zip(rises, falls)]
+
+
+#: Progress: ``progress(phase, steps done, steps expected)``, about every this many
+#: logit updates (and at the start and end of each phase).
+PROGRESS_WORK = 2e7
+Progress = Callable[[str, int, float], None]
+
+
+def _report(progress: Progress | None, phase: str, done: int, expected: float) -> None:
+    if progress is not None:
+        progress(phase, int(done), float(expected))
 
 
 class _Snapshots:
@@ -131,7 +151,7 @@ class _Snapshots:
             self.items.append(make())
 
 
-def predict(setting: Setting) -> Report:
+def predict(setting: Setting, progress: Progress | None = None) -> Report:
     """What the theory predicts for one setting: closed forms and the exact dynamics.
 
     Pretrains on the training features V from ``Q = 0`` until the stopping rule holds
@@ -147,12 +167,17 @@ def predict(setting: Setting) -> Report:
     setting : Setting
         A geometry (``parallel_shift``, ``rotation``, ``mean_query``, ``orthogonal``,
         ``from_arrays``, ``from_files``) and a :class:`Protocol` (ε, η, η_ft, step cap).
+    progress : callable, optional
+        ``progress(phase, done, expected)`` is told how many steps of ``"pretraining"``
+        / ``"fine-tuning"`` are done against the estimate (which a run may exceed); it
+        never changes the result.
 
     Returns
     -------
     Report
-        Every phase's numbers, with the parameters that produced them; ``report.F`` is
-        the forgetting, ``report.to_dict()`` the JSON of ``oodcalc predict --json``.
+        Every phase's numbers, with the parameters that produced them (and, in
+        ``report.run``, each phase's step cap and engine); ``report.F`` is the
+        forgetting, ``report.to_dict()`` the JSON of ``oodcalc predict --json``.
 
     Raises
     ------
@@ -175,7 +200,7 @@ def predict(setting: Setting) -> Report:
     M = geo.M
     warnings: list[str] = []
     try:
-        return _predict(setting, geo, proto, K, params, M, warnings)
+        return _predict(setting, geo, proto, K, params, M, warnings, progress)
     except MemoryError:
         need = estimates.dynamics_bytes(K)
         raise ComputationError(
@@ -183,7 +208,7 @@ def predict(setting: Setting) -> Report:
             f"MiB plus the report); lower K") from None
 
 
-def _predict(setting, geo, proto, K, params, M, warnings) -> Report:
+def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     # 1. Pretraining: the ray's scalar recurrence.
     a_star = theory.alpha_star(K, proto.eps)
     log_t1 = estimates.log_steps_from_margin(K, proto.eps, proto.eta, 0.0)
@@ -196,8 +221,10 @@ def _predict(setting, geo, proto, K, params, M, warnings) -> Report:
                      + (f" or --eta to about {fit_eta:.2g}"
                         if fit_eta <= estimates.resolving_eta(K, proto.eps) else ""))
     t1_expected = math.exp(min(log_t1, 700.0)) if log_t1 > -math.inf else 0.0
+    _report(progress, "pretraining", 0, t1_expected)
     ray = descend_ray(0.0, 0.0, K, proto.eta, proto.eps, cap1,
                       stride=_stride(K, t1_expected, 1 / 3), expected_steps=t1_expected)
+    _report(progress, "pretraining", ray.steps, ray.steps)
     if not ray.converged:
         raise ComputationError(
             f"pretraining did not meet the stopping rule (every e_k <= eps) within "
@@ -237,17 +264,28 @@ def _predict(setting, geo, proto, K, params, M, warnings) -> Report:
                      f"OOD feature u{worst + 1} starts at margin {margin:.4g}{cause}",
                      "lower --eta" if cause else "raise --eps or --eta-ft")
     t2_expected = math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0
-    if not _on_ray(M) and t2_expected * K * K > WORK_LIMIT:
+    work = t2_expected * K * K
+    path = "ray" if _on_ray(M) else \
+        "compiled" if _is_diagonal(M) and _compiled_pays(work) else "numpy"
+    if path != "ray" and work > WORK_LIMIT:
+        hours = work * SECONDS_PER_UPDATE[path] / 3600
+        faster = ("" if path == "compiled" or not _is_diagonal(M) else
+                  '; pip install "oodcalc[fast]" runs it about 10× faster')
         raise ComputationError(
             f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
             f"{K}×{K} logits (K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}), "
-            f"more than {WORK_LIMIT:.0e} logit updates; lower K or raise --eps")
+            f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e} (about {hours:,.0f} h "
+            f"with the {ENGINES[path]}{faster}); lower K or raise --eps")
 
-    if _on_ray(M):
-        run = _finetune_ray(z1, z_ood0, M, K, proto, cap2, t2_expected)
+    if path == "ray":
+        run = _finetune_ray(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
+    elif path == "compiled":
+        run = _finetune_diagonal(z1, z_ood0, np.diag(M).copy(), K, proto, cap2,
+                                 t2_expected, progress)
     else:
-        run = _finetune_columns(z1, z_ood0, M, K, proto, cap2, t2_expected)
-    T2, z_ood, z_source, trend_names, loss_before, loss_after, paths, steps = run
+        run = _finetune_columns(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
+    T2, z_ood, z_source = run.T2, run.z_ood, run.z_source
+    trend_names, loss_before, loss_after = run.trend, run.loss_before, run.loss_after
 
     bounds = theory.step_size_bounds(z_ood0)
     finetune = Finetune(T2=T2, z_ood=z_ood, z_source=z_source,
@@ -268,12 +306,14 @@ def _predict(setting, geo, proto, K, params, M, warnings) -> Report:
                           initial_direction=directions[k])
         for k, r in enumerate(regimes)]
 
-    pre_steps = ray.path_steps
-    trajectories = {"pretrain": _ray_trajectory(K, ray.path), "pretrain_steps": pre_steps,
-                    **paths, "finetune_steps": steps}
+    trajectories = {"pretrain": _ray_trajectory(K, ray.path),
+                    "pretrain_steps": ray.path_steps, **run.paths,
+                    "finetune_steps": run.steps}
+    how = {"max_steps": {"pretrain": cap1, "finetune": cap2},
+           "engine": {"pretrain": ray.engine, "finetune": run.engine}}
     return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
                   finetune=finetune, forgetting=forgetting, trajectories=trajectories,
-                  warnings=warnings)
+                  warnings=warnings, run=how)
 
 
 def _on_ray(M: np.ndarray) -> bool:
@@ -282,33 +322,77 @@ def _on_ray(M: np.ndarray) -> bool:
     return bool(np.array_equal(M, c * np.eye(M.shape[0])))
 
 
-def _finetune_ray(z1, z_ood0, M, K, proto, cap, expected):
+#: The per-column kernel pays for loading Numba (about a second) from this many logit
+#: updates (T2 × K²): predict's NumPy path, which follows the source view at every
+#: step, does about 1e7 a second.
+COMPILED_FROM_WORK = 1e7
+
+
+def _compiled_pays(work: float) -> bool:
+    return work >= COMPILED_FROM_WORK and compiled.finetune_diagonal() is not None
+
+
+@dataclass(frozen=True)
+class _Finetuned:
+    """One fine-tuning path's outcome: T2, final logits, per-feature source losses and
+    trends, the (possibly strided) trajectories and which engine ran."""
+
+    T2: int
+    z_ood: np.ndarray
+    z_source: np.ndarray
+    trend: list[str]
+    loss_before: np.ndarray
+    loss_after: np.ndarray
+    paths: dict[str, np.ndarray]
+    steps: np.ndarray
+    engine: str
+
+
+def _finetune_ray(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetuned:
     c = float(M[0, 0])
     own0, other0 = float(z_ood0[0, 0]), float(z_ood0[1, 0])
     a1, b1 = float(z1[0, 0]), float(z1[1, 0])
+    _report(progress, "fine-tuning", 0, expected)
     ray = descend_ray(own0, other0, K, proto.eta_ft, proto.eps, cap,
                       stride=_stride(K, expected, 2 / 3 / 2), expected_steps=expected,
                       source=(a1, b1, c * c))
     if not ray.converged:
         raise ComputationError(_stuck(cap, K, proto, "rotation"))
-    z_ood = ray.logits(K)
-    path = ray.path
-    ood_path = _ray_trajectory(K, path)
+    _report(progress, "fine-tuning", ray.steps, ray.steps)
+    ood_path = _ray_trajectory(K, ray.path)
     source_path = source_logits(z1, M, z_ood0, ood_path)
     losses = conditional_errors(source_path) / K
-    before = np.full(K, ray.loss_first)
-    after = np.full(K, ray.loss_last)
-    return (ray.steps, z_ood, source_path[-1], [ray.trend] * K, before, after,
-            {"finetune_ood": ood_path, "finetune_source": source_path,
-             "finetune_source_loss": losses}, ray.path_steps)
+    return _Finetuned(ray.steps, ray.logits(K), source_path[-1], [ray.trend] * K,
+                      np.full(K, ray.loss_first), np.full(K, ray.loss_last),
+                      {"finetune_ood": ood_path, "finetune_source": source_path,
+                       "finetune_source_loss": losses}, ray.path_steps, ray.engine)
 
 
-def _finetune_columns(z1, z_ood0, M, K, proto, cap, expected):
+def _snapshot_store(K: int, expected: float) -> _Snapshots:
+    """Fine-tuning snapshots (OOD logits, source logits, source losses) within two thirds
+    of :data:`TRAJECTORY_BYTES`."""
+    limit = max(2, int(TRAJECTORY_BYTES * 2 / 3 // (3 * 8 * K * K)))
+    return _Snapshots(_stride(K, expected, 2 / 3 / 2), limit)
+
+
+def _finetuned(snaps: _Snapshots, T2: int, z_ood, z_source, trend: list[str],
+               before, after, engine: str) -> _Finetuned:
+    paths = {"finetune_ood": np.stack([s[0] for s in snaps.items]),
+             "finetune_source": np.stack([s[1] for s in snaps.items]),
+             "finetune_source_loss": np.stack([s[2] for s in snaps.items])}
+    return _Finetuned(T2, z_ood, z_source, trend, before, after, paths,
+                      np.array(snaps.steps, dtype=np.int64), engine)
+
+
+def _finetune_columns(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetuned:
+    """The general path: NumPy K×K descent, the source view followed at every step (or,
+    for short runs, computed from the whole recorded trajectory at once)."""
+    if 4 * estimates.trajectory_bytes(K, int(expected)) <= TRAJECTORY_BYTES / 3:
+        return _finetune_recorded(z1, z_ood0, M, K, proto, cap, expected, progress)
     trend = _Trend(K)
-    per_snapshot = 3 * 8 * K * K
-    limit = max(2, int(TRAJECTORY_BYTES * 2 / 3 // per_snapshot))
-    snaps = _Snapshots(_stride(K, expected, 2 / 3 / 2), limit)
+    snaps = _snapshot_store(K, expected)
     last = {}
+    every = max(1, int(PROGRESS_WORK // (K * K)))
 
     def observe(t: int, z: np.ndarray) -> None:
         z = z[0]
@@ -317,19 +401,111 @@ def _finetune_columns(z1, z_ood0, M, K, proto, cap, expected):
         trend.add(loss)
         last["t"], last["z"], last["source"], last["loss"] = t, z, source, loss
         snaps.offer(t, lambda: (z.copy(), source, loss))
+        if t % every == 0:
+            _report(progress, "fine-tuning", t, expected)
 
     ft = descend(z_ood0[None], proto.eta_ft, proto.eps, cap, observe=observe)
     if not ft.converged[0]:
         raise ComputationError(_stuck(cap, K, proto, "K×K"))
+    T2 = int(ft.steps[0])
+    _report(progress, "fine-tuning", T2, T2)
     snaps.close(last["t"], lambda: (last["z"].copy(), last["source"], last["loss"]))
-    ood_path = np.stack([s[0] for s in snaps.items])
-    source_path = np.stack([s[1] for s in snaps.items])
-    losses = np.stack([s[2] for s in snaps.items])
     z_ood = ft.z[0]
-    return (int(ft.steps[0]), z_ood, source_logits(z1, M, z_ood0, z_ood), trend.names(),
-            trend.first, trend.prev,
-            {"finetune_ood": ood_path, "finetune_source": source_path,
-             "finetune_source_loss": losses}, np.array(snaps.steps, dtype=np.int64))
+    return _finetuned(snaps, T2, z_ood, source_logits(z1, M, z_ood0, z_ood), trend.names(),
+                      trend.first, trend.prev, ENGINES["numpy"])
+
+
+def _finetune_recorded(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetuned:
+    """``_finetune_columns`` for short runs: one batched descent that records every step,
+    then the source view of the whole trajectory at once (no work per step in Python)."""
+    _report(progress, "fine-tuning", 0, expected)
+    ft = descend(z_ood0[None], proto.eta_ft, proto.eps, cap, record=True)
+    if not ft.converged[0]:
+        raise ComputationError(_stuck(cap, K, proto, "K×K"))
+    ood_path = ft.trajectory[:, 0]
+    source_path = source_logits(z1, M, z_ood0, ood_path)
+    losses = conditional_errors(source_path) / K
+    change = np.diff(losses, axis=0)
+    names = _trend_names((change > TREND_TOL).any(axis=0), (change < -TREND_TOL).any(axis=0))
+    T2 = int(ft.steps[0])
+    _report(progress, "fine-tuning", T2, T2)
+    return _Finetuned(T2, ft.z[0], source_path[-1], names, losses[0], losses[-1],
+                      {"finetune_ood": ood_path, "finetune_source": source_path,
+                       "finetune_source_loss": losses}, np.arange(T2 + 1), ENGINES["numpy"])
+
+
+#: Logit updates per call of the per-column kernel: at least this many (a call
+#: synchronises the threads, which costs milliseconds on a loaded machine), at most
+#: ``KERNEL_MAX_WORK`` (progress and Ctrl-C between calls).
+KERNEL_MIN_WORK = 4e6
+KERNEL_MAX_WORK = 4e8
+
+
+def _block_length(t: int, expected: float, K: int, cap: int) -> int:
+    """Steps in the next kernel call: half the way to the estimated end (so that the block
+    where the rule is met, which is run twice, is short), growing again past it."""
+    low = max(1, int(KERNEL_MIN_WORK // (K * K)))
+    high = max(low, int(KERNEL_MAX_WORK // (K * K)))
+    ahead = expected - t
+    n = ahead / 2 if ahead > 0 else (t - expected) / 4
+    return int(min(max(n, low), high, cap + 1 - t))
+
+
+def _finetune_diagonal(z1, z_ood0, gamma, K, proto, cap, expected, progress) -> _Finetuned:
+    """Parallel shifts (``M = diag(γ)``), compiled: every OOD column and its source column
+    (``z1 + γ_n (z − z0) γ_k``) advance a block of steps per kernel call, each column on
+    its own; the stopping rule is applied to the per-step flags the kernel returns, and
+    the block where it is met is run again from its start up to that step."""
+    kernel = compiled.finetune_diagonal()
+    snaps = _snapshot_store(K, expected)
+    stride = snaps.stride                                     # the kernel records these
+    M = np.diag(gamma)
+    X = np.ascontiguousarray(z_ood0.T)                        # X[k]: OOD column k
+    X0, Z1 = X.copy(), np.ascontiguousarray(z1.T)
+    rate = proto.eta_ft / K
+    first, prev = np.zeros(K), np.zeros(K)
+    rises, falls = np.zeros(K, dtype=bool), np.zeros(K, dtype=bool)
+
+    def advance(t: int, n: int, update_last: bool) -> tuple[np.ndarray, int, np.ndarray]:
+        above = np.empty((n, K), dtype=bool)
+        start = -(-t // stride) * stride                      # first recorded step >= t
+        snap = np.empty((max(0, (t + n - 1 - start) // stride + 1), K, K))
+        kernel(X, X0, Z1, gamma, rate, proto.eps, t, n, update_last, above, first, prev,
+               rises, falls, TREND_TOL, snap, start, stride)
+        return above, start, snap
+
+    def offer(start: int, snap: np.ndarray) -> None:
+        for j, columns in enumerate(snap):
+            snaps.offer(start + j * stride, lambda: _snapshot(columns.T.copy()))
+
+    def _snapshot(z: np.ndarray) -> tuple:
+        source = source_logits(z1, M, z_ood0, z)
+        return z, source, conditional_errors(source) / K
+
+    t, T2 = 0, None
+    while T2 is None:
+        _report(progress, "fine-tuning", t, expected)
+        n = _block_length(t, expected, K, cap)                 # evaluates t .. t+n−1
+        last_block = t + n - 1 == cap
+        saved = X.copy(), prev.copy(), rises.copy(), falls.copy()
+        above, start, snap = advance(t, n, not last_block)
+        below = ~above.any(axis=1)
+        if below.any():                                         # met at t + i: redo to there
+            i = int(np.argmax(below))
+            X[...], prev[...], rises[...], falls[...] = saved
+            above, start, snap = advance(t, i + 1, False)
+            T2 = t + i
+        elif last_block:
+            raise ComputationError(_stuck(cap, K, proto, "K×K"))
+        else:
+            t += n
+        offer(start, snap)
+    _report(progress, "fine-tuning", T2, T2)
+    z_ood = X.T.copy()
+    snaps.close(T2, lambda: _snapshot(z_ood.copy()))
+    return _finetuned(snaps, T2, z_ood, source_logits(z1, M, z_ood0, z_ood),
+                      _trend_names(rises, falls), first, prev,
+                      f"{ENGINES['compiled'][:-1]}, {compiled.threads()} threads)")
 
 
 def _stuck(cap: int, K: int, proto, path: str) -> str:

@@ -200,6 +200,11 @@ class Report:
     #: What the user should know about how the numbers came about (e.g. a step size too
     #: coarse to resolve pretraining); the CLI prints each on stderr.
     warnings: list[str] = field(default_factory=list)
+    #: How the numbers were computed, beside what was asked (``parameters``): the step
+    #: cap each phase ran under (``max_steps``: ``pretrain``, ``finetune``; with
+    #: ``parameters.max_steps = "auto"`` it follows the step estimate) and the engine of
+    #: each phase. Rerunning with ``parameters`` gives the same numbers.
+    run: dict[str, Any] = field(default_factory=dict)
 
     @property
     def F(self) -> float:
@@ -229,4 +234,5 @@ class Report:
             "finetune": self.finetune.to_dict(),
             "forgetting": {"F": self.F, "per_feature": per_feature},
             "warnings": list(self.warnings),
+            "run": self.run,
         })

@@ -38,13 +38,16 @@ class Protocol:
         Step size of pretraining on V (> 0).
     eta_ft : float, optional
         Step size of fine-tuning on U (> 0); defaults to ``eta``.
-    max_steps : int, optional
+    max_steps : int or "auto", optional
         Cap per phase; a phase that has not met the rule by then fails with a
-        :class:`~oodcalc.errors.ComputationError` naming its parameters. Left unset, it
-        is ``DEFAULT_MAX_STEPS`` and ``auto_steps`` is true: ``predict`` then raises a
-        phase's cap to twice that phase's estimated steps where they exceed it
-        (``oodcalc.estimates``), so that large K runs without a flag; a cap given
-        explicitly is kept as given.
+        :class:`~oodcalc.errors.ComputationError` naming its parameters. An integer is
+        kept as given. ``"auto"`` (also what leaving it unset means) is
+        ``DEFAULT_MAX_STEPS``, raised by ``predict`` to twice a phase's estimated steps
+        where they exceed it (``oodcalc.estimates``), so that large K runs without a
+        flag; then ``max_steps`` holds that base cap and ``auto_steps`` is true.
+        ``describe()`` records what was asked (``"auto"`` or the integer: rerunning with
+        it gives the same numbers); the cap each phase ran under is in the report
+        (``Report.run["max_steps"]``).
 
     A bad value raises :class:`~oodcalc.errors.InputError` naming the parameter.
 
@@ -58,7 +61,7 @@ class Protocol:
     eps: float = DEFAULT_EPS
     eta: float = DEFAULT_ETA
     eta_ft: float | None = None
-    max_steps: int | None = None
+    max_steps: int | str | None = None
     auto_steps: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
@@ -67,12 +70,13 @@ class Protocol:
         eta_ft = self.eta if self.eta_ft is None else check_positive(self.eta_ft, "eta_ft")
         object.__setattr__(self, "eta_ft", eta_ft)
         steps = self.max_steps
-        object.__setattr__(self, "auto_steps", steps is None)
-        if steps is None:
+        auto = steps is None or (isinstance(steps, str) and steps.strip().lower() == "auto")
+        object.__setattr__(self, "auto_steps", auto)
+        if auto:
             steps = DEFAULT_MAX_STEPS
             object.__setattr__(self, "max_steps", steps)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise InputError("max_steps", steps, "expected an integer >= 1")
+            raise InputError("max_steps", steps, 'expected an integer >= 1 or "auto"')
 
     def describe(self) -> dict[str, Any]:
         return {"eps": self.eps, "eta": self.eta, "eta_ft": self.eta_ft,

@@ -267,6 +267,7 @@ class Chunk:
     max_steps: int
     seed: np.random.SeedSequence
     gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and directions
+    compiled: bool = False            # general columns by the Numba kernel (whole sweep)
 
 
 def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
@@ -279,7 +280,8 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     K = chunk.M.shape[-1]
     z_ood0 = ood_start(chunk.z1, chunk.M)
     ood_loss = conditional_errors(z_ood0).sum(axis=-1) / K
-    ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress)
+    ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
+                         compiled=chunk.compiled)
     before = conditional_errors(chunk.z1) / K                      # L_{v_k}(Q^(T1))
     after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
     columns = {"T2": ft.steps, "converged_finetune": ft.converged,
@@ -432,6 +434,17 @@ def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return z1[row_group], steps[row_group], ok[row_group]
 
 
+def _compiled_pays(grids: list[Grid], pretrained) -> bool:
+    """Whether the whole sweep runs its general (not two-valued) columns through the
+    compiled kernel: Numba is installed and the K×K work, estimated as rows × K² × T1,
+    pays for loading it. Decided once per sweep, so that every chunk computes a
+    configuration the same way (results do not depend on the split)."""
+    from . import compiled
+    work = sum(len(g) * g.K**2 * float(np.mean(T1)) for g, (T1, _) in zip(grids, pretrained)
+               if g.K > 2 and g.geometry != "rotation")
+    return work >= compiled.PAYS_FROM_WORK and compiled.available()
+
+
 def _chunks(n: int, size: int) -> list[tuple[int, int]]:
     return [(i, min(i + size, n)) for i in range(0, n, size)]
 
@@ -503,9 +516,10 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
         for start, stop in _chunks(len(grid), chunk_size):
             tasks.append((gi, start, stop, z1))
     seeds = np.random.SeedSequence(seed).spawn(len(tasks))
+    fast = _compiled_pays(grids, pretrained)
     chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
                     grids[gi].eps[start:stop], grids[gi].eta_ft[start:stop], max_steps, s,
-                    None if grids[gi].gamma is None else grids[gi].gamma[start:stop])
+                    None if grids[gi].gamma is None else grids[gi].gamma[start:stop], fast)
               for (gi, start, stop, z1), s in zip(tasks, seeds)]
     owner = [gi for gi, *_ in tasks]
 
@@ -548,6 +562,8 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     tables = [_table(grid, T1, ok, part, max_steps, seed)
               for grid, (T1, ok), part in zip(grids, pretrained, parts)]
     meta = {"seed": seed, "max_steps": max_steps, "chunks": len(chunks),
+            "engine": "compiled per-column kernel (Numba) for general columns" if fast
+            else "NumPy",
             "chunk_size": chunk_size, "rows": total,
             "shape": list(grids[0].shape) if len(grids) == 1 else None,
             "axes": [name for name, _ in grids[0].axes] if len(grids) == 1 else None,

@@ -166,3 +166,37 @@ def test_predict_json_first_step_fields(capsys, tmp_path):
     code, out, _ = run(capsys, "predict", "--mean-query", "--K", "3", "--json")
     per = json.loads(out)["forgetting"]["per_feature"]
     assert all(f["D_k"] is None and f["initial_direction"] is None for f in per)
+
+
+def test_identical_features_print_as_one_row(capsys):
+    code, out, err = run(capsys, "predict", "--theta", "0.5", "--K", "6")
+    assert code == 0 and err == ""                     # no progress bar off a terminal
+    rows = [line.split() for line in out.splitlines()]
+    assert sum(1 for r in rows if r[:1] == ["all"]) == 2      # the OOD and forgetting tables
+    assert "−γk·γm" in out and "γ1" not in out.split("3 · Fine-tuning")[1]
+    assert "Dynamics: pretraining by the symmetric-ray recurrence" in " ".join(out.split())
+    code, out, _ = run(capsys, "predict", "--gamma", "0.5,0.5,0.5,-0.2")
+    firsts = [line.split()[0] for line in out.splitlines() if line.strip()]
+    assert firsts.count("1–3") == 2 and firsts.count("4") == 2
+
+
+def test_generic_indices_name_the_other_features_in_order():
+    from oodcalc.cli.render import generic_indices
+    assert generic_indices("−γ3·γ1 = +0.5 <= γ3² <= −γ3·γ4 (v3)", 3) == \
+        "−γk·γm = +0.5 <= γk² <= −γk·γm′ (vk)"
+
+
+def test_progress_bar_appears_only_for_long_runs_and_only_on_stderr():
+    from io import StringIO
+    from oodcalc.cli.progress import StepProgress
+    with StepProgress(after=60) as quick:
+        quick("pretraining", 10, 10)
+    assert quick._bar is None                           # never shown: the run was short
+    with StepProgress(after=0) as slow:
+        import time
+        deadline = time.monotonic() + 5
+        while slow._bar is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        slow("fine-tuning", 5, 10)
+        assert slow._bar is not None and slow._bar.console.stderr
+        assert slow._bar.tasks[0].completed == 5 and slow._bar.tasks[0].total == 10

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import oodcalc as oc
-from oodcalc import compiled, estimates
+from oodcalc import compiled, dynamics, estimates
 import importlib
 predict_module = importlib.import_module("oodcalc.predict")
 from oodcalc.dynamics import (descend, descend_columns, descend_ray, ood_start, ray_logits,
@@ -44,6 +44,44 @@ def test_two_valued_margins_match_descend(K):
     np.testing.assert_allclose(b.z, a.z, rtol=0, atol=1e-12)
     # a column sum is conserved by both
     np.testing.assert_allclose(b.z.sum(axis=-2), z0.sum(axis=-2), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("K", [2, 3, 5])
+def test_margin_passes_equal_the_step_by_step_rule(K, monkeypatch):
+    """The two-pass rule (trajectory kept, or recomputed in a second pass) gives exactly
+    what following every configuration step by step gives."""
+    rng = np.random.default_rng(20 + K)
+    own, other = rng.normal(scale=2.0, size=(2, 60))
+    z0 = ray_logits(K, own, other)
+    z0[7], z0[8, :, 1] = z0[3], z0[3, :, 1]                     # shared columns
+    eta, eps = rng.choice([0.1, 0.5], 60), rng.choice([0.01, 0.03], 60)
+    kept = descend_columns(z0, eta, eps, 20000)
+    monkeypatch.setattr(dynamics, "MARGIN_RECORD_BYTES", 0)
+    recomputed = descend_columns(z0, eta, eps, 20000)
+    monkeypatch.setattr(dynamics, "_margins_two_pass", lambda *args: None)
+    stepwise = descend_columns(z0, eta, eps, 20000)
+    for run in (recomputed, stepwise):
+        assert np.array_equal(run.steps, kept.steps) and np.array_equal(run.z, kept.z)
+    capped = descend_columns(z0, eta, eps, 40)                  # some do not converge
+    monkeypatch.undo()
+    assert np.array_equal(capped.steps, descend_columns(z0, eta, eps, 40).steps)
+    assert not capped.converged.all() and capped.converged.any()
+
+
+def test_columns_do_not_depend_on_the_rest_of_the_batch():
+    """Two-valued and general columns in one batch: each configuration's result is the
+    one it gets alone, bit for bit (a sweep is the same whatever its chunks)."""
+    rng = np.random.default_rng(8)
+    z1 = ray_logits(3, 1.5, -0.75)
+    gammas = np.array([[0.5, 0.5, 0.5], [0.9, -0.2, 0.4], [0.3, 0.3, 0.3], [0.0, 0.7, -0.1]])
+    z0 = np.stack([ood_start(z1, np.diag(g)) for g in gammas])
+    together = descend_columns(z0, 0.1, 0.01, 10**5)
+    for b in range(len(gammas)):
+        alone = descend_columns(z0[b:b + 1], 0.1, 0.01, 10**5)
+        assert alone.steps[0] == together.steps[b] and np.array_equal(alone.z[0], together.z[b])
+    full = descend(z0, 0.1, 0.01, 10**5)
+    assert np.array_equal(full.steps, together.steps)
+    np.testing.assert_allclose(together.z, full.z, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("K, eps, eta", [(2, 0.01, 0.1), (3, 0.02, 0.5), (5, 0.01, 0.1),
@@ -151,3 +189,187 @@ def test_memory_error_is_one_line(monkeypatch):
     monkeypatch.setattr(predict_module, "descend_ray", boom)
     with pytest.raises(oc.ComputationError, match="out of memory for K = 2.*lower K"):
         oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+
+
+# --- the compiled per-column fine-tuning (parallel shifts) ------------------------------
+
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+
+
+def _predict_with(setting, path, monkeypatch):
+    """``predict`` forced onto the compiled kernel (``"compiled"``) or the NumPy K×K
+    descent (``"numpy"``)."""
+    monkeypatch.setattr(predict_module, "COMPILED_FROM_WORK", 0.0 if path == "compiled"
+                        else math.inf)
+    report = oc.predict(setting)
+    expected = "per-column kernel" if path == "compiled" else "K×K descent (NumPy)"
+    assert report.run["engine"]["finetune"].startswith(expected)
+    return report
+
+
+def _same_report(a, b, tol=1e-12):
+    assert a.finetune.T2 == b.finetune.T2
+    for fa, fb in zip(a.forgetting, b.forgetting):
+        assert fa.trend == fb.trend
+        assert abs(fa.F_k - fb.F_k) <= tol
+    np.testing.assert_allclose(a.finetune.z_ood, b.finetune.z_ood, rtol=0, atol=1e-12)
+    ta, tb = a.trajectories, b.trajectories
+    assert np.array_equal(ta["finetune_steps"], tb["finetune_steps"])
+    for key in ("finetune_ood", "finetune_source", "finetune_source_loss"):
+        np.testing.assert_allclose(ta[key], tb[key], rtol=0, atol=1e-12)
+
+
+@needs_numba
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_columns_match_the_numpy_descent(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    K = int(rng.choice([3, 5, 8, 13, 24]))
+    gamma = rng.uniform(-1, 1, K).round(3)
+    if seed == 0:
+        gamma[1] = 0.0                                        # an unaffected feature
+    protocol = oc.Protocol(eps=float(rng.choice([0.01, 0.03])),
+                           eta=float(rng.choice([0.1, 0.5, 2.0])))
+    setting = oc.Setting(oc.parallel_shift(gamma), protocol)
+    _same_report(_predict_with(setting, "compiled", monkeypatch),
+                 _predict_with(setting, "numpy", monkeypatch))
+
+
+@needs_numba
+def test_compiled_columns_match_the_full_q_simulator(monkeypatch):
+    setting = oc.Setting(oc.parallel_shift([0.9, -0.5, 0.3, -0.95]))
+    report = _predict_with(setting, "compiled", monkeypatch)
+    sim = simulate_population(setting)
+    assert (report.pretrain.T1, report.finetune.T2) == (sim.pretrain.T1, sim.finetune.T2)
+    for a, b in zip(report.forgetting, sim.forgetting):
+        assert abs(a.F_k - b.F_k) <= 1e-12 and a.trend == b.trend
+
+
+@needs_numba
+@pytest.mark.parametrize("low, high", [(1, 1), (7, 7), (1, 10**9)])
+def test_compiled_blocks_do_not_change_the_result(low, high, monkeypatch):
+    """Blocks of one step, of 7 steps (the rule met inside a block) and of the whole run."""
+    setting = oc.Setting(oc.parallel_shift([0.8, -0.6, 0.1]))
+    reference = _predict_with(setting, "compiled", monkeypatch)
+    monkeypatch.setattr(predict_module, "KERNEL_MIN_WORK", low * 9)
+    monkeypatch.setattr(predict_module, "KERNEL_MAX_WORK", high * 9)
+    again = _predict_with(setting, "compiled", monkeypatch)
+    assert again.to_dict() == reference.to_dict()
+    _same_report(again, reference, tol=0.0)
+
+
+@needs_numba
+def test_compiled_columns_stop_at_the_cap(monkeypatch):
+    setting = oc.Setting(oc.parallel_shift([0.8, -0.6, 0.1]))
+    monkeypatch.setattr(predict_module, "phase_cap",
+                        lambda cap, auto, log, phase, *rest: 50 if phase == "fine-tuning" else cap)
+    with pytest.raises(oc.ComputationError, match="fine-tuning did not meet.*max_steps = 50"):
+        _predict_with(setting, "compiled", monkeypatch)
+
+
+@needs_numba
+def test_vectorised_exp_is_within_one_ulp():
+    from oodcalc import _kernels
+    x = -np.concatenate([np.linspace(0, 745, 200_001), np.random.default_rng(0).
+                         uniform(0, 40, 100_000), [0.0, 1e-300, 708.0]])
+    ours = np.array([_kernels.exp_neg(v) for v in x[::37]])
+    exact = np.array([math.exp(v) for v in x[::37]])
+    normal = exact > 1e-307
+    ulps = np.abs(ours - exact)[normal] / np.spacing(exact[normal])
+    assert ulps.max() <= 1.0
+    assert (ours[~normal] < 1e-300).all()                      # the floor: "counts as 0"
+    # the check can fail: 2 ulps off is caught
+    assert (np.abs(ours * (1 + 4.5e-16) - exact)[normal] / np.spacing(exact[normal])).max() > 1.0
+
+
+def test_observe_sees_every_step_without_changing_the_result():
+    rng = np.random.default_rng(5)
+    for z0 in rng.normal(size=(3, 1, 4, 4)):
+        seen = []
+        plain = descend(z0, 0.3, 0.02, 10**5, record=True)
+        watched = descend(z0, 0.3, 0.02, 10**5,
+                          observe=lambda t, z: seen.append((t, z.copy())))
+        assert np.array_equal(plain.z, watched.z) and plain.steps == watched.steps
+        assert [t for t, _ in seen] == list(range(int(plain.steps[0]) + 1))
+        assert np.array_equal(np.stack([z for _, z in seen]), plain.trajectory)
+
+
+def test_observe_cannot_change_the_descent():
+    def meddle(t, z):
+        z[...] = 0.0
+    with pytest.raises(ValueError, match="read-only"):
+        descend(np.ones((1, 3, 3)), 0.1, 0.01, 10, observe=meddle)
+
+
+def test_max_steps_auto_is_recorded_and_rerunnable():
+    report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+    data = report.to_dict()
+    assert data["parameters"]["max_steps"] == "auto"
+    assert data["run"]["max_steps"] == {"pretrain": 10**6, "finetune": 10**6}
+    assert set(data["run"]["engine"]) == {"pretrain", "finetune"}
+    again = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]),
+                                  oc.Protocol(max_steps=data["parameters"]["max_steps"])))
+    assert again.to_dict() == data
+    explicit = oc.Protocol(max_steps=5000)
+    assert explicit.describe()["max_steps"] == 5000 and not explicit.auto_steps
+    with pytest.raises(oc.InputError, match='"auto"'):
+        oc.Protocol(max_steps="often")
+
+
+def test_auto_caps_follow_the_estimate():
+    report = oc.predict(oc.Setting(oc.rotation(0.5, 512)))
+    caps = report.run["max_steps"]
+    assert caps["pretrain"] >= 2 * estimates.pretrain_steps(512, 0.01, 0.1) > 10**6
+    assert report.pretrain.T1 <= caps["pretrain"] and report.finetune.T2 <= caps["finetune"]
+
+
+def test_progress_is_told_each_phase_and_changes_nothing():
+    calls = []
+    setting = oc.Setting(oc.parallel_shift([0.9, -0.5, 0.3]))
+    report = oc.predict(setting, progress=lambda *args: calls.append(args))
+    assert report.to_dict() == oc.predict(setting).to_dict()
+    phases = [c[0] for c in calls]
+    assert phases[0] == "pretraining" and phases[-1] == "fine-tuning"
+    assert calls[-1][1] == calls[-1][2] == report.finetune.T2
+    assert ("pretraining", report.pretrain.T1, report.pretrain.T1) in calls
+
+
+@needs_numba
+@pytest.mark.parametrize("K", [3, 8])
+def test_compiled_sweep_columns_match_the_numpy_engine(K):
+    rng = np.random.default_rng(30 + K)
+    z1 = ray_logits(K, 2.0, -2.0 / (K - 1))
+    gammas = rng.uniform(-1, 1, size=(90, K)).round(2)
+    gammas[:3] = 0.4                                           # two-valued columns too
+    z0 = np.stack([ood_start(z1, np.diag(g)) for g in gammas])
+    eta, eps = rng.choice([0.1, 0.7], 90), rng.choice([0.01, 0.04], 90)
+    numpy_run = descend_columns(z0, eta, eps, 10**5)
+    fast = descend_columns(z0, eta, eps, 10**5, compiled=True)
+    assert np.array_equal(fast.steps, numpy_run.steps)
+    np.testing.assert_allclose(fast.z, numpy_run.z, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fast.z, descend(z0, eta, eps, 10**5).z, rtol=0, atol=1e-12)
+    # a configuration's bits do not depend on the batch (SIMD lane, tile, compaction)
+    for b in (0, 5, 77):
+        alone = descend_columns(z0[b:b + 1], eta[b:b + 1], eps[b:b + 1], 10**5, compiled=True)
+        assert alone.steps[0] == fast.steps[b] and np.array_equal(alone.z[0], fast.z[b])
+
+
+@needs_numba
+def test_compiled_sweep_tiles_and_splits(monkeypatch):
+    """More columns than a tile, and any chunking: the same bits; the same T2 and F_k
+    (to rounding) as the NumPy sweep."""
+    from oodcalc import sweep as sweep_module
+    from oodcalc.dynamics import _CompiledColumns
+    monkeypatch.setattr(_CompiledColumns, "TILE", 64)
+    grid = sweep_module.gamma_rows(np.random.default_rng(4).uniform(-1, 1, (40, 5)))
+    monkeypatch.setattr(compiled, "PAYS_FROM_WORK", 0.0)
+    whole = sweep(grid)
+    assert "compiled" in whole.meta["engine"]
+    split = sweep(grid, chunk_size=7)
+    for name in whole.columns:
+        assert np.array_equal(whole[name], split[name]) or name == "seed", name
+    monkeypatch.setattr(compiled, "PAYS_FROM_WORK", math.inf)
+    reference = sweep(grid)
+    assert reference.meta["engine"] == "NumPy"
+    assert np.array_equal(reference["T2"], whole["T2"])
+    for k in range(1, 6):
+        np.testing.assert_allclose(whole[f"F_{k}"], reference[f"F_{k}"], rtol=0, atol=1e-12)

@@ -50,7 +50,12 @@ def predict(
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps, cost=predict_cost,
                             what="predict (the K × K logits of every step)")
-    report = run_predict(setting)
+    if as_json or not sys.stderr.isatty():
+        report = run_predict(setting)
+    else:                                  # a bar on stderr if the run lasts a while
+        from .progress import StepProgress
+        with StepProgress() as progress:
+            report = run_predict(setting, progress=progress)
     for warning in report.warnings:
         print(f"oodcalc: warning: {warning}", file=sys.stderr)
     if as_json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 from rich import box
@@ -29,6 +30,38 @@ def fmt(x: float, digits: int = 5, sign: str = "") -> str:
     if math.isinf(x):
         return "overflow" if x > 0 else "−overflow"
     return f"{x:{sign}.{digits}g}"
+
+
+def add_feature_rows(table: Table, rows: list[tuple[str, ...]],
+                     generic: list[tuple[str, ...]] | None = None) -> None:
+    """One row per feature k (first cell: k); consecutive features whose cells print the
+    same merge into one row ``k–k'`` (``all``: a rotation of K = 1024 features is one row).
+    ``generic[k]``, if given, is row k with its feature indices written as k and m: what
+    is compared, and what a merged row shows."""
+    generic = generic or rows
+    start = 0
+    for k in range(1, len(rows) + 1):
+        if k == len(rows) or generic[k] != generic[start]:
+            if k == start + 1:
+                table.add_row(str(k), *rows[start])
+            else:
+                label = "all" if (start, k) == (0, len(rows)) else f"{start + 1}–{k}"
+                table.add_row(label, *generic[start])
+            start = k
+
+
+def generic_indices(text: str, k: int) -> str:
+    """``−γ3·γ1 = … <= γ3² <= −γ3·γ4`` for feature 3 → ``−γk·γm = … <= γk² <= −γk·γm′``
+    (v3 → vk): the other features named m, m′ in order of appearance."""
+    names: dict[int, str] = {k: "k"}
+
+    def name(match: re.Match) -> str:
+        i = int(match.group(2))
+        if i not in names:
+            names[i] = "m" + "′" * (len(names) - 1)
+        return match.group(1) + names[i]
+
+    return re.sub(r"([γv])(\d+)", name, text)
 
 
 def render_prediction(report: Report, console: Console | None = None) -> None:
@@ -58,12 +91,15 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     for name in ("k", "α_{u_k}", "β_{u_n,u_k}, n≠k", "Attn_k", "e_k", "e_k at α*", "corollary"):
         table.add_column(name, justify="left" if name in ("k", "corollary") else "right")
     closed_error = ood.at_alpha_star["error"]
+    off = ~np.eye(K, dtype=bool)
+    rows = []
     for k in range(K):
-        betas = np.delete(ood.z[:, k], k)
+        betas = ood.z[off[:, k], k]
         beta_text = (", ".join(fmt(b, 4) for b in betas) if K <= 4
                      else f"{fmt(betas.min(), 4)} … {fmt(betas.max(), 4)}")
-        table.add_row(str(k + 1), fmt(ood.z[k, k]), beta_text, fmt(ood.attention[k, k]),
-                      fmt(ood.error[k]), fmt(closed_error[k]), ood.corollary[k] or "—")
+        rows.append((fmt(ood.z[k, k]), beta_text, fmt(ood.attention[k, k]),
+                     fmt(ood.error[k]), fmt(closed_error[k]), ood.corollary[k] or "—"))
+    add_feature_rows(table, rows)
     console.print(table)
     say(console, f"Random guessing (uniform attention 1/K) has e_k = "
                  f"{fmt(theory.uniform_error(K))}; OOD loss L = Σ e_k/K = "
@@ -84,6 +120,7 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     # The condition wraps, at spaces outside its formulas, in what the other columns leave.
     room = None if console.soft_wrap else max(25, console.width - 54)
     gamma = p["geometry"].get("gamma") or np.diag(np.asarray(p["geometry"]["M"]))
+    rows, generic = [], []
     for f in report.forgetting:
         style = REGIME_STYLE[f.regime]
         condition = f.condition or ""
@@ -95,8 +132,9 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         first = (f"{f.initial_direction}\nD_k = {fmt(f.D_k, 4, '+')}" if f.initial_direction
                  else "[dim]n/a[/dim]")
         trend = f.trend if f.theorem_holds is not False else f"[red]{f.trend} ✗[/red]"
-        table.add_row(str(f.k), fmt(gamma[f.k - 1], 4), verdict, first, fmt(f.F_k, 4, "+"),
-                      trend)
+        rows.append((fmt(gamma[f.k - 1], 4), verdict, first, fmt(f.F_k, 4, "+"), trend))
+        generic.append(tuple(generic_indices(cell, f.k) for cell in rows[-1]))
+    add_feature_rows(table, rows, generic)
     console.print(table)
     if any(f.initial_direction for f in report.forgetting):
         say(console, "First step: the sign of D_k = Σ_(n≠k)(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ "
@@ -108,3 +146,7 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
     say(console, f"F = L_tr(after) − L_tr(before) = [bold]{fmt(F, 5, '+')}[/bold] ({meaning}).")
+    engine = report.run.get("engine")
+    if engine:
+        say(console, f"[dim]Dynamics: pretraining by the {engine['pretrain']}, fine-tuning "
+                     f"by the {engine['finetune']}.[/dim]")
