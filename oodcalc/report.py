@@ -177,6 +177,9 @@ class Report:
         ``"finetune_source"`` (strided when a run is very long).
     warnings : list of str
         What the user should know about the run (e.g. an overshoot of the threshold).
+    run : dict
+        How the numbers were computed: ``max_steps`` (the cap each phase ran under,
+        ``pretrain`` and ``finetune``) and ``engine`` (the engine of each phase).
 
     Example
     -------
@@ -187,7 +190,7 @@ class Report:
     >>> [(f.k, f.regime, f.trend) for f in report.forgetting]
     [(1, 'backward-transfer', 'falling'), (2, 'forgetting', 'rising')]
     >>> sorted(report.to_dict())          # the JSON of ``oodcalc predict --json``
-    ['finetune', 'forgetting', 'ood', 'parameters', 'pretrain', 'source', 'warnings']
+    ['finetune', 'forgetting', 'ood', 'parameters', 'pretrain', 'run', 'source', 'warnings']
     """
 
     source: str
@@ -200,10 +203,9 @@ class Report:
     #: What the user should know about how the numbers came about (e.g. a step size too
     #: coarse to resolve pretraining); the CLI prints each on stderr.
     warnings: list[str] = field(default_factory=list)
-    #: How the numbers were computed, beside what was asked (``parameters``): the step
-    #: cap each phase ran under (``max_steps``: ``pretrain``, ``finetune``; with
-    #: ``parameters.max_steps = "auto"`` it follows the step estimate) and the engine of
-    #: each phase. Rerunning with ``parameters`` gives the same numbers.
+    #: How the numbers were computed, beside what was asked (``parameters``): with
+    #: ``parameters.max_steps = "auto"`` the caps follow the step estimate; rerunning
+    #: with ``parameters`` gives the same numbers.
     run: dict[str, Any] = field(default_factory=dict)
 
     @property
