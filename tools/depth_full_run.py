@@ -1,0 +1,119 @@
+"""The full depth experiment: every architecture, optimizer and depth, ≥ 10 seeds, the
+γ-curve (17 values, which include the table's -0.75, 0 and 0.75), then the table, the plot
+and the generated blocks of README.md and docs/depth.md.
+
+    nice -n 10 python tools/depth_full_run.py --workers 2          # ~1-2 h on 2 busy cores
+    python tools/depth_full_run.py --write                         # from the cache: seconds
+
+Runs already in the cache are read, not retrained (same cache as ``oodcalc reproduce
+depth``). ``--write`` rewrites the generated blocks and the image; without it the script
+only prints them. The runtime it prints is the wall time of this invocation and the
+summed per-run training time stored in the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from oodcalc.depth import PAPER_GAMMAS, Cache, collect, configs  # noqa: E402
+from oodcalc.depth.protocol import canonical_gamma  # noqa: E402
+from oodcalc.depth.table import build_table, make_cell, markdown, usable  # noqa: E402
+
+CURVE = np.linspace(-1, 1, 17)
+BLOCKS = {ROOT / "README.md": "depth", ROOT / "docs" / "depth.md": "depth-table"}
+IMAGE = ROOT / "docs" / "images" / "depth.png"
+
+
+def replace_block(path: Path, name: str, text: str) -> None:
+    from oodcalc.io import write_text_atomic
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    source = path.read_text("utf-8")
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(source):
+        raise SystemExit(f"{path}: no {start} ... {end} block")
+    write_text_atomic(path, pattern.sub(lambda _: f"{start}\n{text.rstrip()}\n{end}", source))
+
+
+def training_seconds(results) -> float:
+    """Training time stored in the records: each pretraining once, every fine-tuning."""
+    pretrain = {}
+    finetune = 0.0
+    for (config, seed, _), record in results.records.items():
+        pretrain[(config, seed)] = record["pretrain"]["seconds"]
+        finetune += record.get("finetune", {}).get("seconds", 0.0)
+    return sum(pretrain.values()) + finetune
+
+
+def bimodality(results, chosen, seeds, gamma: float) -> str:
+    """Per configuration at γ: which feature forgets, seed by seed."""
+    lines = [f"Per-seed F_1 · F_2 at γ = {gamma:+.2f} (×1000; * marks the feature that forgets more):",
+             ""]
+    for config in chosen:
+        cell = make_cell(results, config, seeds, gamma)
+        runs = " ".join(
+            f"{1000 * r['F_k'][0]:+.1f}{'*' if r['F_k'][0] > r['F_k'][1] else ''}·"
+            f"{1000 * r['F_k'][1]:+.1f}{'*' if r['F_k'][1] >= r['F_k'][0] else ''}"
+            for r in cell.per_seed)
+        p = cell.patterns
+        lines.append(f"- {config.arch}, {config.optimizer}, {config.layers} L — forgets only 1: "
+                     f"{p['only 1']}, only 2: {p['only 2']}, both: {p['both']}, neither: "
+                     f"{p['neither']}; runs: {runs}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite the README/docs blocks and docs/images/depth.png")
+    args = parser.parse_args()
+
+    chosen = configs()
+    seeds = list(range(args.seeds))
+    cache = Cache(args.cache_dir)
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, label: str) -> None:
+        if label:
+            print(f"[{time.perf_counter() - start:7.0f} s] {done}/{total} {label}", flush=True)
+
+    results = collect(chosen, seeds, CURVE, cache, args.workers, progress)
+    wall = time.perf_counter() - start
+    table = build_table(results, chosen, seeds, PAPER_GAMMAS)
+    text = markdown(table)
+    runs = len(results.records)
+    failed = sum(not usable(r) for r in results.records.values())
+    runtime = (f"{runs} runs ({len(chosen)} configurations × {len(seeds)} seeds × "
+               f"{len(CURVE)} γ), {failed} left out; {results.computed} trained in this "
+               f"invocation ({wall / 60:.1f} min wall); training time stored in the records: "
+               f"{training_seconds(results) / 3600:.2f} h of one core")
+    print(text)
+    print(bimodality(results, chosen, seeds, canonical_gamma(-0.75)))
+    print()
+    print(runtime)
+    if args.write:
+        from oodcalc import plots
+        from oodcalc.depth.plot import gamma_curves
+        plots.save(gamma_curves(results, chosen, seeds, CURVE), IMAGE)
+        for path, name in BLOCKS.items():
+            block = text if name == "depth" else (
+                text + "\n" + bimodality(results, chosen, seeds, -0.75) + "\n\n"
+                + f"Runtime: {runtime}.\n")
+            replace_block(path, name, block)
+        print(f"wrote {IMAGE.relative_to(ROOT)} and the blocks of "
+              + ", ".join(str(p.relative_to(ROOT)) for p in BLOCKS))
+
+
+if __name__ == "__main__":
+    main()
