@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from oodcalc.depth import PAPER_GAMMAS, Cache, collect, configs  # noqa: E402
 from oodcalc.depth.protocol import canonical_gamma  # noqa: E402
-from oodcalc.depth.table import build_table, make_cell, markdown, usable  # noqa: E402
+from oodcalc.depth.table import (build_table, header, make_cell, markdown,  # noqa: E402
+                                  summary_markdown, usable)
 
 CURVE = np.linspace(-1, 1, 17)
 BLOCKS = {ROOT / "README.md": "depth", ROOT / "docs" / "depth.md": "depth-table"}
@@ -73,6 +74,10 @@ def bimodality(results, chosen, seeds, gamma: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--curve-seeds", type=int, default=None,
+                        help="seeds of the γ-curve's extra values (default: --seeds)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="only the table's γ values (-0.75, 0, 0.75); no γ-curve")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--write", action="store_true",
@@ -88,14 +93,22 @@ def main() -> None:
         if label:
             print(f"[{time.perf_counter() - start:7.0f} s] {done}/{total} {label}", flush=True)
 
-    results = collect(chosen, seeds, CURVE, cache, args.workers, progress)
+    results = collect(chosen, seeds, PAPER_GAMMAS, cache, args.workers, progress)
+    computed = results.computed
+    curve_seeds = list(range(args.curve_seeds or args.seeds))
+    curve = None
+    if not args.table_only:
+        curve = collect(chosen, curve_seeds, CURVE, cache, args.workers, progress)
+        computed += curve.computed
+        results.records.update(curve.records)
     wall = time.perf_counter() - start
     table = build_table(results, chosen, seeds, PAPER_GAMMAS)
     text = markdown(table)
     runs = len(results.records)
     failed = sum(not usable(r) for r in results.records.values())
-    runtime = (f"{runs} runs ({len(chosen)} configurations × {len(seeds)} seeds × "
-               f"{len(CURVE)} γ), {failed} left out; {results.computed} trained in this "
+    runtime = (f"{runs} runs ({len(chosen)} configurations; table: {len(seeds)} seeds × "
+               f"{len(PAPER_GAMMAS)} γ; curve: {len(curve_seeds)} seeds × {len(CURVE)} γ), "
+               f"{failed} left out; {computed} trained in this "
                f"invocation ({wall / 60:.1f} min wall); training time stored in the records: "
                f"{training_seconds(results) / 3600:.2f} h of one core")
     print(text)
@@ -105,12 +118,13 @@ def main() -> None:
     if args.write:
         from oodcalc import plots
         from oodcalc.depth.plot import gamma_curves
-        plots.save(gamma_curves(results, chosen, seeds, CURVE), IMAGE)
+        if curve is not None:
+            plots.save(gamma_curves(curve, chosen, curve_seeds, CURVE), IMAGE)
+        blocks = {"depth": header(table) + "\n\n" + summary_markdown(table),
+                  "depth-table": text + "\n" + bimodality(results, chosen, seeds, -0.75)
+                  + f"\n\nRuntime: {runtime}.\n"}
         for path, name in BLOCKS.items():
-            block = text if name == "depth" else (
-                text + "\n" + bimodality(results, chosen, seeds, -0.75) + "\n\n"
-                + f"Runtime: {runtime}.\n")
-            replace_block(path, name, block)
+            replace_block(path, name, blocks[name])
         print(f"wrote {IMAGE.relative_to(ROOT)} and the blocks of "
               + ", ".join(str(p.relative_to(ROOT)) for p in BLOCKS))
 

@@ -47,6 +47,23 @@ def theory(gamma: float, eps: float) -> Theory:
                   report.parameters["eta"])
 
 
+VERDICT_LEGEND = ("verdicts: ✓ same sign as the reference and our 95% CI excludes 0, ✗ opposite "
+                  "sign, ≈0 our CI contains 0; ×r = our mean / the reference; 'in CI' = the "
+                  "reference lies inside our interval")
+
+
+def verdict(ours: Summary, reference: float) -> str:
+    """Our interval against a reference value, in a few characters (see VERDICT_LEGEND)."""
+    if ours.n == 0:
+        return ""
+    if ours.contains(reference):
+        return ("≈0, " if ours.sign == 0 else "✓ ") + "in CI"
+    if abs(reference) < 1e-12:
+        return "≈0" if ours.sign == 0 else f"{'+' if ours.sign > 0 else '−'} vs 0"
+    mark = "≈0" if ours.sign == 0 else "✓" if ours.sign == np.sign(reference) else "✗"
+    return f"{mark} ×{ratio_text(ours.mean / reference)}"
+
+
 def usable(record: dict[str, Any]) -> bool:
     """Both phases met the stopping rule (no divergence, no step cap)."""
     return bool(record["pretrain"]["converged"] and record.get("finetune", {}).get("converged"))
@@ -69,23 +86,11 @@ class Cell:
 
     @property
     def versus_paper(self) -> str:
-        if self.paper is None or self.F.n == 0:
-            return ""
-        sign = {0: "ours ≈ 0", int(np.sign(self.paper.value)): "same sign"}.get(
-            self.F.sign, "opposite sign")
-        size = ("paper in our CI" if self.F.contains(self.paper.value)
-                else f"ours/paper = {self.F.mean / self.paper.value:.2g}")
-        return f"{sign}, {size}"
+        return "" if self.paper is None else verdict(self.F, self.paper.value)
 
     @property
     def versus_theory(self) -> str:
-        if self.F.n == 0:
-            return ""
-        t = self.theory.F
-        if abs(t) < 1e-12:
-            return "theory = 0; " + ("ours ≈ 0" if self.F.sign == 0 else "ours ≠ 0")
-        sign = {0: "ours ≈ 0", int(np.sign(t)): "same sign"}.get(self.F.sign, "opposite sign")
-        return f"{sign}, ours/theory = {self.F.mean / t:.2g}"
+        return verdict(self.F, self.theory.F)
 
     def to_dict(self) -> dict[str, Any]:
         return {"arch": self.config.arch, "optimizer": self.config.optimizer,
@@ -202,7 +207,9 @@ def interval(s: Summary) -> str:
 
 
 def percent(x: float | None) -> str:
-    return "—" if x is None else f"{x:+.1%}"
+    if x is None:
+        return "—"
+    return ("+∞" if x > 0 else "−∞") if math.isinf(x) else f"{x:+.1%}"
 
 
 def amplification_text(a: Amplification) -> str:
@@ -228,67 +235,114 @@ def describe_protocol(config: DepthConfig, seeds: Sequence[int]) -> str:
             "1 thread, deterministic kernels")
 
 
+COLUMNS = ("layers", "γ", "paper", "ours: F [95% CI]", "seeds", "F_1 · F_2",
+           "forgets 1/2/both/none", "theory F (F_1 · F_2)", "vs paper", "vs theory")
+
+
+def row(c: Cell) -> list[str]:
+    p = c.patterns
+    return [str(c.config.layers), f"{c.gamma:+.2f}",
+            c.paper.printed.split("=")[-1].strip() if c.paper else "",
+            interval(c.F), str(c.F.n) + (f" ({sum(c.failed.values())} out)" if c.failed else ""),
+            " · ".join(signed(s.mean) for s in c.F_k),
+            f"{p['only 1']}/{p['only 2']}/{p['both']}/{p['neither']}",
+            f"{signed(c.theory.F)} ({' · '.join(signed(x) for x in c.theory.F_k)})",
+            c.versus_paper, c.versus_theory]
+
+
+def failures(cells: Sequence[Cell]) -> list[str]:
+    return [f"{c.config.layers} layer{'s' * (c.config.layers > 1)}, γ = {c.gamma:+.2f}: left "
+            "out " + ", ".join(f"{n} × {why}" for why, n in c.failed.items())
+            for c in cells if c.failed]
+
+
+def ratio_text(r: float) -> str:
+    return f"{r:.0f}" if abs(r) >= 100 else f"{r:.2g}"
+
+
+def header(table: DepthTable) -> str:
+    return (f"Protocol: {describe_protocol(table.configs[0], table.seeds)}. Theory: one layer, "
+            f"exact population dynamics at the same ε (η = {table.cells[0].theory.eta:g}). "
+            f"Paper: {paper.CITATION}, TinyTransformer rows of the forgetting table. Intervals: "
+            f"95% percentile bootstrap over seeds; {VERDICT_LEGEND}.")
+
+
 def markdown(table: DepthTable) -> str:
-    lines = [f"Protocol: {describe_protocol(table.configs[0], table.seeds)}. "
-             f"Theory: one layer, exact population dynamics at the same ε "
-             f"(η = {table.cells[0].theory.eta:g}). Paper: {paper.CITATION}, TinyTransformer "
-             "rows of the forgetting table. Intervals: 95% percentile bootstrap over seeds.", ""]
+    lines = [header(table), ""]
     for (arch, optimizer), cells in table.groups().items():
-        lr = cells[0].config.lr
-        lines += [f"#### {arch}, {optimizer} (lr {lr:g})", "",
-                  "| layers | γ | paper | ours: F [95% CI] | sd | seeds | F_1 · F_2 | forgets "
-                  "1 / 2 / both / neither | theory F (F_1 · F_2) | vs paper | vs theory |",
-                  "|---:|---:|---:|---|---:|---:|---|---|---|---|---|"]
-        for c in cells:
-            p = c.patterns
-            lines.append(" | ".join([
-                f"| {c.config.layers}", f"{c.gamma:+.2f}",
-                c.paper.printed.split("=")[-1].strip() if c.paper else "",
-                interval(c.F), f"{c.F.sd:.4f}" if c.F.n > 1 else "—",
-                f"{c.F.n}" + (f" ({sum(c.failed.values())} failed)" if c.failed else ""),
-                " · ".join(signed(s.mean) for s in c.F_k),
-                f"{p['only 1']} / {p['only 2']} / {p['both']} / {p['neither']}",
-                f"{signed(c.theory.F)} ({' · '.join(signed(x) for x in c.theory.F_k)})",
-                c.versus_paper, c.versus_theory]) + " |")
+        lines += [f"#### {arch}, {optimizer} (lr {cells[0].config.lr:g})", "",
+                  "| " + " | ".join(COLUMNS) + " |",
+                  "|" + "---:|" * 3 + "---|---:|" + "---|" * 5]
+        lines += ["| " + " | ".join(row(c)) + " |" for c in cells]
         lines.append("")
-        for a in table.amplifications:
-            if (a.arch, a.optimizer) == (arch, optimizer):
-                lines += [f"Depth amplification — {amplification_text(a)}.", ""]
+        lines += [f"Left out: {line}." for line in failures(cells)]
+        lines += [f"Depth amplification — {amplification_text(a)}."
+                  for a in table.amplifications if (a.arch, a.optimizer) == (arch, optimizer)]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def grid_cell(c: Cell) -> str:
+    """One (depth, γ) of the terminal grid: ours, per feature, the paper, the theory."""
+    p = c.patterns
+    lines = [interval(c.F),
+             f"F_k {' · '.join(signed(s.mean) for s in c.F_k)}",
+             f"forgets {p['only 1']}/{p['only 2']}/{p['both']}/{p['neither']}, n = {c.F.n}"]
+    if c.paper is not None:
+        lines.append(f"paper {c.paper.value:+.2f}: {c.versus_paper}")
+    lines.append(f"theory {signed(c.theory.F)}: {c.versus_theory}")
+    return "\n".join(lines)
+
+
+def summary_markdown(table: DepthTable) -> str:
+    """One row per (depth, γ): the paper, the theory, and ours for every architecture and
+    optimizer (mean [95% CI], usable seeds); then the depth amplifications."""
+    groups = table.groups()
+    names = [f"{arch} · {optimizer}" for arch, optimizer in groups]
+    lines = ["| layers | γ | paper | theory (1 layer) | " + " | ".join(names) + " |",
+             "|---:|---:|---:|---:|" + "---|" * len(names)]
+    keys = list(dict.fromkeys((c.config.layers, c.gamma) for c in table.cells))
+    index = {(c.config.arch, c.config.optimizer, c.config.layers, c.gamma): c
+             for c in table.cells}
+    for layers, gamma in keys:
+        cells = [index.get((a, o, layers, gamma)) for a, o in groups]
+        first = next(c for c in cells if c is not None)
+        lines.append(" | ".join([
+            f"| {layers}", f"{gamma:+.2f}",
+            first.paper.printed.split("=")[-1].strip() if first.paper else "",
+            signed(first.theory.F)]
+            + [interval(c.F) + (f" (n = {c.F.n})" if c.F.n != len(table.seeds) else "")
+               if c is not None else "" for c in cells]) + " |")
+    lines.append("")
+    lines += [f"- {amplification_text(a)}." for a in table.amplifications]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def show(table: DepthTable, console=None) -> None:
-    """The table in the terminal (rich)."""
+    """The table in the terminal (rich): per architecture and optimizer, depth × γ."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console(highlight=False)
-    console.print(f"[bold]oodcalc reproduce depth[/bold] · {paper.CITATION}")
-    console.print(describe_protocol(table.configs[0], table.seeds), style="dim")
+    console.print("[bold]oodcalc reproduce depth[/bold]")
+    console.print(header(table), style="dim")
+    console.print("Each cell: our F over seeds [95% CI]; mean F_1 · F_2; seeds where only "
+                  "feature 1 / only 2 / both / neither forget, usable seeds; the paper's F and "
+                  "the one-layer theory's, each with its verdict.", style="dim")
     for (arch, optimizer), cells in table.groups().items():
-        t = Table(title=f"{arch}, {optimizer} (lr {cells[0].config.lr:g})", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-        for name, justify in (("L", "right"), ("γ", "right"), ("paper", "right"),
-                              ("ours F [95% CI]", "left"), ("n", "right"),
-                              ("F_1 · F_2", "left"), ("forgets 1/2/both/none", "center"),
-                              ("theory F", "right"), ("vs paper", "left"),
-                              ("vs theory", "left")):
-            t.add_column(name, justify=justify, no_wrap=True)
-        for c in cells:
-            p = c.patterns
-            t.add_row(str(c.config.layers), f"{c.gamma:+.2f}",
-                      c.paper.printed.split("=")[-1].strip() if c.paper else "",
-                      interval(c.F), str(c.F.n),
-                      " · ".join(signed(s.mean) for s in c.F_k),
-                      f"{p['only 1']}/{p['only 2']}/{p['both']}/{p['neither']}",
-                      signed(c.theory.F), c.versus_paper, c.versus_theory)
+        t = Table(title=f"{arch}, {optimizer} (lr {cells[0].config.lr:g})",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_lines=True)
+        t.add_column("layers", justify="right")
+        gammas = list(dict.fromkeys(c.gamma for c in cells))
+        for g in gammas:
+            t.add_column(f"γ = {g:+.2f}", no_wrap=True)
+        for layers in dict.fromkeys(c.config.layers for c in cells):
+            mine = {c.gamma: c for c in cells if c.config.layers == layers}
+            t.add_row(str(layers), *(grid_cell(mine[g]) for g in gammas))
         console.print(t)
-        for c in cells:
-            if c.failed:
-                console.print(f"  {c.config.layers} layers, γ = {c.gamma:+.2f}: left out "
-                              + ", ".join(f"{n} {why}" for why, n in c.failed.items()),
-                              style="yellow")
+        for line in failures(cells):
+            console.print(line, style="yellow")
         for a in table.amplifications:
             if (a.arch, a.optimizer) == (arch, optimizer):
                 console.print("Depth amplification — " + amplification_text(a))
