@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import oodcalc as oc
+from oodcalc import paper
 from oodcalc.cli import main
 from oodcalc.depth import Cache, DepthConfig, configs
 from oodcalc.depth.protocol import canonical_gamma
@@ -75,7 +76,8 @@ def test_paired_ratio():
 
 def test_forgetting_patterns():
     F_k = [[-1, 2], [3, -1], [1, 1], [-1, -1], [-2, 5]]
-    assert forgetting_patterns(F_k) == {"only 1": 1, "only 2": 2, "both": 1, "neither": 1}
+    assert forgetting_patterns(F_k) == {"only 1": 1, "only 2": 2, "both": 1, "neither": 1,
+                                        "F_1 > F_2": 1}
 
 
 def test_cache_round_trip_and_mismatch(tmp_path):
@@ -91,6 +93,51 @@ def test_cache_round_trip_and_mismatch(tmp_path):
     cache.path(parameters).write_text("{truncated")     # a broken file is recomputed
     assert cache.load(parameters) is None
     assert Cache(tmp_path, enabled=False).load(parameters) is None
+
+
+def fake_results(configs_and_F):
+    """Results whose records carry only what the table reads: {(config, seed, γ): F_k}."""
+    from oodcalc.depth import Results
+    results = Results()
+    for (config, seed, gamma), F_k in configs_and_F.items():
+        ok = F_k is not None
+        record = {"parameters": config.run_parameters(seed, gamma),
+                  "pretrain": {"T1": 100, "converged": ok, "diverged": False}}
+        if ok:
+            record.update(finetune={"T2": 50, "converged": True, "diverged": False},
+                          F=sum(F_k), F_k=list(F_k))
+        results.records[(config, seed, canonical_gamma(gamma))] = record
+    return results
+
+
+def test_cells_leave_out_failed_runs_and_pair_depths():
+    from oodcalc.depth.table import build_table, markdown, summary_markdown
+    one, three = DepthConfig(layers=1), DepthConfig(layers=3)
+    runs = {(one, 0, -0.75): (0.1, 0.2), (one, 1, -0.75): (0.0, 0.2),
+            (one, 2, -0.75): None,                              # pretraining hit the cap
+            (three, 0, -0.75): (0.2, 0.25), (three, 1, -0.75): (0.1, 0.2),
+            (three, 2, -0.75): (5.0, 5.0)}                      # unpaired: left out of the ratio
+    table = build_table(fake_results(runs), [one, three], [0, 1, 2], [-0.75])
+    shallow, deep = table.cells
+    assert shallow.F.n == 2 and shallow.F.mean == pytest.approx(0.25)
+    assert shallow.failed == {"pretraining hit the step cap": 1}
+    assert shallow.patterns == {"only 1": 0, "only 2": 1, "both": 1, "neither": 0,
+                                "F_1 > F_2": 0}
+    assert deep.F.n == 3
+    (amp,) = table.amplifications
+    assert (amp.shallow, amp.deep, amp.ratio.n) == (1, 3, 2)
+    assert amp.ratio.increase == pytest.approx((0.45 + 0.3) / (0.3 + 0.2) - 1)
+    assert shallow.paper is paper.figure("tiny-transformer-layers=1-gamma=-0.75")
+    assert "1 × pretraining hit the step cap" in markdown(table)
+    assert "| 1 | -0.75 |" in summary_markdown(table)
+
+
+def test_paper_amplification_is_its_own_table_ratio():
+    """The paper's +46.4 % is F(3 layers)/F(1 layer) − 1 at γ = −0.75 of its own table."""
+    f1 = paper.figure("tiny-transformer-layers=1-gamma=-0.75").value
+    f3 = paper.figure("tiny-transformer-layers=3-gamma=-0.75").value
+    assert paper.figure("tiny-transformer-depth-amplification").value == pytest.approx(
+        f3 / f1 - 1, abs=5e-4)
 
 
 @pytest.mark.parametrize("args, fragment", [

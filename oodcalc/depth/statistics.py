@@ -94,10 +94,12 @@ class Ratio:
 
 
 def forgetting_patterns(F_k: np.ndarray) -> dict[str, int]:
-    """How many seeds forget which feature: rows are seeds, columns F_1, F_2."""
+    """How many seeds forget which feature (F_k > 0), and in how many feature 1 loses more
+    than feature 2 (the split that shows a bimodal outcome): rows are seeds, columns F_1, F_2."""
     F_k = np.asarray(F_k, dtype=float).reshape(-1, 2)
     up = F_k > 0
     return {"only 1": int(np.sum(up[:, 0] & ~up[:, 1])),
             "only 2": int(np.sum(~up[:, 0] & up[:, 1])),
             "both": int(np.sum(up[:, 0] & up[:, 1])),
-            "neither": int(np.sum(~up[:, 0] & ~up[:, 1]))}
+            "neither": int(np.sum(~up[:, 0] & ~up[:, 1])),
+            "F_1 > F_2": int(np.sum(F_k[:, 0] > F_k[:, 1]))}

@@ -236,7 +236,8 @@ def describe_protocol(config: DepthConfig, seeds: Sequence[int]) -> str:
 
 
 COLUMNS = ("layers", "γ", "paper", "ours: F [95% CI]", "seeds", "F_1 · F_2",
-           "forgets 1/2/both/none", "theory F (F_1 · F_2)", "vs paper", "vs theory")
+           "forgets 1/2/both/none", "F_1 > F_2", "theory F (F_1 · F_2)", "vs paper",
+           "vs theory")
 
 
 def row(c: Cell) -> list[str]:
@@ -245,7 +246,7 @@ def row(c: Cell) -> list[str]:
             c.paper.printed.split("=")[-1].strip() if c.paper else "",
             interval(c.F), str(c.F.n) + (f" ({sum(c.failed.values())} out)" if c.failed else ""),
             " · ".join(signed(s.mean) for s in c.F_k),
-            f"{p['only 1']}/{p['only 2']}/{p['both']}/{p['neither']}",
+            f"{p['only 1']}/{p['only 2']}/{p['both']}/{p['neither']}", str(p["F_1 > F_2"]),
             f"{signed(c.theory.F)} ({' · '.join(signed(x) for x in c.theory.F_k)})",
             c.versus_paper, c.versus_theory]
 
@@ -272,7 +273,7 @@ def markdown(table: DepthTable) -> str:
     for (arch, optimizer), cells in table.groups().items():
         lines += [f"#### {arch}, {optimizer} (lr {cells[0].config.lr:g})", "",
                   "| " + " | ".join(COLUMNS) + " |",
-                  "|" + "---:|" * 3 + "---|---:|" + "---|" * 5]
+                  "|" + "---:|" * 3 + "---|---:|---|---|---:|" + "---|" * 3]
         lines += ["| " + " | ".join(row(c)) + " |" for c in cells]
         lines.append("")
         lines += [f"Left out: {line}." for line in failures(cells)]
@@ -287,7 +288,8 @@ def grid_cell(c: Cell) -> str:
     p = c.patterns
     lines = [interval(c.F),
              f"F_k {' · '.join(signed(s.mean) for s in c.F_k)}",
-             f"forgets {p['only 1']}/{p['only 2']}/{p['both']}/{p['neither']}, n = {c.F.n}"]
+             f"forgets {p['only 1']}/{p['only 2']}/{p['both']}/{p['neither']}, "
+             f"F_1>F_2 {p['F_1 > F_2']}, n {c.F.n}"]
     if c.paper is not None:
         lines.append(f"paper {c.paper.value:+.2f}: {c.versus_paper}")
     lines.append(f"theory {signed(c.theory.F)}: {c.versus_theory}")
@@ -328,8 +330,9 @@ def show(table: DepthTable, console=None) -> None:
     console.print("[bold]oodcalc reproduce depth[/bold]")
     console.print(header(table), style="dim")
     console.print("Each cell: our F over seeds [95% CI]; mean F_1 · F_2; seeds where only "
-                  "feature 1 / only 2 / both / neither forget, usable seeds; the paper's F and "
-                  "the one-layer theory's, each with its verdict.", style="dim")
+                  "feature 1 / only 2 / both / neither forget, seeds where feature 1 loses more "
+                  "than feature 2, usable seeds; the paper's F and the one-layer theory's, each "
+                  "with its verdict.", style="dim")
     for (arch, optimizer), cells in table.groups().items():
         t = Table(title=f"{arch}, {optimizer} (lr {cells[0].config.lr:g})",
                   title_justify="left", box=box.SIMPLE_HEAD, show_lines=True)
