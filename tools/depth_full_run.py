@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from oodcalc.depth import PAPER_GAMMAS, Cache, Results, collect, configs  # noqa: E402
-from oodcalc.depth.protocol import canonical_gamma  # noqa: E402
+from oodcalc.depth.protocol import CURVE_POINTS, CURVE_SEEDS, canonical_gamma  # noqa: E402
 from oodcalc.depth.table import (build_table, header, make_cell, markdown,  # noqa: E402
                                   summary_markdown, usable)
 
-CURVE = np.linspace(-1, 1, 17)
+CURVE = np.linspace(-1, 1, CURVE_POINTS)
 #: The γ-curve is computed in this order: the theory's model and optimizer, then practice.
 PRIORITY = [("attention", "sgd"), ("standard", "adam"), ("attention", "adam"), ("standard", "sgd")]
 BLOCKS = {ROOT / "README.md": "depth", ROOT / "docs" / "depth.md": "depth-table"}
@@ -76,8 +76,8 @@ def bimodality(results, chosen, seeds, gamma: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--curve-seeds", type=int, default=None,
-                        help="seeds of the γ-curve's extra values (default: --seeds)")
+    parser.add_argument("--curve-seeds", type=int, default=CURVE_SEEDS,
+                        help="seeds of the γ-curve (default %(default)s, as `oodcalc plot depth`)")
     parser.add_argument("--table-only", action="store_true",
                         help="only the table's γ values (-0.75, 0, 0.75); no γ-curve")
     parser.add_argument("--workers", type=int, default=1)
@@ -97,7 +97,7 @@ def main() -> None:
 
     results = collect(chosen, seeds, PAPER_GAMMAS, cache, args.workers, progress)
     computed = results.computed
-    curve_seeds = list(range(args.curve_seeds or args.seeds))
+    curve_seeds = list(range(args.curve_seeds))
     curve = None
     if not args.table_only:
         curve = Results()

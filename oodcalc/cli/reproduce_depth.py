@@ -19,13 +19,12 @@ from . import options
 from .plot import Output, plot_app
 from .reproduce import Format, reproduce_app
 from .sweep import axis
+from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 
 Text = Optional[str]
 PANEL = "Protocol (defaults: docs/depth.md)"
 #: --quick: a smoke run of the pipeline, not the experiment (its numbers are not the table's)
 QUICK = {"seeds": 3, "eps": 0.05, "eval_prompts": 1024, "curve_prompts": 256}
-#: The γ-curve of ``plot depth``: 17 values from -1 to 1 (they include -0.75, 0 and 0.75).
-CURVE_GAMMAS = "-1:1:17"
 
 Arch = Annotated[Text, typer.Option("--arch", metavar="NAME[,NAME]",
     help="attention (the theory's model, stacked) and/or standard (pre-LayerNorm + MLP).",
@@ -38,6 +37,9 @@ Layers = Annotated[str, typer.Option("--layers", metavar="L1,L2,...",
 Seeds = Annotated[Text, typer.Option("--seeds", metavar="N",
     help="Seeds 0..N-1 (data, initialisation and batches all follow the seed).",
     show_default="10")]
+CurveSeeds = Annotated[Text, typer.Option("--seeds", metavar="N",
+    help="Seeds 0..N-1 (data, initialisation and batches all follow the seed).",
+    show_default=str(CURVE_SEEDS))]
 Workers = Annotated[str, typer.Option("--workers", metavar="N",
     help="Worker processes for runs not in the cache (1 thread each; same numbers).")]
 Quick = Annotated[bool, typer.Option("--quick",
@@ -83,7 +85,7 @@ def gamma_values(option: str, text: str) -> list[float]:
 
 
 def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eval_prompts,
-                  cache_dir, no_cache):
+                  cache_dir, no_cache, default_seeds=10):
     """Parse every option (one-line errors) before any work: configs, seeds, cache."""
     from ..depth import ARCHITECTURES, OPTIMIZERS, Cache, configs
 
@@ -105,7 +107,7 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
     chosen = configs(choices("--arch", arch, ARCHITECTURES),
                      choices("--optimizer", optimizer, OPTIMIZERS),
                      integers("--layers", layers, 1), **protocol)
-    n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else 10)
+    n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
     cache = Cache(cache_dir, enabled=not no_cache)
     return chosen, list(range(n_seeds)), cache
 
@@ -179,8 +181,9 @@ def plot_depth(
     output: Output,
     arch: Arch = None, optimizer: Optimizer = None, layers: Layers = "1,2,3",
     gamma: Annotated[str, typer.Option("--gamma", metavar="G1,G2,...",
-        help="γ values of the curve; numbers or ranges START:STOP:NUM.")] = CURVE_GAMMAS,
-    seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
+        help="γ values of the curve; numbers or ranges START:STOP:NUM.")
+    ] = f"-1:1:{CURVE_POINTS}",
+    seeds: CurveSeeds = None, workers: Workers = "1", quick: Quick = False,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
 ) -> None:
@@ -194,7 +197,8 @@ def plot_depth(
     gammas = sorted(gamma_values("--gamma", gamma))
     n_workers = options.integer("--workers", workers, 1)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
-                                             max_steps, eval_prompts, cache_dir, no_cache)
+                                             max_steps, eval_prompts, cache_dir, no_cache,
+                                             default_seeds=CURVE_SEEDS)
     with progress_bar() as progress:
         results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
     print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))

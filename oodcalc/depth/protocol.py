@@ -22,6 +22,10 @@ OPTIMIZERS = ("sgd", "adam")
 #: The paper's three γ values (γ1 = 1, γ2 = γ) and the depths it reports.
 PAPER_GAMMAS = (-0.75, 0.0, 0.75)
 PAPER_LAYERS = (1, 2, 3)
+#: The γ-curve: CURVE_POINTS values evenly spaced over [-1, 1] (17 include -0.75, 0, 0.75),
+#: over CURVE_SEEDS seeds (the table uses 10).
+CURVE_POINTS = 17
+CURVE_SEEDS = 5
 #: Bumped whenever a change to the code changes the numbers (part of every cache key).
 PROTOCOL_VERSION = 1
 #: Step sizes when none is given: SGD takes the theory's η = 0.1 (oodcalc's default);
