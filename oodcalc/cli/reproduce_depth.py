@@ -14,12 +14,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 from ..errors import InputError
 from . import options
 from .plot import Output, plot_app
 from .reproduce import Format, reproduce_app
 from .sweep import axis
-from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 
 Text = Optional[str]
 PANEL = "Protocol (defaults: docs/depth.md)"
