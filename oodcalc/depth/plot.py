@@ -56,8 +56,9 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
     # one legend for all panels, below them, so that no data hides behind it
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.suptitle(f"Forgetting after fine-tuning, width {configs[0].width}, "
-                 f"{len(seeds)} seeds (band: 95% bootstrap CI)", fontsize=11)
+    fig.suptitle(f"Forgetting after fine-tuning, width {configs[0].width}, {len(seeds)} seeds "
+                 "(band: 95% bootstrap CI; runs that never met the stopping rule left out)",
+                 fontsize=10)
     rows = (len(labels) + 3) // 4
     fig.tight_layout(rect=(0, 0.035 * rows / len(archs) + 0.02, 1, 1))
     return fig
