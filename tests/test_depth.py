@@ -40,7 +40,7 @@ def test_import_and_predict_do_not_load_torch():
 
 @pytest.mark.parametrize("field, value", [("arch", "mlp"), ("optimizer", "rmsprop"),
                                           ("layers", 0), ("eps", -1.0), ("lr", float("nan")),
-                                          ("eval_prompts", 7), ("K", 3), ("screen", 0.5)])
+                                          ("eval_prompts", 7), ("K", 3)])
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(InputError):
         DepthConfig(**{field: value})
@@ -259,7 +259,7 @@ def test_one_layer_attention_sgd_has_the_theorys_signs():
                 assert np.sign(record["F"]) == np.sign(expected.F) == -1
 
 
-def test_same_seed_same_numbers_and_the_screen_changes_nothing():
+def test_same_seed_same_numbers():
     needs_torch()
     from oodcalc.depth.training import run_seed
 
@@ -268,13 +268,37 @@ def test_same_seed_same_numbers_and_the_screen_changes_nothing():
     assert strip_timing(run_seed(config, 5, [-0.75, 0.5])) == first
     # the same numbers for a γ whatever else is computed with it
     assert strip_timing(run_seed(config, 5, [0.5]))[0] == first[1]
-    # checking the full evaluation set at every step stops at the same steps
-    unscreened = strip_timing(run_seed(config.with_(screen=None), 5, [-0.75, 0.5]))
-    for a, b in zip(first, unscreened):
-        assert (a["pretrain"]["T1"], a["finetune"]["T2"], a["F_k"]) == \
-            (b["pretrain"]["T1"], b["finetune"]["T2"], b["F_k"])
-    # and another seed gives other numbers (the comparison above can fail)
+    # and another seed gives other numbers (the comparisons above can fail)
     assert strip_timing(run_seed(config, 6, [-0.75, 0.5]))[0]["F"] != first[0]["F"]
+    # γ = 1 is U = V: the pretrained model already meets the rule, nothing is fine-tuned
+    (same,) = run_seed(config, 5, [1.0])
+    assert same["finetune"]["T2"] == 0 and same["F"] == 0.0
+
+
+def test_the_stopping_check_decides_as_the_full_evaluation():
+    """``within`` stops evaluating once a feature's partial sum proves e_k > eps; its
+    decision is always the full evaluation's, and far above eps it reads one chunk."""
+    needs_torch()
+    from oodcalc.depth.models import build
+    from oodcalc.depth.training import (Design, Evaluation, Prompts, feature_sets, generator,
+                                        random_basis)
+
+    gen = generator(0, "data")
+    V, _ = feature_sets(random_basis(gen, 15), 0.0)
+    evaluation = Evaluation(Prompts.build(V, Design.draw(gen, 4096, 16, 2, 15, balanced=True)), 2)
+    model = build("attention", 1, 16, seed=0)
+    calls = []
+    counted = lambda context, query: calls.append(1) or model(context, query)   # noqa: E731
+    error = evaluation.errors(model)
+    top = error.max()
+    assert np.array_equal(evaluation.within(model, top), error)      # holds at the boundary
+    assert evaluation.within(model, top * (1 - 1e-9)) is None        # fails just below it
+    calls.clear()
+    assert evaluation.within(counted, top / 50) is None
+    assert len(calls) == 1                                           # one chunk of 512 sufficed
+    calls.clear()
+    evaluation.within(counted, top)
+    assert len(calls) == 4096 // Evaluation.CHUNK
 
 
 def masked_reference(model, context, query):

@@ -47,7 +47,8 @@ def replace_block(path: Path, name: str, text: str) -> None:
 
 
 def training_seconds(results) -> float:
-    """Training time stored in the records: each pretraining once, every fine-tuning."""
+    """Wall time stored in the records: each pretraining once, every fine-tuning (on a
+    busy machine this is wall time, not CPU time)."""
     pretrain = {}
     finetune = 0.0
     for (config, seed, _), record in results.records.items():
@@ -112,11 +113,12 @@ def main() -> None:
     text = markdown(table)
     runs = len(results.records)
     failed = sum(not usable(r) for r in results.records.values())
+    trained = (f"{computed} trained in this invocation ({wall / 60:.1f} min wall)" if computed
+               else "all read from the cache")
     runtime = (f"{runs} runs ({len(chosen)} configurations; table: {len(seeds)} seeds × "
                f"{len(PAPER_GAMMAS)} γ; curve: {len(curve_seeds)} seeds × {len(CURVE)} γ), "
-               f"{failed} left out; {computed} trained in this "
-               f"invocation ({wall / 60:.1f} min wall); training time stored in the records: "
-               f"{training_seconds(results) / 3600:.2f} h of one core")
+               f"{failed} left out; {trained}; the runs' own wall times, summed: "
+               f"{training_seconds(results) / 3600:.2f} h")
     print(text)
     print(bimodality(results, chosen, seeds, canonical_gamma(-0.75)))
     print()
@@ -126,7 +128,7 @@ def main() -> None:
         from oodcalc.depth.plot import gamma_curves
         if curve is not None:
             plots.save(gamma_curves(curve, chosen, curve_seeds, CURVE), IMAGE)
-        blocks = {"depth": header(table) + "\n\n" + summary_markdown(table),
+        blocks = {"depth": header(table, verdicts=False) + "\n\n" + summary_markdown(table),
                   "depth-table": text + "\n" + bimodality(results, chosen, seeds, -0.75)
                   + f"\n\nRuntime: {runtime}.\n"}
         for path, name in BLOCKS.items():

@@ -162,7 +162,8 @@ def depth(
     gammas = gamma_values("--gamma", gamma)
     n_workers = options.integer("--workers", workers, 1)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
-                                             max_steps, eval_prompts, cache_dir, no_cache)
+                                             max_steps, eval_prompts, cache_dir,
+                                             no_cache)
     with progress_bar() as progress:
         table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
     if output_format is Format.table:
@@ -197,8 +198,8 @@ def plot_depth(
     gammas = sorted(gamma_values("--gamma", gamma))
     n_workers = options.integer("--workers", workers, 1)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
-                                             max_steps, eval_prompts, cache_dir, no_cache,
-                                             default_seeds=CURVE_SEEDS)
+                                             max_steps, eval_prompts, cache_dir,
+                                             no_cache, default_seeds=CURVE_SEEDS)
     with progress_bar() as progress:
         results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
     print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))

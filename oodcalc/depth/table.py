@@ -261,11 +261,11 @@ def ratio_text(r: float) -> str:
     return f"{r:.0f}" if abs(r) >= 100 else f"{r:.2g}"
 
 
-def header(table: DepthTable) -> str:
+def header(table: DepthTable, verdicts: bool = True) -> str:
     return (f"Protocol: {describe_protocol(table.configs[0], table.seeds)}. Theory: one layer, "
             f"exact population dynamics at the same ε (η = {table.cells[0].theory.eta:g}). "
             f"Paper: {paper.CITATION}, TinyTransformer rows of the forgetting table. Intervals: "
-            f"95% percentile bootstrap over seeds; {VERDICT_LEGEND}.")
+            "95% percentile bootstrap over seeds" + (f"; {VERDICT_LEGEND}." if verdicts else "."))
 
 
 def markdown(table: DepthTable) -> str:

@@ -110,20 +110,44 @@ def random_basis(gen: torch.Generator, D: int, count: int = 3) -> torch.Tensor:
 
 
 class Evaluation:
-    """Per-feature conditional errors e_k = ½ E[(ŷ − y_q)² | query asks feature k]."""
+    """Per-feature conditional errors e_k = ½ E[(ŷ − y_q)² | query asks feature k] on fixed
+    prompts, evaluated in chunks (a few times faster than one large batch on CPU)."""
 
-    CHUNK = 512   # evaluation in chunks: a few times faster than one large batch on CPU
+    CHUNK = 512
 
     def __init__(self, prompts: Prompts, K: int) -> None:
         self.prompts, self.K = prompts, K
+        self.counts = np.array([int((prompts.asks == k).sum()) for k in range(K)], dtype=float)
+
+    def _sums(self, model: torch.nn.Module, bound: float | None) -> np.ndarray | None:
+        """Per-feature sums of ½(ŷ − y_q)², chunk by chunk. With a bound: None as soon as a
+        feature's partial sum exceeds bound × its prompt count; the sums only grow, so that
+        feature's e_k is then above the bound whatever the remaining chunks hold."""
+        p, sums = self.prompts, np.zeros(self.K)
+        limit = None if bound is None else bound * self.counts * (1 + 1e-12)  # > any rounding
+        with torch.inference_mode():
+            for i in range(0, len(p.target), self.CHUNK):
+                out = model(p.context[i:i + self.CHUNK], p.query[i:i + self.CHUNK])
+                squared = 0.5 * (out - p.target[i:i + self.CHUNK]).double() ** 2
+                asks = p.asks[i:i + self.CHUNK]
+                for k in range(self.K):
+                    sums[k] += squared[asks == k].sum().item()
+                if limit is not None and np.any(sums > limit):
+                    return None
+        return sums
 
     def errors(self, model: torch.nn.Module) -> np.ndarray:
-        p = self.prompts
-        with torch.inference_mode():
-            out = torch.cat([model(p.context[i:i + self.CHUNK], p.query[i:i + self.CHUNK])
-                             for i in range(0, len(p.target), self.CHUNK)])
-            squared = 0.5 * (out - p.target).double() ** 2
-            return np.array([squared[p.asks == k].mean().item() for k in range(self.K)])
+        return self._sums(model, None) / self.counts
+
+    def within(self, model: torch.nn.Module, eps: float) -> np.ndarray | None:
+        """The errors if every e_k <= eps, else None (decided as soon as it is certain: the
+        same decision as ``errors(model).max() <= eps``, usually from a fraction of the
+        prompts while the errors are far above eps)."""
+        sums = self._sums(model, eps)
+        if sums is None:
+            return None
+        error = sums / self.counts
+        return error if error.max() <= eps else None
 
 
 @dataclass
@@ -138,19 +162,15 @@ class Phase:
 
 def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
           gen: torch.Generator, full: Evaluation, watch: Evaluation | None = None) -> Phase:
-    """Train on fresh prompts of ``features`` until every e_k <= eps on ``full``.
-
-    Before each update the stopping rule is checked on the full evaluation set whenever
-    the step's own batch (the current weights on fresh prompts, computed anyway) has every
-    e_k <= screen × eps, or at every step when screening is off; the phase stops at the
-    first step where it holds. ``watch`` (the source's first prompts, during fine-tuning)
-    is recorded at every step: the source-loss curve.
-    """
+    """Train on fresh prompts of ``features`` until every e_k <= eps on ``full``, checked
+    before every update: the phase stops at the first step where the rule holds.
+    ``watch`` (the source's first prompts, during fine-tuning) is recorded at every step:
+    the source-loss curve."""
     start = time.perf_counter()
     optimizer = (torch.optim.SGD(model.parameters(), lr=config.lr) if config.optimizer == "sgd"
                  else torch.optim.Adam(model.parameters(), lr=config.lr))
     curve = [] if watch is not None else None
-    eps, D, K = config.eps, config.features, config.K
+    D, K = config.features, config.K
 
     def end(step, converged, diverged, error=None):
         error = full.errors(model) if error is None else error
@@ -159,31 +179,19 @@ def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
     for step in range(config.max_steps + 1):
         if curve is not None:
             curve.append(watch.errors(model).tolist())
-        batch = Prompts.build(features, Design.draw(gen, config.batch, config.N, K, D))
-        squared = 0.5 * (model(batch.context, batch.query) - batch.target) ** 2
-        loss = squared.mean()
-        if not torch.isfinite(loss):
-            return end(step, False, True)
-        if config.screen is None or _batch_within(squared.detach(), batch.asks, K,
-                                                  config.screen * eps):
-            error = full.errors(model)
-            if error.max() <= eps:
-                return end(step, True, False, error)
+        error = full.within(model, config.eps)
+        if error is not None:
+            return end(step, True, False, error)
         if step == config.max_steps:
             return end(step, False, False)
+        batch = Prompts.build(features, Design.draw(gen, config.batch, config.N, K, D))
+        loss = 0.5 * ((model(batch.context, batch.query) - batch.target) ** 2).mean()
+        if not torch.isfinite(loss):
+            return end(step, False, True)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
     raise AssertionError("unreachable")
-
-
-def _batch_within(squared: torch.Tensor, asks: torch.Tensor, K: int, bound: float) -> bool:
-    """Every feature's error on the batch <= bound (a feature the batch never asks passes)."""
-    for k in range(K):
-        mine = squared[asks == k]
-        if mine.numel() and mine.mean().item() > bound:
-            return False
-    return True
 
 
 def run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[dict[str, Any]]:
