@@ -1,0 +1,205 @@
+"""``oodcalc reproduce depth`` and ``oodcalc plot depth``: the paper's TinyTransformer
+experiment (1-3 layers, width 16) beside the one-layer theory (needs the nn extra, torch).
+
+Results are cached by their parameters, so a rerun or the plot reads what is there and
+trains only what is missing. torch is imported only when something must be trained.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
+from ..errors import InputError
+from . import options
+from .plot import Output, plot_app
+from .reproduce import Format, reproduce_app
+from .sweep import axis
+
+Text = Optional[str]
+PANEL = "Protocol (defaults: docs/depth.md)"
+#: --quick: a smoke run of the pipeline, not the experiment (its numbers are not the table's)
+QUICK = {"seeds": 3, "eps": 0.05, "eval_prompts": 1024, "curve_prompts": 256}
+
+Arch = Annotated[Text, typer.Option("--arch", metavar="NAME[,NAME]",
+    help="attention (the theory's model, stacked) and/or standard (pre-LayerNorm + MLP).",
+    show_default="attention,standard")]
+Optimizer = Annotated[Text, typer.Option("--optimizer", metavar="NAME[,NAME]",
+    help="sgd (lr 0.1, the theory's η) and/or adam (lr 1e-3, PyTorch's default).",
+    show_default="sgd,adam")]
+Layers = Annotated[str, typer.Option("--layers", metavar="L1,L2,...",
+    help="Depths (number of blocks).")]
+Seeds = Annotated[Text, typer.Option("--seeds", metavar="N",
+    help="Seeds 0..N-1 (data, initialisation and batches all follow the seed).",
+    show_default="10")]
+CurveSeeds = Annotated[Text, typer.Option("--seeds", metavar="N",
+    help="Seeds 0..N-1 (data, initialisation and batches all follow the seed).",
+    show_default=str(CURVE_SEEDS))]
+Workers = Annotated[str, typer.Option("--workers", metavar="N",
+    help="Worker processes for runs not in the cache (1 thread each; same numbers).")]
+Quick = Annotated[bool, typer.Option("--quick",
+    help=f"Smoke run: {QUICK['seeds']} seeds, ε = {QUICK['eps']}, {QUICK['eval_prompts']} "
+         "evaluation prompts (not the experiment's protocol).")]
+CacheDir = Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR",
+    help="Where results are cached.", show_default="$XDG_CACHE_HOME/oodcalc/depth")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")]
+Eps = Annotated[Text, typer.Option("--eps", metavar="FLOAT", rich_help_panel=PANEL,
+    help="Stopping rule of both phases: every e_k <= eps on the evaluation prompts.",
+    show_default="0.01")]
+Lr = Annotated[Text, typer.Option("--lr", metavar="FLOAT", rich_help_panel=PANEL,
+    help="Step size of both phases.", show_default="0.1 for sgd, 1e-3 for adam")]
+MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT", rich_help_panel=PANEL,
+    help="Step cap per phase (a run that hits it is left out and counted).",
+    show_default="5000")]
+EvalPrompts = Annotated[Text, typer.Option("--eval-prompts", metavar="INT",
+    rich_help_panel=PANEL, help="Fixed evaluation prompts per seed (even).", show_default="4096")]
+
+
+def choices(option: str, text: str | None, allowed: tuple[str, ...]) -> list[str]:
+    if text is None:
+        return list(allowed)
+    picked = [part.strip() for part in text.split(",")]
+    for part in picked:
+        if part not in allowed:
+            raise InputError(option, repr(text), f"expected {' or '.join(allowed)} "
+                             "(comma-separated for several)")
+    return list(dict.fromkeys(picked))
+
+
+def integers(option: str, text: str, minimum: int) -> list[int]:
+    values = [options.integer(option, part.strip(), minimum) for part in text.split(",")]
+    return list(dict.fromkeys(values))
+
+
+def gamma_values(option: str, text: str) -> list[float]:
+    values = axis(option, text, allow_log=False)
+    for x in values:
+        if not -1.0 <= x <= 1.0:
+            raise InputError(option, repr(text), "each γ must lie in [-1, 1]")
+    return list(dict.fromkeys(values))
+
+
+def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eval_prompts,
+                  cache_dir, no_cache, default_seeds=10):
+    """Parse every option (one-line errors) before any work: configs, seeds, cache."""
+    from ..depth import ARCHITECTURES, OPTIMIZERS, Cache, configs
+
+    protocol = {}
+    if quick:
+        protocol = {k: v for k, v in QUICK.items() if k != "seeds"}
+    if eps is not None:
+        protocol["eps"] = options.positive("--eps", eps)
+    if lr is not None:
+        protocol["lr"] = options.positive("--lr", lr)
+    if max_steps is not None:
+        protocol["max_steps"] = options.integer("--max-steps", max_steps, 1)
+    if eval_prompts is not None:
+        n = options.integer("--eval-prompts", eval_prompts, 2)
+        if n % 2:
+            raise InputError("--eval-prompts", repr(eval_prompts), "expected an even integer")
+        protocol["eval_prompts"] = n
+        protocol["curve_prompts"] = min(n, protocol.get("curve_prompts", 512))
+    chosen = configs(choices("--arch", arch, ARCHITECTURES),
+                     choices("--optimizer", optimizer, OPTIMIZERS),
+                     integers("--layers", layers, 1), **protocol)
+    n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
+    cache = Cache(cache_dir, enabled=not no_cache)
+    return chosen, list(range(n_seeds)), cache
+
+
+def progress_bar():
+    """A context manager yielding ``progress(done, total, label)``, drawn on stderr."""
+    import contextlib
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def bar():
+        console = Console(stderr=True)
+        with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TextColumn("{task.description}"),
+                      console=console, transient=True, disable=not console.is_terminal) as p:
+            task = None
+
+            def update(done: int, total: int, label: str) -> None:
+                nonlocal task
+                if task is None:
+                    task = p.add_task("", total=total)
+                p.update(task, completed=done, description=label)
+            yield update
+    return bar()
+
+
+@reproduce_app.command("depth")
+def depth(
+    arch: Arch = None, optimizer: Optimizer = None, layers: Layers = "1,2,3",
+    gamma: Annotated[str, typer.Option("--gamma", metavar="G1,G2,...",
+        help="γ = ⟨v2, u2⟩ values (γ1 = 1); numbers or ranges START:STOP:NUM.")
+    ] = "-0.75,0,0.75",
+    seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
+    output_format: Annotated[Format, typer.Option("--format", "-f",
+        help="table (terminal), markdown or json.")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
+        help="Write to FILE (atomically) instead of the terminal; needs markdown or json.")
+    ] = None,
+    cache_dir: CacheDir = None, no_cache: NoCache = False,
+    eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+) -> None:
+    """TinyTransformer forgetting F (1-3 layers, width 16) beside the paper and the theory."""
+    from ..depth import reproduce
+    from ..depth.table import markdown, show
+    from ..io import write_text_atomic
+
+    if output is not None and output_format is Format.table:
+        raise InputError("--output", str(output), "writing a file needs --format markdown or json")
+    gammas = gamma_values("--gamma", gamma)
+    n_workers = options.integer("--workers", workers, 1)
+    chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
+                                             max_steps, eval_prompts, cache_dir,
+                                             no_cache)
+    with progress_bar() as progress:
+        table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
+    if output_format is Format.table:
+        show(table)
+        return
+    text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False)
+            if output_format is Format.json else markdown(table))
+    if output is None:
+        print(text)
+    else:
+        write_text_atomic(output, text + "\n", option="--output")
+
+
+@plot_app.command("depth")
+def plot_depth(
+    output: Output,
+    arch: Arch = None, optimizer: Optimizer = None, layers: Layers = "1,2,3",
+    gamma: Annotated[str, typer.Option("--gamma", metavar="G1,G2,...",
+        help="γ values of the curve; numbers or ranges START:STOP:NUM.")
+    ] = f"-1:1:{CURVE_POINTS}",
+    seeds: CurveSeeds = None, workers: Workers = "1", quick: Quick = False,
+    cache_dir: CacheDir = None, no_cache: NoCache = False,
+    eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+) -> None:
+    """F against γ per depth (mean and 95% CI over seeds), the one-layer theory's curve
+    and the paper's nine points; one panel per architecture and optimizer."""
+    from .. import plots
+    from ..depth import collect
+    from ..depth.plot import gamma_curves
+
+    plots.check_output(output)
+    gammas = sorted(gamma_values("--gamma", gamma))
+    n_workers = options.integer("--workers", workers, 1)
+    chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
+                                             max_steps, eval_prompts, cache_dir,
+                                             no_cache, default_seeds=CURVE_SEEDS)
+    with progress_bar() as progress:
+        results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
+    print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))

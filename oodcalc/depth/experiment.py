@@ -1,0 +1,113 @@
+"""Gather the runs a table or a plot needs: from the cache, else train them (in worker
+processes when asked), storing each result as it arrives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from .cache import Cache
+from .protocol import DepthConfig, canonical_gamma
+
+#: ``progress(done, total, label)`` after each (config, seed) task.
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One pretraining and the fine-tunings (one per γ) that still need computing."""
+
+    config: DepthConfig
+    seed: int
+    gammas: tuple[float, ...]
+
+    @property
+    def label(self) -> str:
+        c = self.config
+        return f"{c.arch}, {c.optimizer}, {c.layers} layer{'s' * (c.layers > 1)}, seed {self.seed}"
+
+    @property
+    def cost(self) -> float:
+        """A rough relative cost, to start the long tasks first."""
+        per_step = (2.0 if self.config.arch == "standard" else 1.0) * self.config.layers
+        return per_step * (1 + 0.5 * len(self.gammas))
+
+
+def run_task(task: Task) -> list[dict[str, Any]]:
+    """Worker entry point (module level, so a spawned process can import it)."""
+    from .training import run_seed
+    return run_seed(task.config, task.seed, task.gammas)
+
+
+@dataclass
+class Results:
+    """Every record, by (config, seed, γ)."""
+
+    records: dict[tuple[DepthConfig, int, float], dict[str, Any]] = field(default_factory=dict)
+    computed: int = 0        # runs trained now (the rest came from the cache)
+
+    def get(self, config: DepthConfig, seed: int, gamma: float) -> dict[str, Any]:
+        return self.records[(config, seed, canonical_gamma(gamma))]
+
+
+def plan(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequence[float],
+         cache: Cache) -> tuple[Results, list[Task]]:
+    """What the cache already holds, and the tasks that compute the rest."""
+    results, tasks = Results(), []
+    gammas = [canonical_gamma(g) for g in gammas]
+    for config in configs:
+        for seed in seeds:
+            missing = []
+            for gamma in gammas:
+                record = cache.load(config.run_parameters(seed, gamma))
+                if record is None:
+                    missing.append(gamma)
+                else:
+                    results.records[(config, seed, gamma)] = record
+            if missing:
+                tasks.append(Task(config, seed, tuple(missing)))
+    return results, tasks
+
+
+def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequence[float],
+            cache: Cache, workers: int = 1, progress: Progress | None = None) -> Results:
+    """Every (config, seed, γ) record: cached ones read, the others trained and stored."""
+    from ..extras import require
+    results, tasks = plan(configs, seeds, gammas, cache)
+    if not tasks:
+        return results
+    require("torch", "nn", "the depth experiment")
+    tasks.sort(key=lambda t: -t.cost)
+
+    def store(task: Task, records: list[dict[str, Any]], done: int) -> None:
+        for record in records:
+            cache.store(record)
+            results.records[(task.config, task.seed, record["parameters"]["gamma"])] = record
+        results.computed += len(records)
+        if progress is not None:
+            progress(done, len(tasks), task.label)
+
+    if progress is not None:
+        progress(0, len(tasks), "")
+    if workers <= 1 or len(tasks) == 1:
+        for done, task in enumerate(tasks, 1):
+            store(task, run_task(task), done)
+        return results
+
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ..errors import ComputationError
+    # spawn: a forked child would inherit torch's thread pools in an unknown state
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+        futures = {pool.submit(run_task, task): task for task in tasks}
+        try:
+            for done, future in enumerate(as_completed(futures), 1):
+                store(futures[future], future.result(), done)
+        except BrokenProcessPool:
+            raise ComputationError(
+                f"a worker process died (out of memory or killed?); {results.computed} runs "
+                "finished and are cached; rerun to continue, or use --workers 1") from None
+    return results

@@ -1,0 +1,128 @@
+"""The depth experiment's protocol: every choice in one record, with its defaults.
+
+A :class:`DepthConfig` fixes everything a run depends on except the seed and γ; its
+:meth:`~DepthConfig.describe` is what every result carries and what the cache is keyed by.
+No torch here, so the CLI can validate options before importing it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from ..errors import InputError
+from ..setting import check_positive
+
+ARCHITECTURES = ("attention", "standard")
+OPTIMIZERS = ("sgd", "adam")
+#: The paper's three γ values (γ1 = 1, γ2 = γ) and the depths it reports.
+PAPER_GAMMAS = (-0.75, 0.0, 0.75)
+PAPER_LAYERS = (1, 2, 3)
+#: The γ-curve: CURVE_POINTS values evenly spaced over [-1, 1] (17 include -0.75, 0, 0.75),
+#: over CURVE_SEEDS seeds (the table uses 10).
+CURVE_POINTS = 17
+CURVE_SEEDS = 5
+#: Bumped whenever a change to the code changes the numbers (part of every cache key).
+PROTOCOL_VERSION = 2   # 2: the stopping rule checked exactly at every step (1 screened it)
+#: Step sizes when none is given: SGD takes the theory's η = 0.1 (oodcalc's default);
+#: Adam takes PyTorch's default 1e-3, what a practitioner gets without tuning.
+DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3}
+
+
+@dataclass(frozen=True)
+class DepthConfig:
+    """One architecture, optimizer and depth, and the protocol both phases follow.
+
+    Fields (defaults in brackets): ``arch`` (attention), ``optimizer`` (sgd), ``layers`` (1),
+    ``width`` (16 = 15 feature dimensions + 1 label slot), ``N`` (16 context tokens),
+    ``batch`` (256 fresh prompts per step), ``eval_prompts`` (4096, fixed per seed, half
+    with each query feature), ``eps`` (0.01: a phase stops at the first step where every
+    e_k <= eps on the evaluation prompts), ``lr`` (:data:`DEFAULT_LR`), ``max_steps``
+    (5,000 per phase) and ``curve_prompts`` (the source-loss curve along fine-tuning is
+    recorded on the first 512 evaluation prompts).
+    """
+
+    arch: str = "attention"
+    optimizer: str = "sgd"
+    layers: int = 1
+    width: int = 16
+    N: int = 16
+    batch: int = 256
+    eval_prompts: int = 4096
+    eps: float = 0.01
+    lr: float | None = None
+    max_steps: int = 5_000
+    curve_prompts: int = 512
+    K: int = 2
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise InputError("arch", self.arch, f"expected one of {', '.join(ARCHITECTURES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError("optimizer", self.optimizer,
+                             f"expected one of {', '.join(OPTIMIZERS)}")
+        for name, minimum in (("layers", 1), ("N", 1), ("batch", 1), ("max_steps", 1),
+                              ("eval_prompts", 2), ("curve_prompts", 2)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise InputError(name, value, f"expected an integer >= {minimum}")
+        if self.K != 2:
+            raise InputError("K", self.K, "the depth experiment has K = 2 (γ1 = 1, γ2 = γ)")
+        if self.width < self.K + 2:
+            raise InputError("width", self.width,
+                             f"expected an integer >= {self.K + 2} (features, a fresh "
+                             "direction for u2 and the label slot)")
+        if self.eval_prompts % self.K or self.curve_prompts % self.K:
+            raise InputError("eval_prompts", self.eval_prompts,
+                             "expected even sizes (half the prompts ask each feature)")
+        if self.curve_prompts > self.eval_prompts:
+            raise InputError("curve_prompts", self.curve_prompts,
+                             f"expected at most eval_prompts = {self.eval_prompts}")
+        object.__setattr__(self, "eps", check_positive(self.eps, "eps"))
+        object.__setattr__(self, "lr", DEFAULT_LR[self.optimizer] if self.lr is None
+                           else check_positive(self.lr, "lr"))
+
+    @property
+    def features(self) -> int:
+        """Feature dimensions of a token (the last coordinate is the label slot)."""
+        return self.width - 1
+
+    def with_(self, **changes: Any) -> "DepthConfig":
+        return replace(self, **changes)
+
+    def describe(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def run_parameters(self, seed: int, gamma: float) -> dict[str, Any]:
+        """Everything one run's numbers depend on (the cache key hashes this)."""
+        import platform
+        return {**self.describe(), "seed": int(seed), "gamma": canonical_gamma(gamma),
+                "version": PROTOCOL_VERSION, "torch": torch_version(),
+                "machine": platform.machine(), "threads": 1}
+
+
+def canonical_gamma(gamma: float) -> float:
+    """γ as it enters keys and files: a finite number in [-1, 1], rounded to 12 decimals."""
+    g = float(gamma)
+    if not (math.isfinite(g) and -1.0 <= g <= 1.0):
+        raise InputError("gamma", gamma, "each γ must lie in [-1, 1]")
+    return round(g, 12) + 0.0   # + 0.0 turns -0.0 into 0.0
+
+
+def run_key(parameters: dict[str, Any]) -> str:
+    text = json.dumps(parameters, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def torch_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "missing"
+

@@ -1,0 +1,105 @@
+"""Statistics over seeds: mean, sd, percentile-bootstrap intervals, paired depth ratios and
+the sign patterns of the per-feature forgetting (numpy only).
+
+The bootstrap draws from its own fixed generator, so an interval is a function of the
+values alone: the same runs give the same interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+RESAMPLES = 10_000
+LEVEL = 0.95
+BOOTSTRAP_SEED = 20260413
+
+
+def _resample_indices(n: int, resamples: int = RESAMPLES) -> np.ndarray:
+    return np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(resamples, n))
+
+
+def _interval(samples: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    tail = (1 - level) / 2
+    # inverted_cdf picks resampled values (no interpolation, so +inf stays +inf)
+    lo, hi = np.quantile(samples, [tail, 1 - tail], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean over seeds with its sample sd and a 95% percentile-bootstrap interval."""
+
+    n: int
+    mean: float
+    sd: float
+    low: float
+    high: float
+
+    @staticmethod
+    def of(values: Sequence[float]) -> "Summary":
+        x = np.asarray(values, dtype=float)
+        if x.size == 0:
+            return Summary(0, float("nan"), float("nan"), float("nan"), float("nan"))
+        sd = float(x.std(ddof=1)) if x.size > 1 else float("nan")
+        low, high = _interval(x[_resample_indices(x.size)].mean(axis=1))
+        return Summary(int(x.size), float(x.mean()), sd, low, high)
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    @property
+    def sign(self) -> int:
+        """+1 or −1 when the interval excludes 0, else 0."""
+        return 1 if self.low > 0 else -1 if self.high < 0 else 0
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "mean": self.mean, "sd": self.sd, "ci95": [self.low, self.high]}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``mean(deep) / mean(shallow) − 1`` over paired seeds, with a paired bootstrap
+    interval (seeds resampled together), and the paired difference ``deep − shallow``."""
+
+    n: int
+    increase: float | None
+    low: float | None
+    high: float | None
+    difference: Summary
+
+    @staticmethod
+    def of(shallow: Sequence[float], deep: Sequence[float]) -> "Ratio":
+        a, b = np.asarray(shallow, dtype=float), np.asarray(deep, dtype=float)
+        if a.shape != b.shape:
+            raise ValueError("paired samples must have the same length")
+        difference = Summary.of(b - a)
+        if a.size == 0 or a.mean() <= 0:      # a ratio to a non-positive mean means nothing
+            return Ratio(int(a.size), None, None, None, difference)
+        idx = _resample_indices(a.size)
+        means_a, means_b = a[idx].mean(axis=1), b[idx].mean(axis=1)
+        # a resample whose shallow mean is <= 0 has no finite ratio: it counts as +inf, so
+        # when the shallow mean's own interval reaches 0 the upper bound is unbounded
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(means_a > 0, means_b / means_a - 1, np.inf)
+        low, high = _interval(ratios)
+        return Ratio(int(a.size), float(b.mean() / a.mean() - 1), low, high, difference)
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "increase": self.increase,
+                "ci95": None if self.low is None else [self.low, self.high],
+                "difference": self.difference.to_dict()}
+
+
+def forgetting_patterns(F_k: np.ndarray) -> dict[str, int]:
+    """How many seeds forget which feature (F_k > 0), and in how many feature 1 loses more
+    than feature 2 (the split that shows a bimodal outcome): rows are seeds, columns F_1, F_2."""
+    F_k = np.asarray(F_k, dtype=float).reshape(-1, 2)
+    up = F_k > 0
+    return {"only 1": int(np.sum(up[:, 0] & ~up[:, 1])),
+            "only 2": int(np.sum(~up[:, 0] & up[:, 1])),
+            "both": int(np.sum(up[:, 0] & up[:, 1])),
+            "neither": int(np.sum(~up[:, 0] & ~up[:, 1])),
+            "F_1 > F_2": int(np.sum(F_k[:, 0] > F_k[:, 1]))}
