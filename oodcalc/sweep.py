@@ -424,8 +424,11 @@ def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     row ``z1``, ``T1`` and whether pretraining converged."""
     from .estimates import pretrain_steps
     pairs = np.stack([grid.eps, grid.eta], axis=1)
-    unique, row_group = np.unique(pairs, axis=0, return_inverse=True)
-    row_group = row_group.ravel()
+    if len(pairs) and (pairs == pairs[0]).all():   # the usual grid: no row sort
+        unique, row_group = pairs[:1], np.zeros(len(pairs), dtype=np.int64)
+    else:
+        unique, row_group = np.unique(pairs, axis=0, return_inverse=True)
+        row_group = row_group.ravel()
     rays = [descend_ray(0.0, 0.0, grid.K, eta, eps, max_steps,
                         expected_steps=pretrain_steps(grid.K, eps, eta)) for eps, eta in unique]
     z1 = ray_logits(grid.K, [r.own for r in rays], [r.other for r in rays])
