@@ -14,7 +14,7 @@ layer and for ``predict`` itself:
 The estimate integrates the margin's gradient flow ``ds/dt = η h(s)`` on the symmetric ray
 (own logit against K−1 equal others; a general column enters through its effective margin,
 the own logit minus the log-mean-exp of the others). For the default protocol it is within
-a few per cent of the exact T1 (``tests/test_estimates.py`` checks K = 2..64); with large
+1 % of the exact T1 (``tests/test_fast_paths.py`` checks K = 2..64); with large
 steps it is a lower bound of the right order. Every function is cheap (microseconds to a
 millisecond).
 """

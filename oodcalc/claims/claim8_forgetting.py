@@ -120,8 +120,8 @@ def derive_criterion(claimed: dict = CLAIMED):
     r.step("K = 2: one other feature, so Λ_1 = Δ (conservation) and",
            eq(sp.Symbol("D_k"), D2))
     r.check("k2", "K = 2: D_k = −Δγ_k(γ_k + γ_m), so the first step rises iff −γ_kγ_m > γ_k² "
-            "(the paper's theorem; 8a shows it holds at every step)", SYMBOLIC,
-            sp.expand(D2 + Delta * g_k * (g_k + g_m)) == 0)
+            "(the paper's theorem; 8a shows it holds at every step)", EXPLICIT,
+            sp.expand(D2 + Delta * g_k * (g_k + g_m)) == 0, ks=(2,))
 
     # The corrected sufficient condition.
     c = -g_k * gam[n] - claimed["threshold-factor"](K) * g_k ** 2
