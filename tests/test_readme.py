@@ -3,8 +3,8 @@ prints what it shows, and it states no time that was not measured.
 
 Commands are found automatically, so a new README section is covered without touching
 this file: every line of a ```bash (or ```sh, ```console) block is a command. A command
-whose comment says `[long]` (it takes minutes; tools/measure_readme_times.py times it)
-or `[cluster]` (it needs a dask scheduler) is not run; a command whose comment says
+whose comment says `[long]` (it takes minutes or hours; its cost is measured by
+tools/measure_readme_times.py or, for the experiments, in their docs) or `[cluster]` (it needs a dask scheduler) is not run; a command whose comment says
 "exits 1" must exit with 1, every other with 0. `oodcalc ...` commands run in this
 process (a trailing `> FILE` is honoured), anything else in bash; each in a fresh
 directory.
@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
-NOT_RUN_MARKS = {"[long]": "takes minutes (timed by tools/measure_readme_times.py)",
+NOT_RUN_MARKS = {"[long]": "takes minutes or hours (its cost is measured by "
+                            "tools/measure_readme_times.py or in the experiment's docs)",
                  "[cluster]": "needs a dask.distributed scheduler"}
 #: Commands the README shows that this test must not run itself, and what covers them.
 COVERED_ELSEWHERE = {
