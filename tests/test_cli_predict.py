@@ -200,3 +200,25 @@ def test_progress_bar_appears_only_for_long_runs_and_only_on_stderr():
         slow("fine-tuning", 5, 10)
         assert slow._bar is not None and slow._bar.console.stderr
         assert slow._bar.tasks[0].completed == 5 and slow._bar.tasks[0].total == 10
+
+
+def test_parameters_block_reruns_as_given(capsys):
+    # The JSON records max_steps "auto" when --max-steps is not given; the command line
+    # built from the parameters block (as written) must run and give the same report.
+    code, out, _ = run(capsys, "predict", "--gamma", "1,-0.9,0.4", "--json")
+    assert code == 0
+    first = json.loads(out)
+    p = first["parameters"]
+    assert p["max_steps"] == "auto"
+    code, out, err = run(capsys, "predict", "--gamma=" + ",".join(map(str, p["geometry"]["gamma"])),
+                         "--eps", str(p["eps"]), "--eta", str(p["eta"]), "--eta-ft",
+                         str(p["eta_ft"]), "--d", str(p["d"]), "--max-steps",
+                         str(p["max_steps"]), "--json")
+    assert code == 0, err
+    assert json.loads(out) == first
+    # An integer cap is recorded as given, and a bad value says what is accepted.
+    code, out, _ = run(capsys, "predict", "--gamma", "1,-0.9", "--max-steps", "400", "--json")
+    assert code == 0 and json.loads(out)["parameters"]["max_steps"] == 400
+    code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--max-steps", "automatic")
+    assert code == 2 and err.strip() == ("oodcalc: error: --max-steps: got 'automatic'; "
+                                         'expected an integer >= 1 or "auto"')

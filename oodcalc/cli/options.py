@@ -41,11 +41,13 @@ def positive(option: str, text: str | None) -> float | None:
 
 
 def integer(option: str, text: str | None, minimum: int, maximum: int = MAX_INT,
-            why: str = "no option takes a larger integer") -> int | None:
-    """An integer in ``[minimum, maximum]``; ``why`` says where the maximum comes from."""
+            why: str = "no option takes a larger integer", accepted: str | None = None
+            ) -> int | None:
+    """An integer in ``[minimum, maximum]``; ``why`` says where the maximum comes from,
+    ``accepted`` replaces the message for text that is not such an integer."""
     if text is None:
         return None
-    accepted = f"expected an integer >= {minimum}"
+    accepted = accepted or f"expected an integer >= {minimum}"
     if not _INTEGER.match(text):
         raise InputError(option, repr(text), accepted)
     mantissa, _, exponent = text.strip().lower().partition("e")

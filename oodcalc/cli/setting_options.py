@@ -56,17 +56,21 @@ Eta = Annotated[Text, typer.Option("--eta", metavar="FLOAT",
     help="Pretraining step size.", show_default=f"{DEFAULT_ETA:g}", rich_help_panel=PROTOCOL_PANEL)]
 EtaFt = Annotated[Text, typer.Option("--eta-ft", metavar="FLOAT",
     help="Fine-tuning step size.", show_default="--eta", rich_help_panel=PROTOCOL_PANEL)]
-MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT",
-    help="Step cap per phase.", show_default=f"{DEFAULT_MAX_STEPS:,}, raised to twice the "
+MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT|auto",
+    help="Step cap per phase; auto (what the JSON's parameters record when it is not given) "
+    "is the default.", show_default=f"auto: {DEFAULT_MAX_STEPS:,}, raised to twice the "
     "estimated steps where a phase needs more", rich_help_panel=PROTOCOL_PANEL)]
 
 
 def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -> Protocol:
+    # "auto" is accepted so that the parameters block of --json (max_steps: "auto") reruns as is
+    steps = None
+    if max_steps is not None and max_steps.strip().lower() != "auto":
+        steps = options.integer("--max-steps", max_steps, 1, limits.MAX_STEPS,
+                                "steps per phase", accepted='expected an integer >= 1 or "auto"')
     return Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
                     eta=options.positive("--eta", eta) or DEFAULT_ETA,
-                    eta_ft=options.positive("--eta-ft", eta_ft),
-                    max_steps=options.integer("--max-steps", max_steps, 1, limits.MAX_STEPS,
-                                              "steps per phase"))
+                    eta_ft=options.positive("--eta-ft", eta_ft), max_steps=steps)
 
 
 def check_cost(cost: Cost, what: str, K: int, K_option: tuple[str, object], d: int | None,
