@@ -220,6 +220,14 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
                      f"raise --eps to about {fit_eps:.2g}"
                      + (f" or --eta to about {fit_eta:.2g}"
                         if fit_eta <= estimates.resolving_eta(K, proto.eps) else ""))
+    if not _on_ray(M):
+        # Refuse an unreachable fine-tuning before pretraining, which alone can take
+        # minutes at large K: estimated from the OOD logits at α* (Z^(T1) is within one GD
+        # step of it); the check below, on the exact Z^(T1), stays the one that decides.
+        z_star = ray_logits(K, a_star, -a_star / (K - 1))
+        _finetune_path(M, K, proto, float(estimates.column_log_steps(
+            ood_start(z_star, M), proto.eps, proto.eta_ft).max()))
+        del z_star
     t1_expected = math.exp(min(log_t1, 700.0)) if log_t1 > -math.inf else 0.0
     _report(progress, "pretraining", 0, t1_expected)
     ray = descend_ray(0.0, 0.0, K, proto.eta, proto.eps, cap1,
@@ -264,18 +272,7 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
                      f"OOD feature u{worst + 1} starts at margin {margin:.4g}{cause}",
                      "lower --eta" if cause else "raise --eps or --eta-ft")
     t2_expected = math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0
-    work = t2_expected * K * K
-    path = "ray" if _on_ray(M) else \
-        "compiled" if _is_diagonal(M) and _compiled_pays(work) else "numpy"
-    if path != "ray" and work > WORK_LIMIT:
-        hours = work * SECONDS_PER_UPDATE[path] / 3600
-        faster = ("" if path == "compiled" or not _is_diagonal(M) else
-                  '; pip install "oodcalc[fast]" runs it about 10× faster')
-        raise ComputationError(
-            f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
-            f"{K}×{K} logits (K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}), "
-            f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e} (about {hours:,.0f} h "
-            f"with the {ENGINES[path]}{faster}); lower K or raise --eps")
+    path = _finetune_path(M, K, proto, log_t2)
 
     if path == "ray":
         run = _finetune_ray(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
@@ -314,6 +311,24 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
                   finetune=finetune, forgetting=forgetting, trajectories=trajectories,
                   warnings=warnings, run=how)
+
+
+def _finetune_path(M: np.ndarray, K: int, proto, log_t2: float) -> str:
+    """The fine-tuning engine for ``log_t2`` (log of the estimated steps); raises when a
+    K×K fine-tuning is out of reach (more than ``WORK_LIMIT`` logit updates)."""
+    work = (math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0) * K * K
+    path = "ray" if _on_ray(M) else \
+        "compiled" if _is_diagonal(M) and _compiled_pays(work) else "numpy"
+    if path != "ray" and work > WORK_LIMIT:
+        hours = work * SECONDS_PER_UPDATE[path] / 3600
+        faster = ("" if path == "compiled" or not _is_diagonal(M) else
+                  '; pip install "oodcalc[fast]" runs it about 10× faster')
+        raise ComputationError(
+            f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
+            f"{K}×{K} logits (K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}), "
+            f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e} (about {hours:,.0f} h "
+            f"with the {ENGINES[path]}{faster}); lower K or raise --eps")
+    return path
 
 
 def _on_ray(M: np.ndarray) -> bool:

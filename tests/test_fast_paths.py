@@ -322,6 +322,26 @@ def test_auto_caps_follow_the_estimate():
     assert report.pretrain.T1 <= caps["pretrain"] and report.finetune.T2 <= caps["finetune"]
 
 
+def test_out_of_reach_finetuning_is_refused_before_pretraining(monkeypatch):
+    """A fine-tuning past WORK_LIMIT logit updates fails before any step is taken (at
+    K = 5000, pretraining alone took 4 minutes before the refusal came)."""
+    setting = oc.Setting(oc.parallel_shift([0.9, -0.5, 0.3, -0.8]))
+    report = oc.predict(setting)
+    work = report.finetune.T2 * 16
+    monkeypatch.setattr(predict_module, "WORK_LIMIT", work / 4)
+
+    def no_descent(*args, **kwargs):
+        raise AssertionError("pretraining ran before the refusal")
+    monkeypatch.setattr(predict_module, "descend_ray", no_descent)
+    with pytest.raises(oc.ComputationError, match="fine-tuning would need about .* logit "
+                                                  "updates, more than"):
+        oc.predict(setting)
+    # Within the limit, the early check lets the run through (and refuses nothing).
+    monkeypatch.undo()
+    monkeypatch.setattr(predict_module, "WORK_LIMIT", work * 4)
+    assert oc.predict(setting).to_dict() == report.to_dict()
+
+
 def test_progress_is_told_each_phase_and_changes_nothing():
     calls = []
     setting = oc.Setting(oc.parallel_shift([0.9, -0.5, 0.3]))
