@@ -132,6 +132,34 @@ def test_cells_leave_out_failed_runs_and_pair_depths():
     assert "| 1 | -0.75 |" in summary_markdown(table)
 
 
+def test_terminal_table_never_cuts_a_number(capsys):
+    """Piped, the grid is wide and whole; on a narrow terminal its cells fold. Either way
+    every depth is labelled and no number ends in an ellipsis (it used to, piped: rich's
+    default 80 columns dropped the layers column and cut every interval)."""
+    import io
+
+    from rich.console import Console
+
+    from oodcalc.depth.table import build_table, interval, show
+    one, two, three = (DepthConfig(layers=n) for n in (1, 2, 3))
+    gammas = [-0.75, 0.0, 0.75]
+    runs = {(config, seed, g): (0.0123 * (seed + 1), -0.0456 * g)
+            for config in (one, two, three) for seed in range(3) for g in gammas}
+    table = build_table(fake_results(runs), [one, two, three], [0, 1, 2], gammas)
+    show(table)                                          # stdout is not a terminal here
+    piped = capsys.readouterr().out
+    assert "…" not in piped and "layers" in piped
+    for cell in table.cells:
+        assert interval(cell.F) in piped
+    narrow = io.StringIO()
+    show(table, Console(file=narrow, width=80, highlight=False))
+    text = narrow.getvalue()
+    assert "…" not in text and "layers" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    grid = [line.split()[0] for line in text.splitlines() if line[:8].strip().isdigit()]
+    assert grid == ["1", "2", "3"]
+
+
 def test_paper_amplification_is_its_own_table_ratio():
     """The paper's +46.4 % is F(3 layers)/F(1 layer) − 1 at γ = −0.75 of its own table."""
     f1 = paper.figure("tiny-transformer-layers=1-gamma=-0.75").value

@@ -323,10 +323,11 @@ def summary_markdown(table: DepthTable) -> str:
 def show(table: DepthTable, console=None) -> None:
     """The table in the terminal (rich): per architecture and optimizer, depth × γ."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(highlight=False)
+    if console is None:
+        from ..cli.console import make_console
+        console = make_console()          # piped: wide and never cut (as every command)
     console.print("[bold]oodcalc reproduce depth[/bold]")
     console.print(header(table), style="dim")
     console.print("Each cell: our F over seeds [95% CI]; mean F_1 · F_2; seeds where only "
@@ -336,10 +337,11 @@ def show(table: DepthTable, console=None) -> None:
     for (arch, optimizer), cells in table.groups().items():
         t = Table(title=f"{arch}, {optimizer} (lr {cells[0].config.lr:g})",
                   title_justify="left", box=box.SIMPLE_HEAD, show_lines=True)
-        t.add_column("layers", justify="right")
+        t.add_column("layers", justify="right", no_wrap=True, min_width=6)
         gammas = list(dict.fromkeys(c.gamma for c in cells))
         for g in gammas:
-            t.add_column(f"γ = {g:+.2f}", no_wrap=True)
+            # too narrow a terminal folds a cell's lines; it never cuts a number off
+            t.add_column(f"γ = {g:+.2f}", overflow="fold")
         for layers in dict.fromkeys(c.config.layers for c in cells):
             mine = {c.gamma: c for c in cells if c.config.layers == layers}
             t.add_row(str(layers), *(grid_cell(mine[g]) for g in gammas))
