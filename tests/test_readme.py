@@ -138,6 +138,16 @@ def test_the_commands_are_found_and_the_exemptions_are_current():
     assert not stale, f"no longer in the README, remove from COVERED_ELSEWHERE: {stale}"
 
 
+def test_training_commands_are_marked_long():
+    """`reproduce depth` / `plot depth` train torch models on an empty cache (the full table
+    is hours): run here, they would train in-process with no timeout and stall CI."""
+    training = [(c, comment) for c, comment, _ in COMMANDS
+                if c.startswith(("oodcalc reproduce depth", "oodcalc plot depth"))]
+    assert training, "the README's depth commands are no longer found"
+    unmarked = [c for c, comment in training if "[long]" not in comment]
+    assert not unmarked, f"mark these README commands [long]: {unmarked}"
+
+
 def test_the_comment_splitter_respects_quotes():
     assert split_comment('pip install -e ".[test]"   # install') == ('pip install -e ".[test]"',
                                                                      "install")
