@@ -105,6 +105,16 @@ def test_memory_refusal_names_the_cap_and_how_to_raise_it(capsys, no_engines):
     assert "lower --K, or raise the cap: OODCALC_MAX_MEMORY=" in line
 
 
+def test_memory_refusal_never_blames_the_steps_when_they_cost_no_memory(capsys, monkeypatch,
+                                                                          no_engines):
+    """predict's memory does not grow with the steps (its trajectories are strided), so
+    when even K = 2 would not fit the refusal names --K, not --max-steps or --eps."""
+    monkeypatch.setenv(limits.MEMORY_VARIABLE, "1K")
+    code, _, err = run(capsys, "predict", "--theta", "0.5", "--K", "1024")
+    line = one_line(err)
+    assert code == 2 and line.startswith("oodcalc: error: --K: got 1024"), line
+
+
 def test_the_cap_is_the_only_thing_between_a_run_and_its_estimate(monkeypatch):
     """Perturbation: the same estimate passes under a larger cap and fails under a smaller."""
     estimate = limits.predict_bytes(64, 128, 0.01, 0.1, 0.1, 10**6)

@@ -49,7 +49,7 @@ def predict(
 
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps, cost=predict_cost,
-                            what="predict (the K × K logits of every step)")
+                            what="predict (the K × K dynamics and their kept trajectories)")
     if as_json or not sys.stderr.isatty():
         report = run_predict(setting)
     else:                                  # a bar on stderr if the run lasts a while

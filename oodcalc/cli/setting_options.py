@@ -78,7 +78,8 @@ def check_cost(cost: Cost, what: str, K: int, K_option: tuple[str, object], d: i
                more: Sequence[tuple[str, object, Cost, str]] = ()) -> None:
     """Refuse before any allocation when ``cost`` is over the memory cap, naming the
     option whose change alone would fit: ``--d``, then the number of features, then
-    ``more`` (the command's own sizes), then the steps (``--max-steps`` or ``--eps``)."""
+    ``more`` (the command's own sizes), then the steps (``--max-steps`` or ``--eps``) when
+    the cost depends on them; when none would fit alone, the last is named."""
     culprits = []
     if d is not None:
         culprits.append(("--d", d_text, cost(K, None, protocol),
@@ -87,8 +88,12 @@ def check_cost(cost: Cost, what: str, K: int, K_option: tuple[str, object], d: i
                      if K_option[0] != "--gamma" else "give fewer --gamma values"))
     culprits += [(option, value, smaller(K, d, protocol), change)
                  for option, value, smaller, change in more]
-    culprits.append(limits.steps_culprit(K, protocol))
-    limits.refuse_over_cap(cost(K, d, protocol), what, culprits)
+    estimate = cost(K, d, protocol)
+    one_step = Protocol(eps=protocol.eps, eta=protocol.eta, eta_ft=protocol.eta_ft,
+                        max_steps=1)
+    if cost(K, d, one_step) < estimate:      # only then can fewer steps help
+        culprits.append(limits.steps_culprit(K, protocol))
+    limits.refuse_over_cap(estimate, what, culprits)
 
 
 def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogonal: bool,
