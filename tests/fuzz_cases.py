@@ -15,6 +15,7 @@ caps to refuse them); the CI test leaves them out, the campaign uses them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -121,6 +122,59 @@ FEATURES = Pool(tuple("{in}/" + n for n in ("V.npy", "U.npy", "V.csv", "U.csv", 
                     "hugeshape.npy", "missing.npy", "adir", "wide.npy", "text.csv", "V.NPY"))
                 + ("", "/proc/version", "/dev/zero"))
 
+# --- the depth and real-text experiments (torch) ---------------------------------------
+ARCH = Pool(("attention", "standard", "attention,standard", " standard , attention "),
+            ("", "ATTENTION", "rnn", "attention,", ",", "attention,,standard", "1"))
+OPTIMIZER = Pool(("sgd", "adam", "sgd,adam"), ("", "SGD", "rmsprop", "sgd,", ",", "adam;sgd"))
+LAYERS = Pool(("1", "2", "1,2", "1,1"), JUNK + ("0", "-1", "1,0", "1.5", "1,,2", "1,"),
+              slow=("3", "1,2,3", "12", "1000000", "1000000000000000"))
+DEPTH_GAMMA = Pool(("0", "-0.75", "0.75", "1", "-1", "-0.75,0,0.75", "0:1:2", "-0"),
+                   ("2", "-1.5", "1.0000001", "nan", "inf", "0:1:0", "a:b:3", "", "0,,1",
+                    "1e400", "0:1:nan", "0:1:1e3", "0:1:-2", "-1:1:3:log"),
+                   slow=("-1:1:17", "-1:1:1000", "-1:1:20000000", "-1:1:99999999999999999999"))
+SEEDS = Pool(("1",), JUNK + ("0", "-1", "1.5"),
+             slow=("2", "3", "10", "1000", "1000000000000000"))
+WORKERS = Pool(("1",), JUNK + ("0", "-1", "1.5"),
+               slow=("2", "4", "64", "100000", "1000000000000000"))
+THREADS = Pool(("1", "2"), JUNK + ("0", "-1"), slow=("64", "100000", "1000000000000000"))
+DEPTH_EPS = Pool(("0.05", "0.1", "0.3", "0.5"), JUNK + ("0", "-0.01", "1e-320"),
+                 slow=("0.01", "1e-3", "1e-12", "10"))
+LR = Pool(("0.1", "0.05", "1e-3"), JUNK + ("0", "-0.1", "1e-320"),
+          slow=("1", "10", "1e300", "1e-12"))
+DEPTH_STEPS = Pool(("1", "10", "100", "1000"), JUNK + ("0", "-1", "1.5"),
+                   slow=("5000", "1000000", "1000000000000", "1000000000000000"))
+EVAL_PROMPTS = Pool(("2", "64", "256", "1024", "1e3"), JUNK + ("0", "1", "3", "-2", "1e3.5"),
+                    slow=("4096", "1000000", "100000000", "1000000000000000"))
+#: Cache directories relative to the case directory (see make_outputs: dcache-* hold a
+#: damaged entry at the exact key of DEPTH_FAST's run, rcache-* a damaged hidden-state file).
+DEPTH_CACHE = Pool(("cache", "new/cache", "adir", "dcache-stale", "dcache-truncated",
+                    "dcache-list", "dcache-fields", "dcache-nan", "dcache-pickle",
+                    "dcache-empty", "dcache-binary", "dcache-link", "dcache-bigT"),
+                   ("afile", "afile/sub", "rodir", "rodir/sub", "", "/proc", "/proc/self",
+                    "/dev/null", "fifo.csv", "device.csv", "dangling.csv", "link.csv",
+                    "a" * 300, "dcache-fifo", "dcache-zero", "dcache-dir", "\x00"))
+REAL_CACHE = Pool(("cache", "adir", "rcache-truncated", "rcache-garbage", "rcache-empty",
+                   "rcache-shape", "rcache-pickle", "rcache-offsets"),
+                  ("afile", "afile/sub", "rodir", "", "/proc", "/dev/null", "fifo.csv",
+                   "device.csv", "dangling.csv", "a" * 300, "rcache-fifo", "rcache-zero",
+                   "rcache-dir"))
+REAL_INPUT = Pool(("{in}/real.json",),
+                  tuple("{in}/" + n for n in ("real-fields.json", "real-null.json",
+                                               "real-nan.json", "real-truncated.json",
+                                               "dict.json", "V.json", "deep.json",
+                                               "bigint.json", "empty.csv", "V.npy",
+                                               "missing.json", "adir"))
+                  + ("", "/proc/version", "/dev/zero", "fifo.csv", "-"))
+OUT_TEXT_REAL = Pool(("out.md", "out.json", "existing.csv", "link.csv"),
+                     ("", ".", "adir", "missing/out.md", "afile/out.md", "a" * 300 + ".md",
+                      "/proc/version", "dangling.csv", "fifo.csv", "device.csv",
+                      "rodir/out.md", "-"))
+#: Valid values that keep a depth run short (one tiny configuration, cached after the first
+#: run); the campaign puts them before the drawn options, which override them (the parser
+#: keeps an option's last value).
+DEPTH_FAST = ("--quick", "--arch", "attention", "--optimizer", "sgd", "--layers", "1",
+              "--seeds", "1", "--gamma", "0")
+
 
 def geometry_options(slow: bool, rng: random.Random) -> list[str]:
     """One geometry, mostly well formed."""
@@ -148,7 +202,9 @@ class Entry:
     requested output path (for the "nothing written elsewhere" check); ``geometry``
     says whether the command takes the shared geometry options; ``must`` lists options of
     which the CI test always gives one (commands whose valid defaults are slow); an
-    option named ``ARG`` is a positional argument."""
+    option named ``ARG`` is a positional argument. ``writes`` names options whose value is
+    a directory the command may write into (a cache); ``prefix`` holds valid values that
+    keep a slow command short, put first (drawn options come after and override them)."""
 
     words: tuple[str, ...]
     options: dict[str, Pool | None] = field(default_factory=dict)
@@ -156,10 +212,20 @@ class Entry:
     geometry: bool = False
     must: tuple[str, ...] = ()
     weight: float = 1.0
+    writes: tuple[str, ...] = ()
+    prefix: tuple[str, ...] = ()
 
 
 PROTOCOL = {"--eps": EPS, "--eta": ETA, "--eta-ft": ETA, "--max-steps": STEPS}
 GEOMETRY_EXTRA = {"--d": D_INT, "--tol": TOL}
+
+DEPTH_OPTIONS = {"--arch": ARCH, "--optimizer": OPTIMIZER, "--layers": LAYERS,
+               "--gamma": DEPTH_GAMMA, "--seeds": SEEDS, "--workers": WORKERS, "--quick": None,
+               "--cache-dir": DEPTH_CACHE, "--no-cache": None, "--eps": DEPTH_EPS, "--lr": LR,
+               "--max-steps": DEPTH_STEPS, "--eval-prompts": EVAL_PROMPTS}
+#: --input is given half the time: without it the experiment runs (minutes: a 'hang').
+REAL_OPTIONS = {"--input": REAL_INPUT, "--quick": None, "--seeds": SEEDS,
+                "--cache-dir": REAL_CACHE, "--threads": THREADS}
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(("predict",), {**PROTOCOL, **GEOMETRY_EXTRA, "--json": None,
@@ -174,7 +240,7 @@ ENTRIES: tuple[Entry, ...] = (
                        "--eta-ft": SWEEP_PROTO, "--max-steps": STEPS,
                        "--format": FORMAT_SWEEP, "--workers": SMALL_INT,
                        "--chunk-size": SMALL_INT, "--seed": SMALL_INT,
-                       "--scheduler": SCHEDULER, "--progress": None},
+                       "--scheduler": SCHEDULER, "--progress": None, "--no-progress": None},
           output="-o", weight=2),
     Entry(("plot", "losses"), {"-o": OUT_PLOT, **PROTOCOL, **GEOMETRY_EXTRA},
           output="-o", geometry=True),
@@ -198,16 +264,28 @@ ENTRIES: tuple[Entry, ...] = (
                         "--json": None}, must=("--claim",), weight=0.15),
     Entry((), {"ARG": Pool(("--version", "-h", "--help"), ("", "bogus", "-V", "--json"))},
           weight=0.3),
+    Entry(("reproduce", "depth"), {**DEPTH_OPTIONS, "-f": FORMAT_REPRO, "-o": OUT_TEXT},
+          output="-o", writes=("--cache-dir",), prefix=DEPTH_FAST, weight=0.6),
+    Entry(("plot", "depth"), {"-o": OUT_PLOT, **DEPTH_OPTIONS}, output="-o",
+          writes=("--cache-dir",), prefix=DEPTH_FAST, weight=0.4),
+    Entry(("reproduce", "real"), {**REAL_OPTIONS, "-f": FORMAT_REPRO, "-o": OUT_TEXT_REAL},
+          output="-o", writes=("--cache-dir",), weight=0.4),
+    Entry(("plot", "real-rotation"), {"-o": OUT_PLOT, **REAL_OPTIONS}, output="-o",
+          writes=("--cache-dir",), weight=0.2),
+    Entry(("plot", "real-shift"), {"-o": OUT_PLOT, **REAL_OPTIONS}, output="-o",
+          writes=("--cache-dir",), weight=0.2),
 )
 
 
-def random_case(rng: random.Random, slow: bool = True) -> tuple[list[str], str | None]:
-    """One invocation: ``(argv, requested output path or None)``."""
+def random_case(rng: random.Random, slow: bool = True) -> tuple[list[str], list[str]]:
+    """One invocation: ``(argv, the paths it may write: its output, its cache directory)``."""
     entry = rng.choices(ENTRIES, weights=[e.weight for e in ENTRIES])[0]
     argv = list(entry.words)
+    if entry.prefix and rng.random() < 0.85:
+        argv += entry.prefix
     if entry.geometry:
         argv += geometry_options(slow, rng)
-    output = None
+    written = []
     for option, pool in entry.options.items():
         given = rng.random() < (0.9 if option == entry.output else 0.3)
         if not given:
@@ -222,11 +300,11 @@ def random_case(rng: random.Random, slow: bool = True) -> tuple[list[str], str |
             argv.append(f"{option}={value}")
         else:
             argv += [option, value]
-        if option == entry.output:
-            output = value
+        if option == entry.output or option in entry.writes:
+            written.append(value)
     if rng.random() < 0.03:
         argv.append(rng.choice(("--bogus", "extra", "-x", "--gamma")))
-    return argv, output
+    return argv, written
 
 
 def resolve(argv: list[str], inputs: Path) -> list[str]:
@@ -272,7 +350,30 @@ def make_inputs(directory: Path) -> Path:
     (directory / "V.pkl").write_bytes(pickle.dumps(V))
     _write_npy_header(directory / "hugeshape.npy", (10**6, 10**6))
     (directory / "adir").mkdir(exist_ok=True)
+    real_inputs(directory)
     return directory
+
+
+#: docs/real.json: a saved result of the real-text experiment (the valid --input).
+REAL_JSON = Path(__file__).resolve().parents[1] / "docs" / "real.json"
+
+
+def real_inputs(directory: Path) -> None:
+    """The saved real-text result, and damaged copies of it for --input."""
+    text = REAL_JSON.read_text(encoding="utf-8")
+    (directory / "real.json").write_text(text, encoding="utf-8")
+    (directory / "real-truncated.json").write_text(text[:len(text) // 2], encoding="utf-8")
+    saved = json.loads(text)
+    (directory / "real-fields.json").write_text(json.dumps(
+        {key: "x" for key in saved}))                      # every key, values of no shape
+    (directory / "real-null.json").write_text(json.dumps(
+        {**saved, "rotation": None, "parameters": {**saved["parameters"], "seeds": "five"}}))
+    damaged = json.loads(text)
+    for block in damaged["rotation"].values() if isinstance(damaged["rotation"], dict) else ():
+        if isinstance(block, dict):
+            for key in list(block)[:2]:
+                block[key] = float("nan")
+    (directory / "real-nan.json").write_text(json.dumps(damaged))
 
 
 #: Values in the hostile pools that oodcalc rightly accepts: the case's own directory, and a
@@ -306,6 +407,111 @@ def make_outputs(directory: Path) -> None:
             os.mkfifo(directory / name)
     (directory / "rodir").mkdir()
     (directory / "rodir").chmod(0o555)
+    depth_caches(directory)
+    real_caches(directory)
+
+
+@functools.lru_cache(maxsize=1)
+def depth_entry() -> tuple[str, dict]:
+    """The cache file name and parameters of the run DEPTH_FAST asks for (seed 0, γ = 0)."""
+    from oodcalc.cli.reproduce_depth import QUICK
+    from oodcalc.depth.protocol import DepthConfig, run_key
+    protocol = {k: v for k, v in QUICK.items() if k != "seeds"}
+    parameters = DepthConfig(arch="attention", optimizer="sgd", layers=1,
+                             **protocol).run_parameters(0, 0.0)
+    return f"{run_key(parameters)}.json", parameters
+
+
+def depth_record(parameters: dict, F: float = -0.02) -> dict:
+    """A record in the cache's shape (made up numbers, as a stale cache could hold)."""
+    errors = [0.04, 0.03]
+    return {"parameters": parameters,
+            "pretrain": {"T1": 60, "converged": True, "diverged": False, "error": errors,
+                         "seconds": 0.5},
+            "ood_error": [0.1, 0.2],
+            "finetune": {"T2": 50, "converged": True, "diverged": False, "error": errors,
+                         "seconds": 0.5, "source_curve": [errors, errors]},
+            "source_before": errors, "source_after": errors, "F": F, "F_k": [F / 2, F / 2]}
+
+
+def depth_caches(directory: Path) -> None:
+    """dcache-KIND: a cache directory whose entry for DEPTH_FAST's run is damaged."""
+    name, parameters = depth_entry()
+    good = json.dumps(depth_record(parameters))
+    contents = {
+        "stale": json.dumps(depth_record({**parameters, "version": 0})),
+        "truncated": good[:len(good) // 2],
+        "list": "[1, 2, 3]",
+        "fields": json.dumps({"parameters": parameters, "pretrain": {"T1": "x"}, "F": "abc"}),
+        "nan": good.replace('"F": -0.02', '"F": NaN'),
+        "bigT": good.replace('"T1": 60', '"T1": ' + "9" * 5000),
+        "pickle": pickle.dumps(parameters),
+        "empty": "",
+        "binary": b"\xff\xfe\x00garbage",
+    }
+    for kind, content in contents.items():
+        folder = directory / f"dcache-{kind}"
+        folder.mkdir()
+        target = folder / name
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+    (directory / "dcache-link").mkdir()
+    (directory / "dcache-link" / "target.json").write_text(contents["truncated"])
+    (directory / "dcache-link" / name).symlink_to("target.json")
+    for kind in ("fifo", "zero", "dir"):
+        (directory / f"dcache-{kind}").mkdir()
+    os.mkfifo(directory / "dcache-fifo" / name)
+    (directory / "dcache-zero" / name).symlink_to("/dev/zero")
+    (directory / "dcache-dir" / name).mkdir()
+
+
+@functools.lru_cache(maxsize=1)
+def real_entry() -> str | None:
+    """The hidden-state cache file the real-text experiment reads (None without its data)."""
+    try:
+        from oodcalc.real import assets, data
+        from oodcalc.real.encoder import cache_key
+        from oodcalc.real.experiment import Config
+        texts = [r.text for r in data.read_zip(assets.data_zip())]
+    except Exception:   # noqa: BLE001 - no data package, or no torch: no such fixtures
+        return None
+
+    class Identity:
+        identity = assets.MODEL_FILES["model.safetensors"]
+    config = Config()
+    return f"hidden-{cache_key(Identity, assets.DATA_SHA256, texts, config.layer, config.max_len)}.npz"
+
+
+def real_caches(directory: Path) -> None:
+    """rcache-KIND: a cache directory whose hidden-state file is damaged."""
+    kinds = ("truncated", "garbage", "empty", "shape", "pickle", "offsets", "fifo", "zero",
+             "dir")
+    for kind in kinds:
+        (directory / f"rcache-{kind}").mkdir()
+    name = real_entry()
+    if name is None:
+        return
+    import io
+    buffer = io.BytesIO()
+    np.savez(buffer, hidden=np.ones((40, 384), dtype=np.float32),
+             offsets=np.arange(0, 41, dtype=np.int64))
+    npz = buffer.getvalue()
+    files = {"truncated": npz[:len(npz) // 2], "garbage": b"PK\x03\x04" + b"\x00" * 64,
+             "empty": b"", "pickle": pickle.dumps({"hidden": 1})}
+    buffer = io.BytesIO()
+    np.savez(buffer, hidden=np.ones(10, dtype=np.float32), offsets=np.arange(980))
+    files["shape"] = buffer.getvalue()
+    buffer = io.BytesIO()
+    np.savez(buffer, hidden=np.ones((5, 384), dtype=np.float32),
+             offsets=np.arange(980)[::-1].copy())
+    files["offsets"] = buffer.getvalue()
+    for kind, content in files.items():
+        (directory / f"rcache-{kind}" / name).write_bytes(content)
+    os.mkfifo(directory / "rcache-fifo" / name)
+    (directory / "rcache-zero" / name).symlink_to("/dev/zero")
+    (directory / "rcache-dir" / name).mkdir()
 
 
 def kind_of(path: Path) -> str:
@@ -333,14 +539,14 @@ def snapshot(directory: Path) -> dict[str, tuple]:
     return out
 
 
-def unexpected_changes(before: dict, after: dict, requested: str | None,
+def unexpected_changes(before: dict, after: dict, requested: str | list[str] | None,
                        directory: Path) -> list[str]:
-    """Entries created or changed other than the requested output (or, for a symlink,
+    """Entries created or changed other than the requested outputs (or, for a symlink,
     its target; for a directory, what is inside it)."""
     allowed: set[str] = set()
-    if requested:
+    for requested in [requested] if isinstance(requested, str) else requested or ():
         req = Path(requested)
-        if not req.is_absolute():
+        if requested and not req.is_absolute():
             allowed.add(os.path.normpath(requested))
             try:
                 link = os.readlink(directory / req)
@@ -351,18 +557,21 @@ def unexpected_changes(before: dict, after: dict, requested: str | None,
     # The directories that hold an allowed path change their times when it is written.
     holders = {os.path.normpath(os.path.join(a, *[".."] * i)) for a in allowed
                for i in range(1, a.count("/") + 1)}
+    def inside(name: str) -> bool:
+        return name in allowed or any(name.startswith(a.rstrip("/") + "/") for a in allowed)
+
     changed = []
     for name, info in after.items():
         if before.get(name) == info:
             continue
         if name in holders and before.get(name, (None,))[0] == info[0] == "dir":
             continue
-        if name in allowed or any(name.startswith(a.rstrip("/") + "/") for a in allowed):
+        if inside(name):
             if before.get(name) is None or info[0] == before[name][0]:
                 continue
         changed.append(name)
     for name, info in before.items():   # a special file replaced or removed
-        if name not in after and name not in allowed:
+        if name not in after and not inside(name):
             changed.append(f"{name} (removed)")
         elif name in after and after[name][0] != info[0]:
             changed.append(f"{name} ({info[0]} became {after[name][0]})")

@@ -10,13 +10,19 @@ temporary file left behind and no special file (FIFO, device, symlink) replaced.
 This checks the command-line layer, so the engines that take seconds are replaced by fast
 stand-ins that return real reports (the theory's): the full-Q and finite-prompt
 simulators, the figures' drawing (the output file is still written through
-``oodcalc.io``) and the reproduction tables (computed once). ``tools/fuzz_cli.py`` runs the
+``oodcalc.io``), the reproduction tables (computed once), the depth experiment's training
+(one real tiny run, given each requested run's parameters; the cache, the table and the
+statistics are the real ones) and the real-text experiment (its saved result,
+docs/real.json). ``tools/fuzz_cli.py`` runs the
 same table against the real engines, one process per case, with memory and time caps.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import importlib.util
+import json
 import os
 import re
 import signal
@@ -54,14 +60,25 @@ def diverging(option: str, value: str) -> bool:
         return False
 
 
+def spawns(option: str, value: str) -> bool:
+    """--workers above 1 for the depth experiment: its runs would train in spawned
+    processes, out of the stand-ins' reach (the campaign in tools/ covers them)."""
+    if option != "--workers":
+        return False
+    try:
+        return int(value.strip()) > 1
+    except ValueError:
+        return False
+
+
 def examples_for(entry: fc.Entry) -> int:
     total = sum(e.weight for e in fc.ENTRIES)
     return max(60, round(EXAMPLES * entry.weight / total))
 
 
 @st.composite
-def invocation(draw, entry: fc.Entry) -> tuple[list[str], str | None]:
-    argv = list(entry.words)
+def invocation(draw, entry: fc.Entry) -> tuple[list[str], list[str]]:
+    argv = list(entry.words) + list(entry.prefix)
     if entry.geometry:
         seed = draw(st.integers(0, 2**32 - 1))
         import random
@@ -70,7 +87,7 @@ def invocation(draw, entry: fc.Entry) -> tuple[list[str], str | None]:
                for o in entry.options}
     if entry.must and not any(present[o] for o in entry.must):
         present[draw(st.sampled_from(entry.must))] = True
-    output = None
+    written = []
     for option, pool in entry.options.items():
         if not present[option]:
             continue
@@ -83,14 +100,15 @@ def invocation(draw, entry: fc.Entry) -> tuple[list[str], str | None]:
         else:
             value = draw(st.one_of(st.sampled_from(pool.valid + pool.hostile),
                                    st.text(max_size=6)).filter(
-                lambda v, option=option: not diverging(option, v)))
+                lambda v, option=option: not diverging(option, v)
+                and not (entry.prefix and spawns(option, v))))
         if option == "ARG":
             argv.append(value)
         else:
             argv += [option, value]
-        if option == entry.output:
-            output = value
-    return argv, output
+        if option == entry.output or option in entry.writes:
+            written.append(value)
+    return argv, written
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +116,28 @@ def inputs(tmp_path_factory):
     return fc.make_inputs(tmp_path_factory.mktemp("fuzz-inputs"))
 
 
+@functools.lru_cache(maxsize=1)
+def depth_template() -> dict:
+    """One real record of the depth experiment: a tiny run (64 evaluation prompts, ε = 0.3),
+    trained once; the stand-in gives it each requested run's parameters."""
+    from oodcalc.depth.protocol import DepthConfig
+    from oodcalc.depth.training import run_seed
+    tiny = DepthConfig(eval_prompts=64, curve_prompts=64, eps=0.3, max_steps=200)
+    return run_seed(tiny, 0, [0.5])[0]
+
+
+def depth_stand_in(task) -> list[dict]:
+    template = depth_template()
+    return [{**template, "parameters": task.config.run_parameters(task.seed, gamma)}
+            for gamma in task.gammas]
+
+
 @pytest.fixture(scope="module")
-def fast_engines():
+def fast_engines(tmp_path_factory):
     """Stand-ins for the engines that take seconds (see the module docstring)."""
     mp = pytest.MonkeyPatch()
+    # default caches (depth results, hidden states) in a directory of the test's own
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
     import oodcalc.experiments as experiments
     import oodcalc.plots as plots
     import oodcalc.simulate as simulate
@@ -122,6 +158,17 @@ def fast_engines():
     for name in ("loss_trajectories", "weight_trajectories", "ood_error_vs_theta",
                  "phase_diagram_k2"):
         mp.setattr(plots, name, lambda *args, **kwargs: "figure")
+    if importlib.util.find_spec("torch") is not None:
+        import oodcalc.depth.experiment as depth_experiment
+        import oodcalc.depth.plot as depth_plot
+        mp.setattr(depth_experiment, "run_task", depth_stand_in)
+        mp.setattr(depth_plot, "gamma_curves", lambda *args, **kwargs: "figure")
+        import oodcalc.real as real
+        import oodcalc.real.plots as real_plots
+        saved = json.loads(fc.REAL_JSON.read_text(encoding="utf-8"))
+        mp.setattr(real, "run_installed", lambda *args, **kwargs: copy.deepcopy(saved))
+        for name in ("rotation", "shift"):
+            mp.setattr(real_plots, name, lambda *args, **kwargs: "figure")
     mp.setattr(plots, "save", lambda fig, path, option="--output": write_atomic(
         plots.check_output(path, option), lambda tmp: tmp.write_bytes(b"figure"),
         option=option))
@@ -129,7 +176,7 @@ def fast_engines():
     mp.undo()
 
 
-def run_one(argv: list[str], output: str | None, inputs: Path, capsys) -> None:
+def run_one(argv: list[str], output: list[str], inputs: Path, capsys) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="case-", dir=inputs.parent))
     fc.make_outputs(workdir)
     before, inputs_before = fc.snapshot(workdir), fc.snapshot(inputs)

@@ -200,6 +200,9 @@ def main() -> int:
     rng = random.Random(args.seed)
     cases = [fc.random_case(rng, slow=True) for _ in range(args.cases)]
     root = Path(tempfile.mkdtemp(prefix="oodcalc-fuzz-"))
+    # The default caches (depth results, hidden states) go into the campaign's own
+    # directory, shared by its cases, never into the user's.
+    os.environ["XDG_CACHE_HOME"] = str(root / "xdg-cache")
     inputs = fc.make_inputs(root / "inputs")
     inputs_before = fc.snapshot(inputs)
     counts: collections.Counter = collections.Counter()
