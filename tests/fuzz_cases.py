@@ -160,6 +160,7 @@ REAL_CACHE = Pool(("cache", "adir", "rcache-truncated", "rcache-garbage", "rcach
                    "rcache-dir"))
 REAL_INPUT = Pool(("{in}/real.json",),
                   tuple("{in}/" + n for n in ("real-fields.json", "real-null.json",
+                                               "real-inner.json",
                                                "real-nan.json", "real-truncated.json",
                                                "dict.json", "V.json", "deep.json",
                                                "bigint.json", "empty.csv", "V.npy",
@@ -368,6 +369,8 @@ def real_inputs(directory: Path) -> None:
         {key: "x" for key in saved}))                      # every key, values of no shape
     (directory / "real-null.json").write_text(json.dumps(
         {**saved, "rotation": None, "parameters": {**saved["parameters"], "seeds": "five"}}))
+    (directory / "real-inner.json").write_text(json.dumps(
+        {**saved, "rotation": {"thetas": "x"}, "shift": {}, "forgetting": [1], "paper": [None]}))
     damaged = json.loads(text)
     for block in damaged["rotation"].values() if isinstance(damaged["rotation"], dict) else ():
         if isinstance(block, dict):

@@ -80,10 +80,22 @@ def test_forgetting_patterns():
                                         "F_1 > F_2": 1}
 
 
+def full_record(parameters, F=0.25):
+    """A record of the shape training.run_seed writes (numbers made up)."""
+    e = [0.01, 0.02]
+    return {"parameters": parameters,
+            "pretrain": {"T1": 10, "converged": True, "diverged": False, "error": e,
+                         "seconds": 0.1},
+            "ood_error": [0.1, 0.2],
+            "finetune": {"T2": 5, "converged": True, "diverged": False, "error": e,
+                         "seconds": 0.1, "source_curve": [e, [None, None]]},
+            "source_before": e, "source_after": e, "F": F, "F_k": [F / 2, F / 2]}
+
+
 def test_cache_round_trip_and_mismatch(tmp_path):
     cache = Cache(tmp_path)
     parameters = DepthConfig().run_parameters(3, -0.75)
-    record = {"parameters": parameters, "F": 0.25}
+    record = full_record(parameters)
     cache.store(record)
     assert cache.load(parameters) == record
     other = DepthConfig(lr=0.05).run_parameters(3, -0.75)
@@ -93,6 +105,71 @@ def test_cache_round_trip_and_mismatch(tmp_path):
     cache.path(parameters).write_text("{truncated")     # a broken file is recomputed
     assert cache.load(parameters) is None
     assert Cache(tmp_path, enabled=False).load(parameters) is None
+
+
+@pytest.mark.parametrize("damage", [
+    lambda r: json.dumps(r)[:200],                                   # truncated
+    lambda r: "[1, 2, 3]", lambda r: "", lambda r: "NaN",
+    lambda r: json.dumps({**r, "F": "abc"}),
+    lambda r: json.dumps({**r, "F": float("nan")}),                  # NaN in the file
+    lambda r: json.dumps({**r, "F_k": [0.1]}),
+    lambda r: json.dumps({**r, "finetune": {"T2": 5}}),
+    lambda r: json.dumps({**r, "pretrain": {**r["pretrain"], "T1": True}}),
+    lambda r: json.dumps(r).replace('"T1": 10', '"T1": ' + "9" * 5000),
+    lambda r: b"\x80\x04\x95pickle", lambda r: b"\xff\xfe\x00",
+])
+def test_damaged_cache_entries_are_recomputed(tmp_path, damage):
+    """A cache file that is not what a run writes is never trusted (None: retrained and
+    replaced), whatever it holds; the intact record loads (so the check can fail)."""
+    cache = Cache(tmp_path)
+    parameters = DepthConfig().run_parameters(0, 0.0)
+    record = full_record(parameters)
+    cache.store(record)
+    assert cache.load(parameters) == record
+    content = damage(record)
+    path = cache.path(parameters)
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    assert cache.load(parameters) is None and cache.rejected == 1
+    cache.store(record)                                  # the retrained run replaces it
+    assert cache.load(parameters) == record
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+def test_cache_entry_that_is_no_file_is_refused_at_once(tmp_path, kind):
+    """A FIFO (would block), /dev/zero (endless) or a directory at an entry's name: one
+    line naming --cache-dir, before any training."""
+    import os
+    cache = Cache(tmp_path)
+    parameters = DepthConfig().run_parameters(0, 0.0)
+    path = cache.path(parameters)
+    {"fifo": lambda: os.mkfifo(path), "zero": lambda: path.symlink_to("/dev/zero"),
+     "dir": path.mkdir}[kind]()
+    with pytest.raises(InputError, match="--cache-dir: .*not a regular file; remove it"):
+        cache.load(parameters)
+
+
+@pytest.mark.parametrize("where, fragment", [
+    ("afile", "a file, not a directory"), ("", "an empty path"),
+    ("/proc/sys", "a system directory"), ("afile/sub", "afile is a file")])
+def test_bad_cache_dir_is_refused_before_training(tmp_path, capsys, monkeypatch, where,
+                                                  fragment):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    assert main(["reproduce", "depth", "--quick", "--cache-dir", where]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--cache-dir: got '{where}'" in err and fragment in err
+
+
+def test_json_table_is_valid_json_with_one_seed():
+    """One seed has no sd and no usable run has no mean: null in the JSON, never NaN."""
+    from oodcalc.depth.table import build_table
+    one = DepthConfig(layers=1)
+    table = build_table(fake_results({(one, 0, 0.0): (0.1, 0.2), (one, 0, 0.75): None}),
+                        [one], [0], [0.0, 0.75])
+    data = table.to_dict()
+    text = json.dumps(data, allow_nan=False)
+    assert data["cells"][0]["F"]["sd"] is None and data["cells"][1]["F"]["mean"] is None
+    assert json.loads(text) == data
 
 
 def fake_results(configs_and_F):

@@ -165,7 +165,8 @@ def real_shift(
 def real_figure(kind, output, input_file, quick, seeds, cache_dir, threads) -> None:
     from .. import plots
     from ..real import plots as real_plots
-    from .reproduce_real import obtain
+    from .reproduce_real import obtain, shown
     plots.check_output(output)
     result = obtain(input_file, quick, seeds, cache_dir, threads)
-    print(plots.save(getattr(real_plots, kind)(result), output))
+    figure = shown(input_file, lambda: getattr(real_plots, kind)(result))
+    print(plots.save(figure, output))

@@ -45,7 +45,7 @@ Workers = Annotated[str, typer.Option("--workers", metavar="N",
 Quick = Annotated[bool, typer.Option("--quick",
     help=f"Smoke run: {QUICK['seeds']} seeds, ε = {QUICK['eps']}, {QUICK['eval_prompts']} "
          "evaluation prompts (not the experiment's protocol).")]
-CacheDir = Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR",
+CacheDir = Annotated[Text, typer.Option("--cache-dir", metavar="DIR",
     help="Where results are cached.", show_default="$XDG_CACHE_HOME/oodcalc/depth")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")]
 Eps = Annotated[Text, typer.Option("--eps", metavar="FLOAT", rich_help_panel=PANEL,
@@ -169,7 +169,7 @@ def depth(
     if output_format is Format.table:
         show(table)
         return
-    text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False)
+    text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
             if output_format is Format.json else markdown(table))
     if output is None:
         print(text)

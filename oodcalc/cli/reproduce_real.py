@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -23,7 +23,7 @@ Quick = Annotated[bool, typer.Option("--quick",
     help="A smaller run of the same pipeline: 1 seed, 3 folds, 12 θ steps (a few minutes).")]
 Seeds = Annotated[Optional[str], typer.Option("--seeds", metavar="N",
     help="Cross-validation repetitions (seeds 0..N-1).", show_default="5 (1 with --quick)")]
-CacheDir = Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR",
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR",
     help="Where hidden states are cached.", show_default="$XDG_CACHE_HOME/oodcalc")]
 Threads = Annotated[Optional[str], typer.Option("--threads", metavar="N",
     help="torch threads (1 is fastest on a shared machine; results can differ in the "
@@ -43,18 +43,55 @@ def config_for(quick: bool, seeds: str | None, threads: str | None):
                    **({"threads": t} if t is not None else {}))
 
 
+#: Largest saved result read (bytes); the full run's JSON is about 100 kB.
+MAX_RESULT_BYTES = 64 << 20
+SAVED = "expected the JSON written by 'oodcalc reproduce real -f json'"
+
+
 def load_result(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise InputError("--input", str(path), "no such file")
+        what = "no such file" if not path.exists() else "not a regular file"
+        raise InputError("--input", str(path), f"{what}; {SAVED}")
+    if path.stat().st_size > MAX_RESULT_BYTES:
+        raise InputError("--input", str(path), f"larger than {MAX_RESULT_BYTES >> 20} MB; "
+                         + SAVED)
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        result = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise InputError("--input", str(path), "nested too deeply; " + SAVED) from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
         raise InputError("--input", str(path), f"could not read JSON ({err})") from None
-    needed = ("parameters", "rotation", "shift", "forgetting", "paper")
-    if not isinstance(result, dict) or any(k not in result for k in needed):
-        raise InputError("--input", str(path), "expected the JSON written by "
-                         "'oodcalc reproduce real -f json'")
+    needed = {"parameters": dict, "rotation": dict, "shift": dict, "forgetting": list,
+              "paper": list}
+    if not isinstance(result, dict) or any(not isinstance(result.get(k), kind)
+                                           for k, kind in needed.items()):
+        raise InputError("--input", str(path), SAVED)
     return result
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def shown(input_file: Path | None, show: Callable[[], Any]) -> Any:
+    """Render a result; a saved one whose fields lack the shape a run writes is refused in
+    one line (it was edited or written by something else), never a traceback."""
+    if input_file is None:
+        return show()
+    try:
+        return show()
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+        raise InputError("--input", str(input_file), f"{SAVED} (a field is missing or "
+                         f"malformed: {type(err).__name__} {str(err)[:60]})") from None
+
+
+def cache_directory(cache_dir: str | None) -> Path:
+    """--cache-dir (default: the user's cache), checked before any work."""
+    from ..io import check_output_dir
+    from ..real import default_cache_dir
+    if cache_dir is None:
+        return default_cache_dir()
+    return check_output_dir(cache_dir, "--cache-dir")
 
 
 class Bar:
@@ -97,6 +134,7 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
     if input_file is not None:
         return load_result(input_file)
     config = config_for(quick, seeds, threads)
+    directory = cache_directory(cache_dir)
     from ..real import run_installed
     from ..real.encoder import require
     require()
@@ -104,7 +142,7 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
           file=sys.stderr)
     start = time.perf_counter()
     with Bar() as bar:
-        result = run_installed(config, cache_dir, progress=bar)
+        result = run_installed(config, directory, progress=bar)
     print(f"oodcalc: real-text experiment done in {time.perf_counter() - start:.0f} s "
           f"({'; '.join(bar.notes)})", file=sys.stderr)
     return result
@@ -130,10 +168,10 @@ def real(
         raise InputError("--output", str(output), f"the directory {output.parent} does not exist")
     result = obtain(input_file, quick, seeds, cache_dir, threads)
     if output_format is Format.table:
-        render.show(result)
+        shown(input_file, lambda: render.show(result))
         return
     text = json.dumps(result, indent=1, ensure_ascii=False) if output_format is Format.json \
-        else render.markdown(result)
+        else shown(input_file, lambda: render.markdown(result))
     if output is None:
         print(text)
     else:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import paper
+from ..report import jsonable
 from .experiment import Results
 from .protocol import DepthConfig, canonical_gamma
 from .statistics import Ratio, Summary, forgetting_patterns
@@ -174,12 +175,14 @@ class DepthTable:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"parameters": {"configs": [c.describe() for c in self.configs],
+        """JSON-ready: an undefined number (the sd of one seed, the mean of no usable
+        run, an unbounded ratio) is None."""
+        return jsonable({"parameters": {"configs": [c.describe() for c in self.configs],
                                "seeds": list(self.seeds), "gammas": list(self.gammas),
                                "bootstrap": "percentile, 10,000 resamples, 95%",
                                "paper": paper.CITATION},
                 "cells": [c.to_dict() for c in self.cells],
-                "amplification": [a.to_dict() for a in self.amplifications]}
+                "amplification": [a.to_dict() for a in self.amplifications]})
 
 
 def build_table(results: Results, configs: Sequence[DepthConfig], seeds: Sequence[int],

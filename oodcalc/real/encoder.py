@@ -162,6 +162,35 @@ def pad(tokens: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return X, lengths
 
 
+def read_cache(path: Path, n: int, hidden: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The cached ``(hidden, offsets)`` if ``path`` holds what :func:`hidden_states` writes
+    for ``n`` texts of ``hidden`` dimensions; None if there is no file or it is damaged
+    (truncated, foreign, wrong shapes: recomputed and replaced atomically). An entry that is
+    not a regular file is refused before the frozen layers run (it could not be replaced)."""
+    import stat
+    import zipfile
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise InputError("--cache-dir", str(path.parent), f"cannot read the cache entry "
+                         f"{path.name} ({err.strerror}); remove it") from None
+    if not stat.S_ISREG(mode):
+        raise InputError("--cache-dir", str(path.parent), f"the cache entry {path.name} is "
+                         "not a regular file; remove it")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            flat, offsets = z["hidden"], z["offsets"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    ok = (flat.ndim == 2 and flat.shape[1] == hidden and flat.dtype == np.float32
+          and offsets.shape == (n + 1,) and offsets.dtype.kind == "i" and offsets[0] == 0
+          and offsets[-1] == len(flat) and bool(np.all(np.diff(offsets) >= 1))
+          and bool(np.isfinite(flat).all()))
+    return (flat, offsets) if ok else None
+
+
 def hidden_states(encoder: Encoder, texts: Sequence[str], data_sha256: str, *, layer: int,
                   max_len: int, cache_dir: Path | None, batch: int = 32,
                   progress: Callable[[int], None] = lambda n: None) -> tuple[Hidden, bool]:
@@ -172,16 +201,12 @@ def hidden_states(encoder: Encoder, texts: Sequence[str], data_sha256: str, *, l
                          "cut must leave at least one trainable layer on top)")
     key = cache_key(encoder, data_sha256, texts, layer, max_len)
     path = cache_dir / f"hidden-{key}.npz" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                flat, offsets = z["hidden"], z["offsets"]
-            if len(offsets) == len(texts) + 1:
-                tokens = [flat[offsets[i]:offsets[i + 1]] for i in range(len(texts))]
-                progress(len(texts))
-                return Hidden(*pad(tokens), key), True
-        except (OSError, ValueError, KeyError):
-            pass   # unreadable or partial: recompute and overwrite atomically
+    cached = read_cache(path, len(texts), encoder.hidden) if path is not None else None
+    if cached is not None:
+        flat, offsets = cached
+        tokens = [flat[offsets[i]:offsets[i + 1]] for i in range(len(texts))]
+        progress(len(texts))
+        return Hidden(*pad(tokens), key), True
     tokens = lower_hidden(encoder, tokenize(encoder, texts, max_len), layer, batch, progress)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
