@@ -216,6 +216,89 @@ def test_cli_bad_options(tmp_path, capsys):
     assert len(lines) == 5
 
 
+SAVED = Path(__file__).parent.parent / "docs" / "real.json"
+
+
+CHANGES = [{"rotation": {"thetas": "x"}, "shift": {}, "forgetting": [1], "paper": [None]},
+           {"forgetting": [{"condition": 3}]}, {"shift": {"rows": None}}, {"paper": [1, 2]},
+           {"rotation": None}, {"forgetting": {}}]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+@pytest.mark.parametrize("command", [["reproduce", "real"], ["reproduce", "real", "-f", "json"],
+                                     ["reproduce", "real", "-f", "markdown"],
+                                     ["plot", "real-rotation", "-o", "x.png"],
+                                     ["plot", "real-shift", "-o", "x.png"]])
+def test_saved_result_with_malformed_fields_is_one_line(tmp_path, capsys, monkeypatch,
+                                                        change, command):
+    """--input whose fields lack the shape a run writes: exit 2 and one line naming --input
+    (the intact file renders, so the check can fail)."""
+    monkeypatch.chdir(tmp_path)
+    saved = json.loads(SAVED.read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**saved, **change}))
+    code = main([*command, "-i", "bad.json"])
+    err = capsys.readouterr().err
+    if code == 0:      # a command that does not read the damaged field (-f json copies it)
+        assert err == "" and change is not CHANGES[0] or command[-1] == "json"
+    else:
+        assert code == 2 and err.count("\n") == 1 and "--input: got bad.json" in err, err
+        assert not (tmp_path / "x.png").exists()
+
+
+def test_saved_result_renders_and_nan_is_refused(tmp_path, capsys):
+    assert main(["reproduce", "real", "-i", str(SAVED), "-f", "markdown"]) == 0
+    text = SAVED.read_text().replace("0.", "NaN, \"x\": 0.", 1)
+    (tmp_path / "nan.json").write_text(text)
+    capsys.readouterr()
+    assert main(["reproduce", "real", "-i", str(tmp_path / "nan.json"), "-f", "json"]) == 2
+    assert "NaN is not a number JSON allows" in capsys.readouterr().err
+
+
+def test_hidden_state_cache_damaged_is_recomputed_special_file_refused(tmp_path):
+    """read_cache: None (recompute and replace) for a damaged file, whatever it holds;
+    one line for an entry that is no regular file; the intact file loads."""
+    import io
+    import os
+    from oodcalc.real.encoder import read_cache
+    n, d = 3, 4
+    flat, offsets = np.ones((6, d), np.float32), np.array([0, 1, 3, 6])
+
+    def npz(**arrays):
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        return buffer.getvalue()
+    good = npz(hidden=flat, offsets=offsets)
+    path = tmp_path / "hidden.npz"
+    path.write_bytes(good)
+    got = read_cache(path, n, d)
+    assert got is not None and np.array_equal(got[1], offsets)
+    for content in (good[:len(good) // 2], b"PK\x03\x04" + b"\x00" * 40, b"", b"garbage",
+                    npz(hidden=flat[:, :3], offsets=offsets),            # wrong width
+                    npz(hidden=flat, offsets=offsets[::-1].copy()),      # not increasing
+                    npz(hidden=flat, offsets=np.array([0, 1, 1, 6])),    # an empty review
+                    npz(hidden=flat * np.nan, offsets=offsets),
+                    npz(hidden=flat.astype(np.float64), offsets=offsets),
+                    npz(hidden=flat, offsets=np.array([0, 1, 3, 6, 6])), npz(hidden=flat)):
+        path.write_bytes(content)
+        assert read_cache(path, n, d) is None
+    assert read_cache(tmp_path / "missing.npz", n, d) is None
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(InputError, match="--cache-dir: .*not a regular file"):
+        read_cache(path, n, d)
+
+
+@pytest.mark.parametrize("where", ["afile", "", "/proc", "afile/sub"])
+def test_bad_cache_dir_is_refused_before_running(tmp_path, capsys, monkeypatch, where):
+    import oodcalc.real as real
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setattr(real, "run_installed", lambda *a, **k: pytest.fail("ran"))
+    assert main(["reproduce", "real", "--quick", "--cache-dir", where]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--cache-dir: got '{where}'" in err
+
+
 # --- the whole pipeline on a tiny random BERT (needs torch) ------------------------------
 
 POSITIVE = ["great", "good", "love", "helpful", "wonderful"]
