@@ -237,3 +237,28 @@ def steps_culprit(K: int, protocol) -> tuple[str, object, float, str]:
     if pretrain_steps(K, protocol.eps, eta) > protocol.max_steps:
         return "--max-steps", str(protocol.max_steps), 0.0, "lower --max-steps"
     return "--eps", f"{protocol.eps:g}", 0.0, "raise --eps or --eta (fewer steps)"
+
+
+# --- the torch experiments (depth, real text) --------------------------------------------
+
+#: What one process holds once torch is imported (the interpreter, torch's libraries).
+TORCH_BYTES = 400 << 20
+#: Depth experiment: bytes per evaluation prompt held by a run (source and target prompts,
+#: (N + 1) tokens of width 16 in float32, the design and the watched subset: 4 copies).
+DEPTH_PROMPT_BYTES = 4 * 17 * 16 * 4
+#: Depth experiment: bytes per block while training (a batch of 256 prompts' activations,
+#: attention maps and their gradients, the optimizer's state).
+DEPTH_LAYER_BYTES = 2 << 20
+#: Depth experiment: bytes per run's record kept until the table is built.
+DEPTH_RECORD_BYTES = 32 << 10
+#: Most torch threads (--threads): far more than any machine's cores; torch itself
+#: crashes on some larger counts (100,000 threads: a segmentation fault at exit).
+MAX_THREADS = 1024
+
+
+def depth_bytes(runs: int, processes: int, eval_prompts: int, layers: int) -> float:
+    """The depth experiment: ``processes`` holding torch (the main one and the workers),
+    each training one run of ``layers`` blocks on ``eval_prompts`` evaluation prompts, and
+    the records of ``runs`` runs."""
+    per_process = TORCH_BYTES + eval_prompts * DEPTH_PROMPT_BYTES + layers * DEPTH_LAYER_BYTES
+    return BASE_BYTES + processes * per_process + runs * DEPTH_RECORD_BYTES

@@ -160,6 +160,22 @@ def test_bad_cache_dir_is_refused_before_training(tmp_path, capsys, monkeypatch,
     assert err.count("\n") == 1 and f"--cache-dir: got '{where}'" in err and fragment in err
 
 
+@pytest.mark.parametrize("args, option", [
+    (["--eval-prompts", "1000000000000000"], "--eval-prompts"),   # torch: 1e17-byte tensor
+    (["--layers", "1000000"], "--layers"), (["--seeds", "1000000000000000"], "--seeds"),
+    (["--workers", "100000", "--seeds", "1000"], "--workers"),
+    (["--gamma", "-1:1:20000000"], "--gamma")])
+@pytest.mark.parametrize("command", [["reproduce", "depth"], ["plot", "depth", "-o", "f.png"]])
+def test_requests_over_the_memory_cap_are_refused_first(tmp_path, capsys, monkeypatch, args,
+                                                       option, command):
+    monkeypatch.setenv("OODCALC_MAX_MEMORY", "8G")
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--cache-dir", "c", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{option}: got" in err and "memory cap" in err, err
+    assert not (tmp_path / "c").exists()                 # refused before anything
+
+
 def test_json_table_is_valid_json_with_one_seed():
     """One seed has no sd and no usable run has no mean: null in the JSON, never NaN."""
     from oodcalc.depth.table import build_table

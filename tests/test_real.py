@@ -288,6 +288,19 @@ def test_hidden_state_cache_damaged_is_recomputed_special_file_refused(tmp_path)
         read_cache(path, n, d)
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (["--threads", "100000"], "--threads: got '100000'; at most 1,024"),    # torch segfaults
+    (["--threads", "1000000000000000"], "--threads"),                      # torch overflows
+    (["--seeds", "1000000000000000"], "--seeds: got 1000000000000000; the real-text "
+                                      "experiment: about")])
+def test_threads_and_seeds_are_capped_before_running(capsys, monkeypatch, args, fragment):
+    import oodcalc.real as real
+    monkeypatch.setattr(real, "run_installed", lambda *a, **k: pytest.fail("ran"))
+    assert main(["reproduce", "real", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err, err
+
+
 @pytest.mark.parametrize("where", ["afile", "", "/proc", "afile/sub"])
 def test_bad_cache_dir_is_refused_before_running(tmp_path, capsys, monkeypatch, where):
     import oodcalc.real as real

@@ -15,7 +15,9 @@ and a time limit (``--timeout``, default 20 s). Outcomes:
 - ``hang``: still running at the time limit (killed).
 
 Flags counted on top: NaN/inf printed on stdout, a file created or changed other than the
-requested output (or a special file replaced), a temporary file left behind.
+requested output or cache directory (or a special file replaced), a temporary file left
+behind, an "internal error" line (the CLI's last resort for an exception it did not expect).
+The default caches (``XDG_CACHE_HOME``) are a directory of the campaign's own.
 
 Run against any source tree (the same seed gives the same cases, in the same order)::
 
@@ -140,6 +142,8 @@ def recount(record: dict) -> set[str]:
         flags.add("special file replaced")
     if any(Path(c.split(" ")[0]).name.startswith(".") for c in real):
         flags.add("temporary file left")
+    if "internal error" in record["stderr"]:   # one clean-looking line, but a bug behind it
+        flags.add("internal error")
     return flags
 
 
@@ -156,8 +160,9 @@ def summarize(paths: list[Path], first: int | None) -> None:
         counts.update(f for r in records for f in recount(r))
         counts["cases"] = len(records)
         columns[path.name] = counts
-    rows = ["cases", *OUTCOMES, "nan/inf printed", "wrote outside the requested path",
-            "special file replaced", "temporary file left", "input files changed"]
+    rows = ["cases", *OUTCOMES, "internal error", "nan/inf printed",
+            "wrote outside the requested path", "special file replaced", "temporary file left",
+            "input files changed"]
     print("| outcome | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for row in rows:

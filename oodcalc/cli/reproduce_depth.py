@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import limits
 from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 from ..errors import InputError
 from . import options
@@ -85,9 +86,11 @@ def gamma_values(option: str, text: str) -> list[float]:
 
 
 def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eval_prompts,
-                  cache_dir, no_cache, default_seeds=10):
-    """Parse every option (one-line errors) before any work: configs, seeds, cache."""
+                  cache_dir, no_cache, gammas, gamma, workers, default_seeds=10):
+    """Parse every option (one-line errors) before any work: configs, seeds, cache, and
+    the memory all of it needs."""
     from ..depth import ARCHITECTURES, OPTIMIZERS, Cache, configs
+    n_workers = options.integer("--workers", workers, 1)
 
     protocol = {}
     if quick:
@@ -108,8 +111,31 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
                      choices("--optimizer", optimizer, OPTIMIZERS),
                      integers("--layers", layers, 1), **protocol)
     n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
+    check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
     cache = Cache(cache_dir, enabled=not no_cache)
     return chosen, list(range(n_seeds)), cache
+
+
+def check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers,
+                 gamma) -> None:
+    """Refuse, before anything is allocated, a request over the memory cap (every run at
+    once in the worst case: nothing cached), naming the option to change."""
+    runs = len(chosen) * n_seeds * len(gammas)
+    processes = 1 + (min(n_workers, len(chosen) * n_seeds) if n_workers > 1 else 0)
+    prompts = max(c.eval_prompts for c in chosen)
+    depth = max(c.layers for c in chosen)
+    estimate = limits.depth_bytes(runs, processes, prompts, depth)
+    fewest = len(chosen) * len(gammas)
+    limits.refuse_over_cap(estimate, "the depth experiment", [
+        ("--workers", workers, limits.depth_bytes(runs, 1, prompts, depth),
+         "use fewer --workers"),
+        ("--eval-prompts", eval_prompts, limits.depth_bytes(runs, processes, 2, depth),
+         "lower --eval-prompts"),
+        ("--layers", layers, limits.depth_bytes(runs, processes, prompts, 1), "lower --layers"),
+        ("--seeds", seeds, limits.depth_bytes(fewest, processes, prompts, depth),
+         "lower --seeds"),
+        ("--gamma", gamma, limits.depth_bytes(len(chosen) * n_seeds, processes, prompts, depth),
+         "give fewer γ values")])
 
 
 def progress_bar():
@@ -160,10 +186,10 @@ def depth(
     if output is not None and output_format is Format.table:
         raise InputError("--output", str(output), "writing a file needs --format markdown or json")
     gammas = gamma_values("--gamma", gamma)
-    n_workers = options.integer("--workers", workers, 1)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
                                              max_steps, eval_prompts, cache_dir,
-                                             no_cache)
+                                             no_cache, gammas, gamma, workers)
+    n_workers = options.integer("--workers", workers, 1)
     with progress_bar() as progress:
         table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
     if output_format is Format.table:
@@ -196,10 +222,10 @@ def plot_depth(
 
     plots.check_output(output)
     gammas = sorted(gamma_values("--gamma", gamma))
-    n_workers = options.integer("--workers", workers, 1)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
-                                             max_steps, eval_prompts, cache_dir,
-                                             no_cache, default_seeds=CURVE_SEEDS)
+                                             max_steps, eval_prompts, cache_dir, no_cache,
+                                             gammas, gamma, workers, default_seeds=CURVE_SEEDS)
+    n_workers = options.integer("--workers", workers, 1)
     with progress_bar() as progress:
         results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
     print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))

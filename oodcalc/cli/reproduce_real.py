@@ -15,9 +15,13 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from .. import limits
 from ..errors import InputError
 from . import options
 from .reproduce import Format, reproduce_app
+
+#: Rows of the shipped data set (an upper bound on the reviews an estimate counts).
+REVIEWS = 979
 
 Quick = Annotated[bool, typer.Option("--quick",
     help="A smaller run of the same pipeline: 1 seed, 3 folds, 12 θ steps (a few minutes).")]
@@ -35,12 +39,19 @@ Input = Annotated[Optional[Path], typer.Option("--input", "-i", metavar="FILE",
 def config_for(quick: bool, seeds: str | None, threads: str | None):
     from dataclasses import replace
 
-    from ..real.experiment import QUICK, Config
+    from ..real.experiment import FAMILIES, FORGET_THETAS, QUICK, Config
     config = QUICK if quick else Config()
     n = options.integer("--seeds", seeds, 1)
-    t = options.integer("--threads", threads, 1)
-    return replace(config, **({"seeds": n} if n is not None else {}),
-                   **({"threads": t} if t is not None else {}))
+    t = options.integer("--threads", threads, 1, limits.MAX_THREADS,
+                        "torch crashes on far larger counts")
+    config = replace(config, **({"seeds": n} if n is not None else {}),
+                     **({"threads": t} if t is not None else {}))
+    # the per-review losses of every seed, θ and rotation family, and the forgetting runs
+    # (at most every review of the data set each), held until the statistics
+    per_seed = (len(FAMILIES) * (config.steps + 1) + len(FORGET_THETAS) + 8) * REVIEWS * 8
+    limits.refuse_over_cap(limits.BASE_BYTES + limits.TORCH_BYTES + config.seeds * per_seed,
+                           "the real-text experiment", [("--seeds", seeds, 0.0, "lower --seeds")])
+    return config
 
 
 #: Largest saved result read (bytes); the full run's JSON is about 100 kB.
