@@ -466,3 +466,36 @@ def test_models_match_the_masked_textbook_form(arch):
         # the context tokens matter (through the masked attention), the query token does not
         other = Prompts.build(V, Design.draw(gen, 32, 16, 2, 15))
         assert not torch.allclose(model(other.context, prompts.query), ours, atol=1e-3)
+
+
+def test_ctrl_c_with_workers_ends_them_at_once(tmp_path, monkeypatch):
+    """Ctrl-C while worker processes train: the workers are ended (not waited for, which
+    took minutes) and the interrupt propagates; the main CLI turns it into one line."""
+    needs_torch()
+    import concurrent.futures
+    import multiprocessing
+    import time
+
+    from oodcalc.depth.experiment import collect
+
+    def interrupted(futures, *args, **kwargs):
+        time.sleep(1)                    # the workers have started their (long) runs
+        raise KeyboardInterrupt
+        yield
+    monkeypatch.setattr(concurrent.futures, "as_completed", interrupted)
+    slow = configs(["standard"], ["sgd"], [3], eps=1e-4)     # minutes per run
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        collect(slow, [0, 1], [0.0], Cache(tmp_path), workers=2)
+    assert time.monotonic() - start < 30
+    assert not multiprocessing.active_children()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    import importlib
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(importlib.import_module("oodcalc.predict"), "predict", interrupt)
+    assert main(["predict", "--gamma", "1,-0.9"]) == 130
+    assert capsys.readouterr().err == "oodcalc: error: interrupted\n"

@@ -94,8 +94,9 @@ def start_text() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns (and, as a script, exits with) the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    command = root_command()
+    result = None
     try:
+        command = root_command()
         if not args:
             print(start_text())
             return _exit(0, argv)
@@ -104,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("ignore", RuntimeWarning)
             result = command.main(args=_with_default_subcommand(args), prog_name="oodcalc",
                                   standalone_mode=False)
+    except KeyboardInterrupt:   # Ctrl-C outside the command (typer handles it inside)
+        result = INTERRUPTED
     except BrokenPipeError:   # the reader went away (oodcalc ... | head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
@@ -135,7 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = 1
     else:
         code = result if isinstance(result, int) else 0
+    if result == INTERRUPTED:   # typer turns Ctrl-C into a silent exit code 130
+        error_line("interrupted")
+        code = INTERRUPTED
     return _exit(code, argv)
+
+
+#: Exit code after Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
 
 
 #: Groups that run a subcommand when given none; their options then go to it

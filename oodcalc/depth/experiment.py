@@ -101,7 +101,8 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
     from ..errors import ComputationError
     # spawn: a forked child would inherit torch's thread pools in an unknown state
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
+                             initializer=ignore_interrupts) as pool:
         futures = {pool.submit(run_task, task): task for task in tasks}
         try:
             for done, future in enumerate(as_completed(futures), 1):
@@ -110,4 +111,21 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
             raise ComputationError(
                 f"a worker process died (out of memory or killed?); {results.computed} runs "
                 "finished and are cached; rerun to continue, or use --workers 1") from None
+        except BaseException:
+            # Ctrl-C (only this process takes it): stop at once instead of waiting for
+            # every queued run; the runs that finished are cached
+            running = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)   # (forgets the processes)
+            for process in running:
+                process.terminate()
+            for process in running:
+                process.join(timeout=10)
+            raise
     return results
+
+
+def ignore_interrupts() -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group; the main process
+    handles it and ends the workers (else each would print a traceback)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
