@@ -19,7 +19,7 @@ from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 from ..errors import InputError
 from . import options
 from .plot import Output, plot_app
-from .reproduce import Format, reproduce_app
+from .reproduce import Format, output_format_for, reproduce_app
 from .sweep import axis
 
 Text = Optional[str]
@@ -170,10 +170,11 @@ def depth(
         help="γ = ⟨v2, u2⟩ values (γ1 = 1); numbers or ranges START:STOP:NUM.")
     ] = "-0.75,0,0.75",
     seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
-    output_format: Annotated[Format, typer.Option("--format", "-f",
-        help="table (terminal), markdown or json.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
-        help="Write to FILE (atomically) instead of the terminal; needs markdown or json.")
+    output_format: Annotated[Optional[Format], typer.Option("--format", "-f",
+        help="table (terminal), markdown or json.",
+        show_default="table; with -o, from its extension")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE",
+        help="Write to FILE (atomically) instead of the terminal: .md (markdown) or .json.")
     ] = None,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
@@ -183,8 +184,7 @@ def depth(
     from ..depth.table import markdown, show
     from ..io import write_text_atomic
 
-    if output is not None and output_format is Format.table:
-        raise InputError("--output", str(output), "writing a file needs --format markdown or json")
+    output_format = output_format_for(output, output_format)   # -o checked before training
     gammas = gamma_values("--gamma", gamma)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
                                              max_steps, eval_prompts, cache_dir,

@@ -18,7 +18,7 @@ import typer
 from .. import limits
 from ..errors import InputError
 from . import options
-from .reproduce import Format, reproduce_app
+from .reproduce import Format, output_format_for, reproduce_app
 
 #: Rows of the shipped data set (an upper bound on the reviews an estimate counts).
 REVIEWS = 979
@@ -162,10 +162,12 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
 @reproduce_app.command("real")
 def real(
     quick: Quick = False, seeds: Seeds = None,
-    output_format: Annotated[Format, typer.Option("--format", "-f",
-        help="table (terminal), markdown or json.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE",
-        help="Write to FILE (atomically) instead of the terminal; needs markdown or json.")] = None,
+    output_format: Annotated[Optional[Format], typer.Option("--format", "-f",
+        help="table (terminal), markdown or json.",
+        show_default="table; with -o, from its extension")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE",
+        help="Write to FILE (atomically) instead of the terminal: .md (markdown) or .json.")
+    ] = None,
     cache_dir: CacheDir = None, threads: Threads = None, input_file: Input = None,
 ) -> None:
     """The paper's BERT experiments on real text: rotation, natural shift and forgetting
@@ -173,10 +175,7 @@ def real(
     from ..io import write_text_atomic
     from ..real import render
 
-    if output is not None and output_format is Format.table:
-        raise InputError("--output", str(output), "writing a file needs --format markdown or json")
-    if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
-        raise InputError("--output", str(output), f"the directory {output.parent} does not exist")
+    output_format = output_format_for(output, output_format)   # -o checked before the run
     result = obtain(input_file, quick, seeds, cache_dir, threads)
     if output_format is Format.table:
         shown(input_file, lambda: render.show(result))
