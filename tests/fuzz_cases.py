@@ -560,8 +560,9 @@ def unexpected_changes(before: dict, after: dict, requested: str | list[str] | N
     # The directories that hold an allowed path change their times when it is written.
     holders = {os.path.normpath(os.path.join(a, *[".."] * i)) for a in allowed
                for i in range(1, a.count("/") + 1)}
-    def inside(name: str) -> bool:
-        return name in allowed or any(name.startswith(a.rstrip("/") + "/") for a in allowed)
+    def inside(name: str) -> bool:   # "." (derive --write .) holds everything
+        return name in allowed or any(a == "." or name.startswith(a.rstrip("/") + "/")
+                                      for a in allowed)
 
     changed = []
     for name, info in after.items():
