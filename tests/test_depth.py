@@ -80,16 +80,10 @@ def test_forgetting_patterns():
                                         "F_1 > F_2": 1}
 
 
-def full_record(parameters, F=0.25):
+def full_record(parameters):
     """A record of the shape training.run_seed writes (numbers made up)."""
-    e = [0.01, 0.02]
-    return {"parameters": parameters,
-            "pretrain": {"T1": 10, "converged": True, "diverged": False, "error": e,
-                         "seconds": 0.1},
-            "ood_error": [0.1, 0.2],
-            "finetune": {"T2": 5, "converged": True, "diverged": False, "error": e,
-                         "seconds": 0.1, "source_curve": [e, [None, None]]},
-            "source_before": e, "source_after": e, "F": F, "F_k": [F / 2, F / 2]}
+    from fuzz_cases import depth_record
+    return depth_record(parameters)
 
 
 def test_cache_round_trip_and_mismatch(tmp_path):
@@ -115,7 +109,7 @@ def test_cache_round_trip_and_mismatch(tmp_path):
     lambda r: json.dumps({**r, "F_k": [0.1]}),
     lambda r: json.dumps({**r, "finetune": {"T2": 5}}),
     lambda r: json.dumps({**r, "pretrain": {**r["pretrain"], "T1": True}}),
-    lambda r: json.dumps(r).replace('"T1": 10', '"T1": ' + "9" * 5000),
+    lambda r: json.dumps(r).replace(f'"T1": {r["pretrain"]["T1"]}', '"T1": ' + "9" * 5000),
     lambda r: b"\x80\x04\x95pickle", lambda r: b"\xff\xfe\x00",
 ])
 def test_damaged_cache_entries_are_recomputed(tmp_path, damage):

@@ -163,14 +163,16 @@ def output_format_for(output: str | None, chosen: Format | None) -> Format:
     return form
 
 
+#: -f and -o of every reproduction (resolved by output_format_for).
+FormatOption = Annotated[Optional[Format], typer.Option("--format", "-f",
+    help="table (terminal), markdown or json.", show_default="table; with -o, from its extension")]
+OutputOption = Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE",
+    help="Write to FILE (atomically) instead of the terminal: .md (markdown) or .json.")]
+
+
 @reproduce_app.command("synthetic")
 def synthetic(
-    output_format: Annotated[Optional[Format], typer.Option("--format", "-f",
-        help="table (terminal), markdown or json.",
-        show_default="table; with -o, from its extension")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE",
-        help="Write to FILE (atomically) instead of the terminal: .md (markdown) or .json.")]
-        = None,
+    output_format: FormatOption = None, output: OutputOption = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None,
     prompts: Annotated[Optional[str], typer.Option("--prompts", metavar="N",
         help="Add a column from the finite-prompt simulator with N tokens per prompt "

@@ -8,8 +8,6 @@ trains only what is missing. torch is imported only when something must be train
 from __future__ import annotations
 
 import json
-from enum import Enum
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -19,7 +17,8 @@ from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 from ..errors import InputError
 from . import options
 from .plot import Output, plot_app
-from .reproduce import Format, output_format_for, reproduce_app
+from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
+    reproduce_app
 from .sweep import axis
 
 Text = Optional[str]
@@ -170,12 +169,7 @@ def depth(
         help="γ = ⟨v2, u2⟩ values (γ1 = 1); numbers or ranges START:STOP:NUM.")
     ] = "-0.75,0,0.75",
     seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
-    output_format: Annotated[Optional[Format], typer.Option("--format", "-f",
-        help="table (terminal), markdown or json.",
-        show_default="table; with -o, from its extension")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE",
-        help="Write to FILE (atomically) instead of the terminal: .md (markdown) or .json.")
-    ] = None,
+    output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
 ) -> None:

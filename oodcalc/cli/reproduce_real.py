@@ -18,7 +18,8 @@ import typer
 from .. import limits
 from ..errors import InputError
 from . import options
-from .reproduce import Format, output_format_for, reproduce_app
+from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
+    reproduce_app
 
 #: Rows of the shipped data set (an upper bound on the reviews an estimate counts).
 REVIEWS = 979
@@ -162,12 +163,7 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
 @reproduce_app.command("real")
 def real(
     quick: Quick = False, seeds: Seeds = None,
-    output_format: Annotated[Optional[Format], typer.Option("--format", "-f",
-        help="table (terminal), markdown or json.",
-        show_default="table; with -o, from its extension")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE",
-        help="Write to FILE (atomically) instead of the terminal: .md (markdown) or .json.")
-    ] = None,
+    output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, threads: Threads = None, input_file: Input = None,
 ) -> None:
     """The paper's BERT experiments on real text: rotation, natural shift and forgetting
