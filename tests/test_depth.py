@@ -263,7 +263,9 @@ def test_paper_amplification_is_its_own_table_ratio():
     (["--seeds", "0"], "--seeds"),
     (["--eval-prompts", "101"], "even"),
     (["--eps", "nan"], "--eps"),
-    (["-o", "out.md"], "needs --format markdown or json"),
+    (["-f", "table", "-o", "out.md"], "write a file with --format markdown or json"),
+    (["-o", "out.csv"], "a name ending in .md or .json"),
+    (["-o", "missing/out.md"], "the directory missing does not exist"),   # before training
 ])
 def test_reproduce_depth_bad_input_is_one_line(capsys, tmp_path, args, fragment):
     assert main(["reproduce", "depth", "--cache-dir", str(tmp_path), *args]) == 2

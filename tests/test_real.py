@@ -205,7 +205,7 @@ def test_without_torch_the_command_names_the_install_step(monkeypatch, capsys):
 
 
 def test_cli_bad_options(tmp_path, capsys):
-    assert main(["reproduce", "real", "-o", str(tmp_path / "x.md")]) == 2
+    assert main(["reproduce", "real", "-f", "table", "-o", str(tmp_path / "x.md")]) == 2
     assert main(["reproduce", "real", "--input", str(tmp_path / "missing.json")]) == 2
     (tmp_path / "bad.json").write_text("{}")
     assert main(["reproduce", "real", "--input", str(tmp_path / "bad.json")]) == 2
