@@ -169,8 +169,9 @@ def _first_file(path: Path) -> Path | None:
     return None
 
 
-def check_output_dir(path: str | Path, option: str) -> Path:
-    """A directory that files can be written into (created later if missing)."""
+def check_output_dir(path: str | Path, option: str, *, parents: bool = False) -> Path:
+    """A directory that files can be written into (created later if missing; with
+    ``parents``, missing parents too, as ``mkdir -p`` would)."""
     text = _check_text(path, option, "directory")
     if _system(text):
         raise _refuse(option, text, "a system directory (devices, /proc); give a directory "
@@ -180,9 +181,13 @@ def check_output_dir(path: str | Path, option: str) -> Path:
     mode = _mode(directory, option, text)
     if mode is not None and not stat.S_ISDIR(mode):
         raise _refuse(option, text, f"{_kind(mode) or 'a file'}, not a directory")
-    # an existing directory must take files; a new one, its parent
-    _check_directory(directory if mode is not None else
-                     (directory.parent if str(directory.parent) else Path(".")), option, text)
+    # an existing directory must take files; a new one, its parent (or the nearest
+    # existing ancestor, with parents)
+    holder = directory if mode is not None else \
+        (directory.parent if str(directory.parent) else Path("."))
+    while parents and mode is None and not os.path.lexists(holder) and holder != holder.parent:
+        holder = holder.parent if str(holder.parent) else Path(".")
+    _check_directory(holder, option, text)
     return directory
 
 

@@ -170,6 +170,16 @@ def test_requests_over_the_memory_cap_are_refused_first(tmp_path, capsys, monkey
     assert not (tmp_path / "c").exists()                 # refused before anything
 
 
+def test_missing_cache_directories_are_created_with_their_parents(tmp_path, monkeypatch):
+    """A fresh machine: neither $XDG_CACHE_HOME/oodcalc nor --cache-dir a/b/c exists yet."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert Cache().directory.is_dir()
+    assert Cache(str(tmp_path / "a" / "b" / "c")).directory.is_dir()
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputError, match="is a file, not a directory"):
+        Cache(str(tmp_path / "f" / "b" / "c"))
+
+
 def test_json_table_is_valid_json_with_one_seed():
     """One seed has no sd and no usable run has no mean: null in the JSON, never NaN."""
     from oodcalc.depth.table import build_table

@@ -301,6 +301,11 @@ def test_threads_and_seeds_are_capped_before_running(capsys, monkeypatch, args, 
     assert err.count("\n") == 1 and fragment in err, err
 
 
+def test_new_cache_dir_with_missing_parents_is_accepted(tmp_path):
+    from oodcalc.cli.reproduce_real import cache_directory
+    assert cache_directory(str(tmp_path / "a" / "b")) == tmp_path / "a" / "b"
+
+
 @pytest.mark.parametrize("where", ["afile", "", "/proc", "afile/sub"])
 def test_bad_cache_dir_is_refused_before_running(tmp_path, capsys, monkeypatch, where):
     import oodcalc.real as real

@@ -103,7 +103,7 @@ def cache_directory(cache_dir: str | None) -> Path:
     from ..real import default_cache_dir
     if cache_dir is None:
         return default_cache_dir()
-    return check_output_dir(cache_dir, "--cache-dir")
+    return check_output_dir(cache_dir, "--cache-dir", parents=True)
 
 
 class Bar:

@@ -44,7 +44,8 @@ class Cache:
         self.rejected = 0     # damaged or foreign entries found (then recomputed)
         if enabled:
             # refused before any training: a file, a system path, a read-only directory
-            check_output_dir(directory if directory is not None else self.directory, option)
+            check_output_dir(directory if directory is not None else self.directory, option,
+                             parents=True)
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
             except OSError as err:
