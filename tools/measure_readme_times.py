@@ -6,7 +6,8 @@ Runs each command as a user would (a fresh process, from a scratch directory; th
 from the repository root), records the wall time, the exit code and the machine (cores,
 platform, load average before the runs) in tools/readme_times.json, then rewrites the
 README's generated "times" block from that file (tools/generate_docs.py). The README
-states no time that is not in that file.
+states no time that is not in that file. A command that fails stops the run: its output's
+end is shown and nothing is written.
 
 Two numbers per command: the CPU time of the command and every process it starts (what
 it costs; close to the wall time on an idle machine, except where it runs work in
@@ -50,14 +51,16 @@ COMMANDS: dict[str, tuple[str, str, bool, bool]] = {
 }
 
 
-def run(command: str, cwd: Path) -> tuple[float, float, int]:
-    """(wall seconds, CPU seconds of the command and its children, exit code)."""
+def run(command: str, cwd: Path, log: Path) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of the command and its children, exit code); the
+    command's output goes to ``log`` (shown if it fails)."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, shell=True, cwd=cwd, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with log.open("wb") as out:
+        done = subprocess.run(command, shell=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                              stdout=out, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -79,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for key in COMMANDS:
             command, what, at_root, repeat = COMMANDS[key]
-            runs = [run(command, ROOT if at_root else Path(scratch))
+            log = Path(scratch) / f"{key}.log"
+            runs = [run(command, ROOT if at_root else Path(scratch), log)
                     for _ in range(REPEAT if repeat else 1)]
             wall = statistics.median(w for w, _, _ in runs)
             cpu = statistics.median(c for _, c, _ in runs)
@@ -88,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                              "cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2),
                              "exit_code": code}
             print(f"cpu {cpu:8.2f} s  wall {wall:8.2f} s  exit {code}  {command}", flush=True)
+            if code != 0:     # a failed run's time is not the command's: keep the old table
+                tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
+                print("\n".join(tail), file=sys.stderr)
+                print(f"{command} exited {code}; nothing written", file=sys.stderr)
+                return 1
     data = {"machine": info, "commands": list(measured.values())}
     generate_docs.TIMES_FILE.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8")

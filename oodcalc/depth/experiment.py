@@ -119,7 +119,10 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
             for process in running:
                 process.terminate()
             for process in running:
-                process.join(timeout=10)
+                process.join(timeout=1)
+                if process.is_alive():       # SIGTERM not taken within a second (seen in tests)
+                    process.kill()
+                    process.join(timeout=5)
             raise
     return results
 
