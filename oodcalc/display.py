@@ -67,13 +67,16 @@ def sections(report: Report) -> list[Section]:
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
     finetune.lines.append(f"F = L_tr(after) − L_tr(before) = {F:+.5g} ({meaning})")
-    finetune.header = ["k", "paper's verdict (claim 8)", "condition", "first step (D_k)",
-                       "F_k", "L_{v_k} trend"]
+    finetune.header = ["k", "paper's verdict (claim 8)", "condition", "first step (exact)",
+                       "D_k (first order)", "F_k", "L_{v_k} trend"]
     for f in report.forgetting:
         trend = f.trend + (" ✗ (contradicts the verdict)" if f.theorem_holds is False else "")
-        first = "—" if f.D_k is None else f"{f.initial_direction} (D_k = {f.D_k:+.4g})"
+        first = ("—" if f.first_step is None
+                 else f"{f.initial_direction} ({f.first_step:+.3g})")
+        criterion = ("—" if f.D_k is None else f"{f.D_k:+.4g} "
+                     + ("✓" if f.D_k_agrees else "✗ (the O(η²) term decides)"))
         finetune.rows.append([str(f.k), f.regime or "—", f.condition or "—", first,
-                              f"{f.F_k:+.4g}", trend])
+                              criterion, f"{f.F_k:+.4g}", trend])
     return [head, pretrain, ood_section, finetune]
 
 

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ComputationError
+from .model import conditional_errors
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,18 @@ def source_logits(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
     ``z_ood`` may carry extra leading axes (a trajectory) in front of the batch axis.
     """
     return z1 + _sandwich(M, z_ood - z_ood0, np.swapaxes(M, -1, -2))
+
+
+def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float
+                      ) -> np.ndarray:
+    """The exact change of ``e_k`` on every source feature ``v_k`` over one fine-tuning
+    step of size ``eta_ft`` from ``Q = V Z1 Vᵀ`` (one step of :func:`descend` on the OOD
+    logits, carried to the source by claim 7): ``(B, K)`` for stacks ``z1``, ``M``
+    ``(B, K, K)``. The step is taken whatever ε says; a caller whose run stopped at
+    ``T2 = 0`` has no first step."""
+    z_ood0 = ood_start(z1, M)
+    step = descend(z_ood0, eta_ft, 0.0, 1)       # ε = 0: the rule cannot stop it at t = 0
+    return conditional_errors(source_logits(z1, M, z_ood0, step.z)) - conditional_errors(z1)
 
 
 # --- columns: every OOD column descends on its own -------------------------------------

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import theory
-from .dynamics import descend, ood_start, source_logits
+from .dynamics import descend, first_step_change, ood_start, source_logits
 from .errors import InputError
 from .geometry import check_K
 from .model import attention, conditional_errors, loss_gradient_from_attention
@@ -80,10 +80,7 @@ def exact_first_step(gamma: np.ndarray, z1: np.ndarray, eta_ft: float | np.ndarr
     the T1 source logits ``(K, K)`` or ``(B, K, K)``."""
     gamma = np.atleast_2d(np.asarray(gamma, dtype=np.float64))
     M = gamma[:, :, None] * np.eye(gamma.shape[1])
-    z1 = np.broadcast_to(z1, M.shape)
-    z_ood0 = ood_start(z1, M)
-    step = descend(z_ood0, eta_ft, 0.0, 1)       # ε = 0: the rule cannot stop it at t = 0
-    return conditional_errors(source_logits(z1, M, z_ood0, step.z)) - conditional_errors(z1)
+    return first_step_change(np.broadcast_to(z1, M.shape), M, eta_ft)
 
 
 def source_slopes(z1: np.ndarray) -> np.ndarray:
@@ -200,7 +197,7 @@ def agreement(K: int, n: int, seed: int, protocol: Protocol | None = None) -> Ag
     outcome = signs(per_feature("F"))                                  # sign of F_k
     verdicts = {"paper": per_feature("regime"),
                 "corrected": theory.regime_names(gamma, corrected=True),
-                "D_sign": per_feature("initial_direction")}
+                "D_sign": per_feature("D_direction")}
 
     z1 = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps).z[0]
     z_ood0 = ood_start(z1, gamma[:, :, None] * np.eye(K))

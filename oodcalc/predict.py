@@ -19,12 +19,12 @@ from typing import Callable
 import numpy as np
 
 from . import compiled, estimates, theory
-from .dynamics import Descent, _is_diagonal, descend, descend_ray, ood_start, ray_logits, \
-    require_converged, source_logits
+from .dynamics import Descent, _is_diagonal, descend, descend_ray, first_step_change, \
+    ood_start, ray_logits, require_converged, source_logits
 from .errors import ComputationError
 from .model import attention, conditional_errors
 from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, TREND_TOL, \
-    off_diagonal
+    directions, off_diagonal
 from .setting import Setting
 
 #: Trajectories kept in a report, all phases together (strided beyond).
@@ -292,15 +292,21 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     gamma = geo.gamma
     regimes = theory.forgetting_regimes(gamma) if gamma is not None else [None] * K
     D = theory.first_step_D(gamma, z_ood0) if gamma is not None else [None] * K
-    directions = theory.initial_directions(gamma, z_ood0) if gamma is not None else [None] * K
+    D_directions = (theory.initial_directions(gamma, z_ood0) if gamma is not None
+                    else [None] * K)
+    # the exact first step (none when the rule held at T1: T2 = 0, nothing moved)
+    first = (first_step_change(z1[None], M[None], proto.eta_ft)[0] / K if T2 > 0
+             else np.zeros(K))
+    first_directions = directions(first)
     forgetting = [
         FeatureForgetting(k=k + 1, F_k=float(loss_after[k] - loss_before[k]),
                           loss_before=float(loss_before[k]), loss_after=float(loss_after[k]),
                           trend=trend_names[k],
                           regime=r.regime if r else None,
                           condition=r.condition if r else None,
+                          first_step=float(first[k]), initial_direction=first_directions[k],
                           D_k=None if D[k] is None else float(D[k]),
-                          initial_direction=directions[k])
+                          D_k_direction=D_directions[k])
         for k, r in enumerate(regimes)]
 
     trajectories = {"pretrain": _ray_trajectory(K, ray.path),

@@ -56,6 +56,15 @@ def trend(series: np.ndarray) -> str:
     return "non-monotone"
 
 
+def directions(change: np.ndarray) -> np.ndarray:
+    """``rising``, ``falling`` or ``flat`` (within :data:`TREND_TOL`) for loss changes,
+    elementwise, as :func:`trend` names a one-step series; object dtype."""
+    change = np.asarray(change, dtype=np.float64)
+    out = np.where(change > 0, "rising", "falling").astype(object)
+    out[np.abs(change) <= TREND_TOL] = "flat"
+    return out
+
+
 @dataclass(frozen=True)
 class Pretrain:
     T1: int
@@ -110,8 +119,22 @@ class FeatureForgetting:
     trend: str               # rising | falling | flat | non-monotone, along fine-tuning
     regime: str | None = None      # the theorem's verdict (parallel shifts only)
     condition: str | None = None   # its inequality, in numbers
-    D_k: float | None = None       # claim 8 derived: sign of the first-step change of e_k
-    initial_direction: str | None = None   # rising | falling | flat, from D_k
+    #: the exact change of L_{v_k} over the first fine-tuning step (0 when T2 = 0)
+    first_step: float | None = None
+    #: rising | falling | flat: the sign of ``first_step`` (the trend's tolerance)
+    initial_direction: str | None = None
+    #: claim 8c's first-order criterion (parallel shifts): the first step changes e_k by
+    #: (η_ft/K) g_k D_k + O(η_ft²), g_k > 0
+    D_k: float | None = None
+    D_k_direction: str | None = None   # rising | falling | flat: the sign of D_k
+
+    @property
+    def D_k_agrees(self) -> bool | None:
+        """Whether the first-order sign of ``D_k`` is the exact first step's direction
+        (it can differ where ``D_k ≈ 0``: the O(η²) term decides); None without both."""
+        if self.D_k_direction is None or self.initial_direction is None:
+            return None
+        return self.D_k_direction == self.initial_direction
 
     @property
     def theorem_holds(self) -> bool | None:
@@ -170,8 +193,9 @@ class Report:
     forgetting : list of FeatureForgetting
         Per source feature ``k`` (from 1): ``F_k``, the loss before and after, its
         ``trend`` along fine-tuning, the paper's verdict ``regime``/``condition`` and
-        ``theorem_holds``, and the derived first-step criterion ``D_k`` with its
-        ``initial_direction``.
+        ``theorem_holds``, the exact ``first_step`` change of ``L_{v_k}`` with its
+        ``initial_direction``, and claim 8c's first-order criterion ``D_k`` with its sign
+        ``D_k_direction``.
     trajectories : dict of str → ndarray
         Logits along both phases: ``"pretrain"``, ``"finetune_ood"``,
         ``"finetune_source"`` (strided when a run is very long).
@@ -225,8 +249,9 @@ class Report:
         per_feature = [{"k": f.k, "regime": f.regime, "condition": f.condition,
                         "F_k": f.F_k, "loss_before": f.loss_before,
                         "loss_after": f.loss_after, "trend": f.trend,
-                        "theorem_holds": f.theorem_holds, "D_k": f.D_k,
-                        "initial_direction": f.initial_direction}
+                        "theorem_holds": f.theorem_holds, "first_step": f.first_step,
+                        "initial_direction": f.initial_direction, "D_k": f.D_k,
+                        "D_k_direction": f.D_k_direction, "D_k_agrees": f.D_k_agrees}
                        for f in self.forgetting]
         return jsonable({
             "source": self.source,

@@ -34,11 +34,13 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from . import theory
-from .dynamics import descend_columns, descend_ray, ood_start, ray_logits, source_logits
+from .dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
+    source_logits
 from .errors import InputError
 from .geometry import Geometry, check_K
 from .io import write_atomic
 from .model import conditional_errors
+from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, check_positive
 
 #: Rows per chunk when no executor is given (bounds memory; one chunk is one batch).
@@ -266,7 +268,7 @@ class Chunk:
     eta_ft: np.ndarray
     max_steps: int
     seed: np.random.SeedSequence
-    gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and directions
+    gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and its sign
     compiled: bool = False            # general columns by the Numba kernel (whole sweep)
 
 
@@ -284,11 +286,15 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
                          compiled=chunk.compiled)
     before = conditional_errors(chunk.z1) / K                      # L_{v_k}(Q^(T1))
     after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
+    # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
+    first = np.where(ft.steps[:, None] > 0,
+                     first_step_change(chunk.z1, chunk.M, chunk.eta_ft) / K, 0.0)
     columns = {"T2": ft.steps, "converged_finetune": ft.converged,
-               "ood_loss": ood_loss, "F_k": after - before}
-    if chunk.gamma is not None:   # claim 8, derived: the first step's direction
+               "ood_loss": ood_loss, "F_k": after - before, "first_step_k": first,
+               "initial_direction_k": directions(first)}
+    if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
         D, scale = theory.first_step_terms(chunk.gamma, z_ood0)
-        columns |= {"D_k": D, "initial_direction_k": theory.directions_from_D(D, scale)}
+        columns |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
     return chunk.start, chunk.stop, columns
 
 
@@ -301,9 +307,11 @@ class SweepResult:
     Columns: ``geometry, K, d``, the geometry's parameters (``gamma_1..gamma_K``,
     ``theta``, ``geometry_index``), ``eps, eta, eta_ft, max_steps, seed``, then ``T1, T2,
     converged, converged_pretrain, converged_finetune, ood_loss, F, F_1..F_K,
-    regime_1..regime_K, D_1..D_K, initial_direction_1..initial_direction_K`` (the last
-    three for parallel shifts and rotations: the paper's verdict, and claim 8's derived
-    first-step criterion ``theory.first_step_D`` with its direction). Rows of smaller K
+    first_step_1..first_step_K, initial_direction_1..initial_direction_K`` (the exact
+    change of ``L_{v_k}`` over the first fine-tuning step and its direction, 0 and
+    ``flat`` where ``T2 = 0``), then for parallel shifts and rotations ``regime_1..regime_K,
+    D_1..D_K, D_direction_1..D_direction_K`` (the paper's verdict, and claim 8c's
+    first-order criterion ``theory.first_step_D`` with its sign). Rows of smaller K
     hold NaN (or "") in the columns of features they lack. ``shape`` is the product
     grid's shape when the sweep is one grid.
     """
@@ -596,18 +604,21 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int) -> dict[str,
              "ood_loss": part["ood_loss"],
              "F": part["F_k"].sum(axis=1)}
     cols |= {f"F_{k + 1}": part["F_k"][:, k] for k in range(K)}
+    cols |= {f"first_step_{k + 1}": part["first_step_k"][:, k] for k in range(K)}
+    cols |= {f"initial_direction_{k + 1}": part["initial_direction_k"][:, k]
+             for k in range(K)}
     if grid.gamma is not None:
         r = regimes(grid.gamma)
         cols |= {f"regime_{k + 1}": r[:, k] for k in range(K)}
         cols |= {f"D_{k + 1}": part["D_k"][:, k] for k in range(K)}
-        cols |= {f"initial_direction_{k + 1}": part["initial_direction_k"][:, k]
-                 for k in range(K)}
+        cols |= {f"D_direction_{k + 1}": part["D_direction_k"][:, k] for k in range(K)}
     return cols
 
 
 _ORDER = ("geometry", "K", "d", "gamma_", "theta", "geometry_index", "eps", "eta",
           "eta_ft", "max_steps", "seed", "T1", "T2", "converged", "converged_pretrain",
-          "converged_finetune", "ood_loss", "F", "F_", "regime_", "D_", "initial_direction_")
+          "converged_finetune", "ood_loss", "F", "F_", "first_step_", "initial_direction_",
+          "regime_", "D_", "D_direction_")
 
 
 def _rank(name: str) -> tuple[int, int]:

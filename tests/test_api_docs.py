@@ -80,7 +80,8 @@ def test_a_contradicted_regime_is_marked():
     text = counterexample._repr_markdown_()
     assert "✗ (contradicts the verdict)" in text
     first = counterexample.forgetting[0]
-    assert f"{first.initial_direction} (D_k = {first.D_k:+.4g})" in text   # the derived criterion
+    assert f"| {first.initial_direction} ({first.first_step:+.3g}) |" in text   # exact step
+    assert f"| {first.D_k:+.4g} ✓ |" in text          # the first-order criterion agrees
 
 
 def test_derivation_displays_as_its_markdown_document():

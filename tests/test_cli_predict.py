@@ -140,32 +140,57 @@ def test_console_script_exit_codes():
     assert bad.returncode == 2 and bad.stderr.startswith("oodcalc: error: --gamma[1]")
 
 
-def test_predict_shows_the_first_step_criterion(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "100")
+@pytest.mark.parametrize("columns", ["100", "80"])
+def test_predict_shows_the_first_step_criterion(capsys, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", columns)
     code, out, _ = run(capsys, "predict", "--gamma=-0.7,0.9,0.95")
     assert code == 0
     lines = out.splitlines()
-    assert max(len(line) for line in lines) <= 100
-    header = next(line for line in lines if "paper's verdict" in line)
-    assert "first step" in header and "F_k (exact)" in header and "trend" in header
+    assert max(len(line) for line in lines) <= int(columns) and "…" not in out
+    header = next(i for i, line in enumerate(lines) if "paper's verdict" in line)
+    assert "first step" in lines[header] and "(exact; D_k)" in lines[header + 1]
+    assert "F_k" in lines[header] and "(exact)" in lines[header + 1]
     row = next(i for i, line in enumerate(lines) if line.lstrip().split()[:2] == ["1", "-0.7"])
-    assert "forgetting" in lines[row] and "falling" in lines[row] and "✗" in lines[row]
-    assert "−γ1·γ2 = +0.63 > γ1² = 0.49" in lines[row + 1]
-    assert "D_k = -0.0715" in lines[row + 1]
+    assert "forgetting" in lines[row] and "falling -" in lines[row] and "✗" in lines[row]
+    assert "−γ1·γ2 = +0.63" in lines[row + 1]
+    assert "D_k = -0.0715 ✓" in lines[row + 1]
     assert any(line.startswith("✗ the exact trajectory contradicts") for line in lines)
+
+
+def test_first_step_is_the_exact_step_not_its_first_order_sign(capsys, monkeypatch):
+    # Near D_k = 0 the O(η²) term decides: feature 1 has D_1 = −8.0e-6 < 0, yet the exact
+    # first fine-tuning step raises its error (by 2.85e-9, i.e. L_{v_1} by 9.5e-10).
+    code, out, _ = run(capsys, "predict", "--gamma=-0.3,0.95,0.018471", "--json")
+    first = json.loads(out)["forgetting"]["per_feature"][0]
+    assert first["initial_direction"] == "rising" and first["first_step"] > 0
+    assert first["D_k"] < 0 and first["D_k_direction"] == "falling"
+    assert first["D_k_agrees"] is False
+    assert first["first_step"] == pytest.approx(9.4859e-10, rel=1e-3)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "predict", "--gamma=-0.3,0.95,0.018471")
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in out
+    row = next(i for i, line in enumerate(lines) if line.split()[:2] == ["1", "-0.3"])
+    assert "rising +9.49e-10" in lines[row] and "D_k = -8.036e-06 ✗" in lines[row + 1]
 
 
 def test_predict_json_first_step_fields(capsys, tmp_path):
     code, out, _ = run(capsys, "predict", "--gamma", "0.5,-0.9,-0.9", "--json")
     per = json.loads(out)["forgetting"]["per_feature"]
     assert per[0]["initial_direction"] == "falling" and per[0]["D_k"] < 0
+    assert per[0]["D_k_direction"] == "falling" and per[0]["D_k_agrees"] is True
     assert per[0]["regime"] == "forgetting" and per[0]["theorem_holds"] is False
     code, out, _ = run(capsys, "predict", "--theta", "0.5", "--K", "3", "--json")
     per = json.loads(out)["forgetting"]["per_feature"]   # a rotation is a parallel shift
     assert all(f["initial_direction"] == "falling" and f["D_k"] < 0 for f in per)
     code, out, _ = run(capsys, "predict", "--mean-query", "--K", "3", "--json")
-    per = json.loads(out)["forgetting"]["per_feature"]
-    assert all(f["D_k"] is None and f["initial_direction"] is None for f in per)
+    per = json.loads(out)["forgetting"]["per_feature"]   # the exact step is there, D_k not
+    assert all(f["D_k"] is None and f["D_k_direction"] is None and f["D_k_agrees"] is None
+               for f in per)
+    assert all(f["initial_direction"] in ("rising", "falling", "flat") for f in per)
+    code, out, _ = run(capsys, "predict", "--gamma", "1,1", "--json")
+    per = json.loads(out)["forgetting"]["per_feature"]   # T2 = 0: no step, nothing moved
+    assert all(f["first_step"] == 0 and f["initial_direction"] == "flat" for f in per)
 
 
 def test_identical_features_print_as_one_row(capsys):

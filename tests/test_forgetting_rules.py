@@ -168,3 +168,33 @@ def test_table_and_bad_input():
 def test_H_violation_rate():
     assert fr.H_violation_rate(3, 0.01, 20_000, 0) == 0.0
     assert fr.H_violation_rate(3, 1e-12, 20_000, 0) > 0.005    # large α: a column tips over
+
+
+# --- the reported first step is the exact step, checked on the full Q ------------------------
+
+@pytest.mark.parametrize("K", [3, 4, 5, 6])
+def test_reported_initial_direction_is_one_full_Q_gradient_step(K):
+    """``initial_direction`` (sweep and predict) against one plain GD step on the full
+    d × d Q from the full-Q simulator's own pretraining: 250 random γ per K, 1,000 in all.
+    (Random γ almost never separate the exact step from the sign of D_k: 0 of 60,000
+    features at K = 3. test_cli_predict's γ = (−0.3, 0.95, 0.018471) is a case that does.)"""
+    from oodcalc import sweep as sw
+    from oodcalc.simulate.population import errors_and_gradient, train
+
+    gamma = np.random.default_rng(100 + K).uniform(-1, 1, (250, K))
+    result = sw.sweep(sw.gamma_rows(gamma))
+    V = oc.parallel_shift(gamma[0]).V
+    Q1, _, _ = train(np.zeros((V.shape[0], V.shape[0])), V, 0.1, 0.01, 10**6, "pretraining")
+    before = errors_and_gradient(Q1, V)[0]
+    for b, g in enumerate(gamma):
+        geometry = oc.parallel_shift(g)
+        assert np.array_equal(geometry.V, V)           # V does not depend on γ
+        Q2 = Q1 - 0.1 * errors_and_gradient(Q1, geometry.U)[2]
+        step = (errors_and_gradient(Q2, V)[0] - before) / K      # ΔL_{v_k}, full Q
+        reported = np.array([result[f"first_step_{k + 1}"][b] for k in range(K)])
+        np.testing.assert_allclose(reported, step, rtol=1e-7, atol=1e-17)
+        expected = np.where(step > 0, "rising", "falling")
+        assert all(np.abs(step) > 1e-15)               # every step resolvable in float64
+        assert [result[f"initial_direction_{k + 1}"][b] for k in range(K)] == list(expected)
+    assert oc.predict(oc.Setting(oc.parallel_shift(gamma[0]))).forgetting[0].first_step == \
+        pytest.approx(result["first_step_1"][0], rel=1e-9)

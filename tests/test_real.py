@@ -432,9 +432,9 @@ def test_pipeline_numbers_mean_what_they_say(tiny_run):
 
 
 def test_lower_layers_match_transformers_own_forward():
+    encoder = tiny_encoder()                     # skips without torch and transformers
     import torch
     from oodcalc.real.encoder import lower_hidden, tokenize
-    encoder = tiny_encoder()
     texts = ["great pill the drug", "awful knee"]
     ids = tokenize(encoder, texts, 16)
     ours = lower_hidden(encoder, ids, 1, 8, lambda n: None)

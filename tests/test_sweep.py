@@ -42,6 +42,9 @@ def assert_row_matches_predict(result, i, setting):
         assert math.isclose(row[f"F_{f.k}"], f.F_k, rel_tol=0, abs_tol=AGREE)
         assert row[f"regime_{f.k}"] == f.regime
         assert math.isclose(row[f"D_{f.k}"], f.D_k, rel_tol=1e-12, abs_tol=1e-15)
+        assert row[f"D_direction_{f.k}"] == f.D_k_direction
+        assert math.isclose(row[f"first_step_{f.k}"], f.first_step, rel_tol=1e-9,
+                            abs_tol=1e-18)
         assert row[f"initial_direction_{f.k}"] == f.initial_direction
     p = setting.protocol
     assert (row["eps"], row["eta"], row["eta_ft"]) == (p.eps, p.eta, p.eta_ft)
@@ -89,13 +92,17 @@ def test_any_geometry_grid_equals_predict():
     geometries = [oc.mean_query(3), oc.orthogonal(3), oc.parallel_shift([0.2, -0.4, 1])]
     result = sw.sweep(sw.geometry_grid(geometries, eta=[0.1, 0.2]))
     assert "regime_1" not in result.columns  # not every geometry is a parallel shift
-    assert "D_1" not in result.columns and "initial_direction_1" not in result.columns
+    assert "D_1" not in result.columns and "D_direction_1" not in result.columns
     for i in range(6):
         row = {name: values[i] for name, values in result.columns.items()}
         geometry = geometries[row["geometry_index"]]
         report = oc.predict(oc.Setting(geometry, oc.Protocol(eta=row["eta"])))
         assert (row["T1"], row["T2"]) == (report.pretrain.T1, report.finetune.T2)
         assert math.isclose(row["F"], report.F, abs_tol=AGREE)
+        for f in report.forgetting:      # the exact first step exists for any geometry
+            assert row[f"initial_direction_{f.k}"] == f.initial_direction
+            assert math.isclose(row[f"first_step_{f.k}"], f.first_step, rel_tol=1e-9,
+                                abs_tol=1e-18)
 
 
 def test_gamma_rows_equal_the_product_grid_row_for_row():
@@ -106,12 +113,18 @@ def test_gamma_rows_equal_the_product_grid_row_for_row():
     a, b = sw.sweep(grid), sw.sweep(rows)
     for name in b.columns:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    # the K = 2 boundary γ_1 = −γ_2 = 0.5 is flat; direction is the sign of D elsewhere
+    # D's sign is flat on the K = 2 boundary γ_1 = −γ_2 = 0.5 and the sign of D elsewhere;
+    # the exact first step's direction is the sign of first_step
     for i in range(len(b)):
         for k in (1, 2):
-            D, direction = b[f"D_{k}"][i], b[f"initial_direction_{k}"][i]
+            D, direction = b[f"D_{k}"][i], b[f"D_direction_{k}"][i]
             assert direction == ("flat" if D == 0 else "rising" if D > 0 else "falling")
-    assert b["initial_direction_1"][3] == "flat" and b["D_1"][3] == 0.0   # γ = (0.5, −0.5)
+            step, exact = b[f"first_step_{k}"][i], b[f"initial_direction_{k}"][i]
+            assert exact == ("flat" if abs(step) <= 1e-15 else
+                             "rising" if step > 0 else "falling")
+    assert b["D_direction_1"][3] == "flat" and b["D_1"][3] == 0.0   # γ = (0.5, −0.5)
+    # K = 2: the source margin moves by δW·γ_k(γ_k + γ_m) at every order (claim 8a)
+    assert b["initial_direction_1"][3] == "flat"
 
 
 @pytest.mark.parametrize("bad, fragment", [
@@ -225,7 +238,8 @@ def test_csv_and_npz_round_trip(tmp_path, serial):
         assert rows[i]["converged"] == "true" and rows[i]["regime_1"] == serial["regime_1"][i]
         assert float(rows[i]["D_2"]) == serial["D_2"][i]
         assert rows[i]["initial_direction_2"] == serial["initial_direction_2"][i]
-    assert list(rows[0])[-4:] == ["D_1", "D_2", "initial_direction_1", "initial_direction_2"]
+        assert rows[i]["D_direction_2"] == serial["D_direction_2"][i]
+    assert list(rows[0])[-4:] == ["D_1", "D_2", "D_direction_1", "D_direction_2"]
     back = sw.read_result(serial.write(tmp_path / "phase.npz"))
     assert_same(serial, back)
     assert back.meta == serial.meta and back.grid("F").shape == serial.shape

@@ -19,8 +19,8 @@ def derive(
         help="Claim number, id or key (e.g. 2, 8b or conservation); a number selects all "
              "its parts; every claim if omitted.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT",
-        help="text (terminal), markdown (display math in $$…$$) or latex (a standalone "
-             "document).")] = "text",
+        help="text (terminal), markdown (display math in $$…$$) or latex (one standalone "
+             "document holding every chosen claim).")] = "text",
     list_claims: Annotated[bool, typer.Option("--list",
         help="List the claims with the level of their decisive step and exit (fast: derives "
              "nothing).")] = False,
@@ -47,18 +47,16 @@ def derive(
         return
     chosen = get_claims(claim) if claim is not None else list(CLAIMS)
     from ..symbolic.documents import derivation_of
-    from ..symbolic.render import print_text, to_latex, to_markdown
-    failed = []
-    for c in chosen:
-        d = derivation_of(c.id)
+    from ..symbolic.render import latex_document, print_text, to_markdown
+    derived = [(derivation_of(c.id), c) for c in chosen]
+    if fmt == "latex":                      # one document, so pdflatex sets every claim
+        print(latex_document(derived), end="")
+    for d, c in derived:
         if fmt == "text":
             print_text(d, c)
         elif fmt == "markdown":
             print(to_markdown(d, c))
-        else:
-            print(to_latex(d, c))
-        if not d.passed:
-            failed.append(c.id)
+    failed = [c.id for d, c in derived if not d.passed]
     if failed:
         raise ComputationError(f"a symbolic check failed for claim(s) {', '.join(failed)}")
 

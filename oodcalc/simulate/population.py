@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ComputationError
-from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
+from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, directions, trend
 from ..setting import Setting
 
 
@@ -101,10 +101,14 @@ def simulate_population(setting: Setting) -> Report:
     Q2, T2, source_errors = train(Q1, U, proto.eta_ft, proto.eps, proto.max_steps,
                                   "fine-tuning", watch=V, snapshots=ft_path)
     source_loss = np.array(source_errors) / K
+    first = source_loss[1] - source_loss[0] if T2 > 0 else np.zeros(K)   # no step: T2 = 0
+    first_directions = directions(first)
     forgetting = [FeatureForgetting(k=k + 1, F_k=float(source_loss[-1, k] - source_loss[0, k]),
                                     loss_before=float(source_loss[0, k]),
                                     loss_after=float(source_loss[-1, k]),
-                                    trend=trend(source_loss[:, k]))
+                                    trend=trend(source_loss[:, k]),
+                                    first_step=float(first[k]),
+                                    initial_direction=first_directions[k])
                   for k in range(K)]
     return Report(
         source="simulation: population GD on Q (d×d)",

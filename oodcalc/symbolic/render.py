@@ -14,55 +14,85 @@ from .core import Derivation
 
 FORMATS = ("text", "markdown", "latex")
 
-# Symbol names that sympy's latex printer would mangle, translated piece by piece.
-_SPECIAL_NAMES = {"eta_max": r"\eta_{\max}", "T_flow": r"T_{\mathrm{flow}}",
-                  "softmax_i": r"\mathrm{softmax}_i", "Sigma_m(a_m^2)": r"\sum_m a_m^2"}
-_NAME_PIECES = (("∂", r"\partial "), ("min_{n != k}", r"\min_{n\neq k}"), ("hat y", r"\hat y"),
-                ("vbar", r"\bar v"), ("^T", r"^{\mathsf T}"), ("_src", r"_{\mathrm{src}}"),
-                ("Attn", r"\mathrm{Attn}"))
-_GREEK = re.compile(r"(?<![A-Za-z\\])(alpha|beta|gamma|delta|Delta|epsilon|eta|Lambda|ell)"
-                    r"(?![A-Za-z])")
-_SIMPLE = re.compile(r"^[A-Za-z]+(_\{?[A-Za-z0-9,]+\}?)?$")
+# Symbol names are short formulas ("nabla_Q L", "Sigma_{n != k} ∂e_k/∂z_{n,k}",
+# "(K/eta) delta margin_n"): sympy's printers would set them as one italic word, so they
+# are translated word by word: Greek and operator names get their command, any other word
+# of two or more letters is upright text, "!=" is ≠ and "^T" the transpose.
+_GREEK_WORDS = ("alpha", "beta", "gamma", "delta", "Delta", "epsilon", "eta", "theta",
+                "Lambda", "lambda", "sigma", "ell", "nabla", "partial")
+_OPERATORS = ("max", "min", "log", "exp")
+_WORD_LATEX = {**{w: "\\" + w for w in _GREEK_WORDS + _OPERATORS}, "Sigma": r"\sum"}
+_PIECES_LATEX = (("∂", r"\partial "), ("!=", r"\neq "), ("^T", r"^{\mathsf T}"),
+                 ("hat y", r"\hat y"), ("vbar", r"\bar v"))
+_WHOLE_LATEX = {"softmax_i": r"\mathrm{softmax}_i", "Sigma_m(a_m^2)": r"\sum_m a_m^2"}
+_TOKEN = re.compile(r"\\[A-Za-z]+|[A-Za-z]+|.", re.S)
 
 
 def _symbol_latex(name: str) -> str:
-    if name in _SPECIAL_NAMES:
-        return _SPECIAL_NAMES[name]
-    if _SIMPLE.match(name):
-        return _GREEK.sub(r"\\\1", sp.latex(sp.Symbol(name)))
-    out = name
-    for piece, latex in _NAME_PIECES:
-        out = out.replace(piece, latex)
-    return _GREEK.sub(r"\\\1", out)
-
-
-def math_latex(expr: sp.Basic) -> str:
-    names = {s: _symbol_latex(s.name) for s in expr.atoms(sp.Symbol)}
-    for base in expr.atoms(sp.IndexedBase):
-        names[base.label] = _symbol_latex(str(base.label))
-    return sp.latex(expr, symbol_names=names)
+    if name in _WHOLE_LATEX:
+        return _WHOLE_LATEX[name]
+    for piece, latex in _PIECES_LATEX:
+        name = name.replace(piece, latex)
+    out: list[str] = []
+    for token in _TOKEN.findall(name):
+        if token[0].isalpha() and len(token) > 1:
+            token = _WORD_LATEX.get(token, rf"\mathrm{{{token}}}")
+        if out and out[-1] in "_^" and len(token) > 1 and not token.startswith("\\"):
+            token = "{" + token + "}"           # a multi-letter script: T_{\mathrm{flow}}
+        elif out and out[-1] in "_^" and token.startswith(("\\mathrm", "\\max", "\\min")):
+            token = "{" + token + "}"
+        out.append(token)
+    return "".join(out)
 
 
 _GREEK_UNICODE = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "Delta": "Δ",
-                  "epsilon": "ε", "eta": "η", "Lambda": "Λ", "ell": "ℓ"}
+                  "epsilon": "ε", "eta": "η", "theta": "θ", "Lambda": "Λ", "lambda": "λ",
+                  "sigma": "σ", "ell": "ℓ", "nabla": "∇", "Sigma": "Σ", "partial": "∂"}
+_SUBSCRIPT = dict(zip("0123456789aehijklmnoprstuvx", "₀₁₂₃₄₅₆₇₈₉ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ"))
 
 
 def _symbol_text(name: str) -> str:
-    """A name sympy's pretty printer will not split (it treats _ and ^ as scripts)."""
-    out = name.replace("Sigma_m(a_m^2)", "Σₘaₘ²").replace("min_{n != k}", "min(n≠k)")
-    out = out.replace("^T", "ᵀ").replace("vbar", "v̄").replace("hat y", "ŷ")
-    out = re.sub(r"(?<![A-Za-z])(alpha|beta|gamma|delta|Delta|epsilon|eta|Lambda|ell)"
-                 r"(?![A-Za-z])", lambda m: _GREEK_UNICODE[m.group(1)], out)
+    """The name in Unicode, as one word sympy's pretty printer sets as it stands."""
+    out = name.replace("Sigma_m(a_m^2)", "Σₘaₘ²").replace(" != ", "≠").replace("!=", "≠")
+    for piece, char in (("^T", "ᵀ"), ("^{(T_1)}", "⁽ᵀ¹⁾"), ("^*", "*"), ("^2", "²"),
+                        ("vbar", "v̄"), ("hat y", "ŷ")):
+        out = out.replace(piece, char)
+    out = re.sub(r"(?<![A-Za-z])(" + "|".join(_GREEK_UNICODE) + r")(?![A-Za-z])",
+                 lambda m: _GREEK_UNICODE[m.group(1)], out)
     out = re.sub(r"_\{([^{}]*)\}", r"[\1]", out)
-    out = re.sub(r"\^\{([^{}]*)\}", r"\1", out)
-    return out.replace("_", "").replace("^", "").replace(" ", "")
+    return re.sub(r"_([0-9a-z])(?![A-Za-z])", lambda m: _SUBSCRIPT.get(m.group(1),
+                                                                     "_" + m.group(1)), out)
+
+
+def _subscripted(base: str, index: str) -> str:
+    return f"{base}_{index}" if len(index) == 1 else f"{base}_{{{index}}}"
+
+
+def _for_display(expr: sp.Basic, rename) -> sp.Basic:
+    """``expr`` with every indexed entry ``x[n]`` made the symbol ``x_n`` and, unless
+    ``rename`` is None, every Symbol renamed by ``rename(name)``. An
+    equation is rebuilt unevaluated: ``Eq(symbol, matrix)`` would otherwise evaluate to
+    ``False`` the moment a substitution touches it."""
+    if isinstance(expr, sp.core.relational.Relational):
+        return expr.func(_for_display(expr.lhs, rename), _for_display(expr.rhs, rename),
+                         evaluate=False)
+    rename_or_keep = rename or (lambda name: name)
+    mapping = {x: sp.Symbol(rename_or_keep(_subscripted(str(x.base.label), str(x.indices[0]))))
+               for x in expr.atoms(sp.Indexed) if len(x.indices) == 1}
+    if rename is not None:
+        mapping.update({s: sp.Symbol(rename(s.name), **s.assumptions0)
+                        for s in expr.atoms(sp.Symbol)})
+    return expr.xreplace(mapping) if mapping else expr
+
+
+def math_latex(expr: sp.Basic) -> str:
+    shown = _for_display(expr, None)      # names are set by the printer's symbol_names
+    names = {s: _symbol_latex(s.name) for s in shown.atoms(sp.Symbol)}
+    return sp.latex(shown, symbol_names=names)
 
 
 def math_text(expr: sp.Basic) -> str:
-    rename = {s: sp.Symbol(_symbol_text(s.name)) for s in expr.atoms(sp.Symbol)
-              if not _SIMPLE.match(s.name)}
-    return sp.pretty(expr.xreplace(rename) if rename else expr, use_unicode=True,
-                     wrap_line=False)
+    return sp.pretty(_for_display(expr, _symbol_text), use_unicode=True, wrap_line=False)
 
 
 # --- Markdown -------------------------------------------------------------------------
@@ -177,9 +207,16 @@ PREAMBLE = r"""\documentclass[10pt]{article}
 
 
 def to_latex(d: Derivation, claim) -> str:
-    return (PREAMBLE + "% generated by `python -m oodcalc.symbolic.documents`; do not edit\n"
-            + r"\begin{document}" + "\n" + to_latex_body(d, claim) + r"\end{document}"
-            + "\n")
+    """The file ``derivations/claim….tex``."""
+    return latex_document([(d, claim)], "generated by `python -m oodcalc.symbolic.documents`; "
+                                        "do not edit")
+
+
+def latex_document(derivations, comment: str = "generated by `oodcalc derive`") -> str:
+    """One standalone document holding every ``(derivation, claim)`` pair, a page each."""
+    bodies = (r"\newpage" + "\n").join(to_latex_body(d, claim) for d, claim in derivations)
+    return (PREAMBLE + f"% {comment}\n" + r"\begin{document}" + "\n" + bodies
+            + r"\end{document}" + "\n")
 
 
 # --- text (rich) ----------------------------------------------------------------------
