@@ -4,6 +4,8 @@ documents in derivations/ are current. (The mutation tests are in test_mutations
 
 from __future__ import annotations
 
+import io
+import re
 import shutil
 import subprocess
 
@@ -13,10 +15,12 @@ import sympy as sp
 from oodcalc.claims import CLAIMS, get_claim, get_claims
 from oodcalc.errors import InputError
 from oodcalc.symbolic import documents
-from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, PAPER, REFUTED, SYMBOLIC, Check, is_zero,
-                                   is_zero_rational, level_of)
+from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, PAPER, REFUTED, SYMBOLIC, Check, eq,
+                                   is_zero, is_zero_rational, level_of)
 from oodcalc.symbolic.model import Column, column_symbols, conditional_error
-from oodcalc.symbolic.render import tex_text, to_latex, to_markdown
+from oodcalc.symbolic.render import math_latex, math_text, print_text, tex_text, to_latex, \
+    to_markdown
+from rich.console import Console
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: f"claim{c.id}")
@@ -94,17 +98,100 @@ def test_tex_text_refuses_unknown_characters():
         tex_text("☃")
 
 
+# --- what a reader sees: every derivation in every format --------------------------------
+
+#: upright text in LaTeX math (its letters may form words)
+_UPRIGHT = re.compile(r"\\(?:mathrm|text|operatorname|mathsf|mathbb)\{[^{}]*\}")
+
+
+def latex_math_defects(latex: str) -> list[str]:
+    """What a LaTeX formula must not contain: a bare True/False (an equation sympy
+    evaluated), a word of two or more letters outside a command or upright text (a
+    name without its backslash: ``nabla_Q``, ``Sigma_{n != k}``, ``margin``), ``!=``, or
+    an indexed entry printed raw (``Lambda[n]``)."""
+    found = [latex] if latex.strip() in ("True", "False", r"\text{True}", r"\text{False}") else []
+    words = re.sub(r"\\[A-Za-z]+", " ", _UPRIGHT.sub(" ", latex))
+    found += re.findall(r"[A-Za-z]{2,}", words)
+    found += re.findall(r"!=|[A-Za-z]\[", latex)
+    return found
+
+
+def test_the_defect_finder_finds_the_defects_it_names():
+    for bad in ("False", r"nabla_Q L = F G F^{T}", r"Sigma_{n != k} x", r"\delta margin_n",
+                r"\gamma[n]", r"\eta_{paper}"):
+        assert latex_math_defects(bad), bad
+    for good in (r"\nabla_Q L = F G F^{T}", r"\sum_{n \neq k} x", r"\delta \mathrm{margin}_n",
+                 r"\frac{d}{d s} e_k", r"\log{\left(x \right)}", r"\eta_{\mathrm{paper}}"):
+        assert not latex_math_defects(good), good
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: f"claim{c.id}")
+def test_every_displayed_equation_reads_right_in_every_format(claim):
+    d = documents.derivation_of(claim.id)
+    markdown, latex = to_markdown(d, claim), to_latex(d, claim)
+    formulas = {"markdown": re.findall(r"\$\$ (.*?) \$\$", markdown),
+                "latex": re.findall(r"\\begin\{dmath\*\} (.*?) \\end\{dmath\*\}", latex)}
+    shown = sum(len(step.math) for step in d.steps)
+    for fmt, found in formulas.items():
+        assert len(found) == shown, fmt
+        for formula in found:
+            assert not latex_math_defects(formula), (fmt, formula)
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+    print_text(d, claim, console)
+    text = console.file.getvalue()
+    for expr in (e for step in d.steps for e in step.math):
+        shown = math_text(expr)
+        assert "\n".join("    " + line for line in shown.splitlines()) in text
+        assert not re.search(r"(?m)^\s*(True|False)\s*$", shown), shown
+        # Greek and operator names in words, or Python's != and x[n] of an indexed entry
+        assert not re.search(r"(?<![A-Za-z])(alpha|beta|gamma|delta|Delta|eta|Lambda|Sigma|"
+                             r"nabla|sigma|epsilon)|!=|(alpha|gamma|Lambda)\[", shown), shown
+
+
+def test_an_equation_with_a_matrix_side_is_shown_not_evaluated():
+    # Eq(symbol, matrix expression) evaluates to False when rebuilt by a substitution
+    A = sp.MatrixSymbol("A", 2, 2)
+    shown = eq(sp.Symbol("nabla_Q L"), A.T)
+    assert math_text(shown) != "False" and "∇_Q L" in math_text(shown)
+    assert math_latex(shown).startswith(r"\nabla_Q L =")
+
+
+def _compile(tmp_path, name: str, source: str) -> tuple[int, str]:
+    """pdflatex ``source``; returns (pages, text of the PDF or "" without pdftotext)."""
+    tex = tmp_path / f"{name}.tex"
+    tex.write_text(source, encoding="utf-8")
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", tex.name],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:]
+    pages = int(re.search(r"Output written on .*?\((\d+) pages?", run.stdout).group(1))
+    if shutil.which("pdftotext") is None:
+        return pages, ""
+    out = subprocess.run(["pdftotext", "-layout", f"{name}.pdf", "-"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    return pages, out.stdout
+
+
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
 def test_latex_documents_compile(tmp_path):
     for claim in CLAIMS:
-        d = documents.derivation_of(claim.id)
-        tex = tmp_path / f"claim{claim.id}.tex"
-        tex.write_text(to_latex(d, claim), encoding="utf-8")
-        run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
-                              tex.name], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=120)
-        assert run.returncode == 0, run.stdout[-2000:]
-        assert (tmp_path / f"claim{claim.id}.pdf").exists()
+        pages, text = _compile(tmp_path, f"claim{claim.id}",
+                               to_latex(documents.derivation_of(claim.id), claim))
+        assert pages >= 1 and (not text or f"Claim {claim.id}:" in text)
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.parametrize("selection", ["8", None], ids=["claim 8", "every claim"])
+def test_derive_latex_is_one_document_holding_every_requested_claim(tmp_path, capsys,
+                                                                    selection):
+    from oodcalc.cli import main
+    assert main(["derive", *([selection] if selection else []), "--format", "latex"]) == 0
+    source = capsys.readouterr().out
+    chosen = get_claims(selection) if selection else CLAIMS
+    assert source.count(r"\begin{document}") == source.count(r"\end{document}") == 1
+    pages, text = _compile(tmp_path, "derive", source)
+    assert pages >= len(chosen)                     # a page each: \newpage between claims
+    for claim in chosen:
+        assert not text or f"Claim {claim.id}:" in text, claim.id
 
 
 def test_markdown_shows_level_decisive_step_and_math():
