@@ -302,6 +302,32 @@ NUMERIC_PART_MUTATIONS = {
 }
 
 
+def _neighbour_D(shift):
+    """D_k with (K − 1 + shift)γ_k² in place of (K − 1)γ_k²."""
+    return lambda g, z: (theory.first_step_D(g, z)
+                         - shift * np.asarray(g) ** 2 * theory.ood_shares(z)[1])
+
+
+#: a coefficient's neighbours must fail its row: D_k's (K − 1)γ_k² against Kγ_k² and
+#: (K − 2)γ_k² (8c: geometries where sign(D_1) flips with the coefficient), and a
+#: smoothness constant below the measured sup of ‖∇²e_k‖ ≈ 0.308 (9b)
+NUMERIC_COEFFICIENT_MUTATIONS = {
+    "8c: Kγ_k² in D_k": ("8c", numeric(C8, first_step_D=_neighbour_D(1))),
+    "8c: (K − 2)γ_k² in D_k": ("8c", numeric(C8, first_step_D=_neighbour_D(-1))),
+    "9b: smoothness 0.3": ("9b", numeric(C9, smoothness=0.3)),
+    "9b: smoothness 0.25": ("9b", numeric(C9, smoothness=0.25)),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMERIC_COEFFICIENT_MUTATIONS))
+def test_numeric_coefficient_mutation_fails_the_row(name, quick_context, quick_ledger):
+    claim_id, make = NUMERIC_COEFFICIENT_MUTATIONS[name]
+    row = next(r for r in quick_ledger.rows if r.claim == claim_id)
+    assert row.passed, row.population.details           # the unmutated row passes ...
+    population, _, _ = get_claim(claim_id).load("check")(quick_context, claimed=make())
+    assert not population.passed, population.details    # ... the neighbour fails it
+
+
 @pytest.mark.parametrize("name", list(NUMERIC_PART_MUTATIONS))
 def test_numeric_part_mutation_fails_the_population_check(name, quick_context):
     claim_id, make = NUMERIC_PART_MUTATIONS[name]

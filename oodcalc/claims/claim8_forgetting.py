@@ -48,6 +48,11 @@ NUMERIC_CLAIMED = {"first_step_D": theory.first_step_D,
                    "forgetting_regimes": theory.forgetting_regimes}
 #: The counterexamples to the paper's K > 2 condition (feature 1 in both).
 COUNTEREXAMPLES = ((0.5, -0.9, -0.9), (-0.7, 0.9, 0.95))
+#: Geometries where feature 1's first-step direction separates D_k's coefficient (K − 1)γ_k²
+#: from its neighbours: with Kγ_k² (the first three) or (K − 2)γ_k² (the last three) sign(D_1) would be the opposite of the exact first step's. The 8c ledger row runs them.
+SEPARATING = {(0.4, -0.9, -0.9): "K", (0.4, -0.85, -0.95): "K", (0.3, -0.9, -0.95, -1.0): "K",
+              (0.5, -0.9, -0.9): "(K − 2)", (0.45, -0.8, -0.95): "(K − 2)",
+              (0.3, -0.7, -0.7, -0.7): "(K − 2)"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -531,10 +536,11 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..model import conditional_errors
     from ..setting import Setting
     from ..verify import PopulationCheck
+    from ..theory import ood_shares
     rng = np.random.default_rng(12)
-    gammas = [g for g in ctx.budget.gamma_grid if len(g) > 2]
+    gammas = list(SEPARATING) + [g for g in ctx.budget.gamma_grid if len(g) > 2]
     gammas += [tuple(rng.uniform(-1, 1, K)) for K in (3, 4, 5, 6) for _ in range(3)]
-    agree, count, lines = 0, 0, []
+    agree, count, lines, separated = 0, 0, [], []
     for gamma in gammas:
         rep = ctx.population(Setting(geo.parallel_shift(gamma)))
         z_src = rep.trajectories["finetune_source"]
@@ -546,6 +552,16 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
         if not same.all():
             lines.append(f"γ = {tuple(round(x, 3) for x in gamma)}: sign(D) {np.sign(D)}, "
                          f"first step {np.sign(step)}")
+        if gamma in SEPARATING:
+            # the neighbour coefficient moves D_1 by ∓γ_1²Δ (shown, not used in the verdict)
+            shift = {"K": -1.0, "(K − 2)": 1.0}[SEPARATING[gamma]]
+            neighbour = D[0] + shift * gamma[0] ** 2 * ood_shares(rep.ood.z)[1][0]
+            ok_1 = bool(decided[0]) and np.sign(step[0]) == np.sign(D[0])
+            separated.append(ok_1)
+            lines.append(f"γ = {gamma}, k = 1 (separates (K − 1)γ_k² from "
+                         f"{SEPARATING[gamma]}γ_k²): first step of e_1 {step[0]:+.3g}, "
+                         f"D_1 = {D[0]:+.4g} ({'agrees' if ok_1 else 'DISAGREES'}); with "
+                         f"{SEPARATING[gamma]}γ_k² D_1 would be {neighbour:+.4g}")
     scores = [agreement(K, ctx.budget.rules_n, seed=0) for K in (3, 4, 5, 6)]
     for s in scores:
         p, c, d = (s.scores[name] for name in ("paper", "corrected", "D_sign"))
@@ -558,11 +574,15 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
                        for s in scores)
     population = PopulationCheck(
         f"sign of D_k (closed form at (a)'s own T1 logits) against the first fine-tuning "
-        f"step of e_k on v_k in full-Q GD (simulator a), {len(gammas)} γ with K = 3..6; "
-        "and the corrected sufficient condition against the sign of F_k over random γ",
+        f"step of e_k on v_k in full-Q GD (simulator a), {len(gammas)} γ with K = 3..6 "
+        f"({len(SEPARATING)} of them chosen so that Kγ_k² or (K − 2)γ_k² in place of "
+        "(K − 1)γ_k² flips sign(D_1)); and the corrected sufficient condition against the "
+        "sign of F_k over random γ",
         float(count - agree), None,
-        "every decided feature (|D_k| > 1e-6) agrees; the corrected condition is never wrong",
-        agree == count and corrected_ok, [f"{agree}/{count} features agree"] + lines)
+        "every decided feature (|D_k| > 1e-6) agrees, the separating ones included; the "
+        "corrected condition is never wrong",
+        agree == count and all(separated) and corrected_ok,
+        [f"{agree}/{count} features agree"] + lines)
     return population, None, []
 
 
