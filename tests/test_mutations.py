@@ -192,8 +192,13 @@ SYMBOLIC_MUTATIONS = {
             **c, "logit-step": lambda eta, G: -eta * G / 2}), {"criterion"}),
     },
     "8d": {
-        "gap sign": (claimed(C8, **{"bt-gap-sign": lambda gap: gap.is_negative}),
-                     {"own-logit-largest"}),
+        "gap sign": (claimed(C8, **{"bt-gap-sign": "negative"}), {"own-logit-largest"}),
+        "rest step 2y": (claimed(C8, **{"rest-step": lambda G, y, d: G + 2 * y * d}),
+                         {"rest-below-own"}),
+        "dropped G": (claimed(C8, **{"own-minus-S": lambda x_n, d_n, G: x_n * d_n}),
+                      {"own-attention-bound"}),
+        "claim 2 step sign flipped": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
+            **c, "logit-step": lambda eta, G: eta * G}), {"gap-grows"}),
         "share without a_k": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
             **c, "grad-other": lambda ak, an, S, e: an * (an - S)}),
             {"shares-positive", "error-falls"}),
@@ -216,7 +221,16 @@ SYMBOLIC_MUTATIONS = {
                                   + sig * av ** 2), {"quadratic-form"}),
         "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
         "spread / 4": (claimed(C9, spread=lambda a, b: (a ** 2 + b ** 2) / 4), {"variance"}),
-        "smoothness 1/4": (claimed(C9, smoothness=sp.Rational(1, 4)), {"constant", "search"}),
+        "smoothness 1/4": (claimed(C9, smoothness=sp.Rational(1, 4)),
+                           {"constant", "search", "tight-k2"}),
+        "rest squares R·y": (claimed(C9, **{"rest-squares": lambda G, R, y: G + R * y}),
+                             {"rest-squares"}),
+        "mean gap 2u²": (claimed(C9, **{"mean-gap": lambda u: 2 * u ** 2}),
+                         {"mean-minimises"}),
+        "spread term 2pq": (claimed(C9, **{"spread-term": lambda p, q: 2 * p * q}),
+                            {"spread-term"}),
+        "c_n + 1": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S
+                            + ak + 1), {"weights", "hessian"}),
     },
 }
 

@@ -25,7 +25,8 @@ import numpy as np
 import sympy as sp
 
 from .. import theory
-from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, is_zero, sym_K)
+from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, certify_nonnegative,
+                             coefficients_nonnegative, eq, is_zero, sym_K)
 from ..symbolic.model import Column, conditional_error
 from .claim3_convergence import ray_gradient
 
@@ -42,7 +43,12 @@ CLAIMED = {
     # K = 2: how e_k moves with the source margin; where a_k² + (1 − a_k)² <= a_k
     "k2-monotone": "decreasing",
     # 8d: the sign of the own-logit gap under the condition (it must be positive)
-    "bt-gap-sign": lambda gap: gap.is_positive,
+    "bt-gap-sign": "positive",
+    # 8d, S ≤ a_k: adding a rest entry y ≤ e^{z_k} to the rest (R, P) changes e^{z_k}R − P
+    # = G into this, with d = e^{z_k} − y (the induction over the rest's entries)
+    "rest-step": lambda G, y, d: G + y * d,
+    # 8d: T²(a_k − S) from e^{z_n}, d_n = e^{z_k} − e^{z_n} and G = e^{z_k}R − P
+    "own-minus-S": lambda x_n, d_n, G: x_n * d_n + G,
 }
 NUMERIC_CLAIMED = {"first_step_D": theory.first_step_D,
                    "forgetting_regimes": theory.forgetting_regimes}
@@ -362,24 +368,65 @@ def derive_backward_transfer(claimed: dict = CLAIMED):
            "At T1 column k of the OOD logits is αγ_k² on the diagonal and −αγ_kγ_n/(K − 1) "
            "off it (claim 5), so the gap between the own logit and each other one is",
            eq(sp.Symbol("z_{k,k} - z_{n,k}"), gap))
-    r.check("own-logit-largest", "the gap α(γ_k²(K − 2) + t)/(K − 1) is > 0 for every K ≥ 2, "
-            "α > 0, t > 0: u_k's own logit is the largest of its OOD column at T1 "
-            "(symbolic K)", SYMBOLIC,
-            bool(claimed["bt-gap-sign"](sp.expand(gap.subs({K: j + 2, alpha: sp.Symbol(
-                "alpha", positive=True)})))), decisive=True)
+    alpha_pos = sp.Symbol("alpha", positive=True)
+    num, den = sp.fraction(sp.together(gap.subs({K: j + 2, alpha: alpha_pos})))
+    sign = {"positive": 1, "negative": -1}[claimed["bt-gap-sign"]]
+    r.check("own-logit-largest", "the gap α(γ_k²(K − 2) + t)/(K − 1), K = j + 2, has "
+            "numerator and denominator polynomials in α, j, t > 0 with nonnegative "
+            "coefficients (γ_k² ≥ 0), not all zero: u_k's own logit is the largest of its OOD "
+            "column at T1 (symbolic K)", SYMBOLIC,
+            coefficients_nonnegative(sign * num, [alpha_pos, j, t], strict=True,
+                                     positive=[alpha_pos, t])
+            and coefficients_nonnegative(den, [j], strict=True, positive=[]), decisive=True)
+
+    # S ≤ a_k when the own logit is the largest (symbolic K, the rest through R and P)
+    xk, y, G, d = sp.symbols("x_k y G d", nonnegative=True)
+    R, P = sp.symbols("R P", nonnegative=True)
+    r.step("When the own logit is the largest, a_k is the largest attention and "
+           "S = Σ_m a_m² ≤ a_k. sympy derives it for any K. The rest of the column (R = Σ e^z, "
+           "P = Σ e^{2z} over its entries, each ≤ x_k = e^{z_k}) has G = x_kR − P ≥ 0, by "
+           "induction over its entries: G = 0 for an empty rest, and adding an entry y ≤ x_k "
+           "gives x_k(R + y) − (P + y²) = G + y·(x_k − y) ≥ 0 (a certificate: a polynomial in "
+           "G, y, x_k − y ≥ 0 with nonnegative coefficients):",
+           eq(xk * (R + y) - (P + y ** 2), claimed["rest-step"](G, y, d).subs(d, xk - y)))
+    r.check("rest-below-own", "induction step over the rest's entries: x_k(R + y) − (P + y²) "
+            "= G + y(x_k − y) with G, y, x_k − y ≥ 0 (certificate checked exactly)", SYMBOLIC,
+            certify_nonnegative(xk * (R + y) - (P + y ** 2), claimed["rest-step"](G, y, d),
+                                {G: xk * R - P, y: y, d: xk - y}), decisive=True)
+    col2 = Column("k", "n")
+    ek, en = sp.exp(col2.z["k"]), sp.exp(col2.z["n"])
+    x_n, d_n = sp.symbols("x_n d_n", nonnegative=True)
+    own_minus_S = sp.together((col2.a["k"] - col2.S) * col2.total ** 2)
+    r.step("With the named entry n (e^{z_n} ≤ e^{z_k}) and the rest, T²(a_k − S) (T the "
+           "column's Σe^z) is", eq(sp.Symbol("T^2 (a_k - S)"),
+                                   claimed["own-minus-S"](x_n, d_n, G).xreplace(
+                                       {x_n: en, d_n: ek - en, G: ek * col2.R - col2.P})))
+    r.check("own-attention-bound", "T²(a_k − S) = e^{z_n}(e^{z_k} − e^{z_n}) + G ≥ 0: S ≤ a_k "
+            "for every K (the column encoding, certificate checked exactly)", SYMBOLIC,
+            certify_nonnegative(own_minus_S, claimed["own-minus-S"](x_n, d_n, G),
+                                {x_n: en, d_n: ek - en, G: ek * col2.R - col2.P}),
+            decisive=True)
 
     a_n, a_k, S = sp.symbols("a_n a_k S", nonnegative=True)
     share = conservation["grad-other"](a_k, a_n, S, None)        # Λ_n = a_n(a_n + a_k − S)
-    slack = sp.Symbol("s", nonnegative=True)                     # a_k = S + s: a_k ≥ S
-    margin = sp.expand(share.subs(a_k, S + slack) - a_n ** 2)
-    r.step("When the own logit is the largest, a_k is the largest attention and "
-           "S = Σ_m a_m² ≤ a_k Σ_m a_m = a_k; each share of claim 2 then satisfies "
-           "Λ_n − a_n² = a_n(a_k − S) ≥ 0:", eq(sp.Symbol("Lambda_n - a_n^2"), margin))
-    r.check("shares-positive", "a_k ≥ S makes Λ_n ≥ a_n² > 0 (Λ_n from claim 2)", SYMBOLIC,
-            bool(margin.is_nonnegative), decisive=True)
-    r.step("One fine-tuning step raises z_kk by (η/K)Δ (Δ = ΣΛ_n > 0) and lowers every z_nk by "
-           "(η/K)Λ_n > 0 (claim 2), so every gap grows: by induction u_k's own logit stays the "
-           "largest at every step, and every Λ_n > 0 at every step.")
+    slack = sp.Symbol("b", nonnegative=True)                     # b = a_k − S ≥ 0
+    r.step("Each share of claim 2 then satisfies Λ_n − a_n² = a_n(a_k − S) ≥ 0:",
+           eq(sp.Symbol("Lambda_n - a_n^2"), sp.factor(share - a_n ** 2)))
+    r.check("shares-positive", "Λ_n − a_n² = a_n·(a_k − S), a product of two quantities ≥ 0 "
+            "(Λ_n from claim 2; certificate checked exactly): Λ_n ≥ a_n² > 0", SYMBOLIC,
+            certify_nonnegative(share - a_n ** 2, a_n * slack, {a_n: a_n, slack: a_k - S}),
+            decisive=True)
+    eta_s, Delta_s, Lam_s = sp.symbols("eta Delta Lambda_n", positive=True)
+    step_fn = conservation["logit-step"]
+    gap_change = sp.expand(step_fn(eta_s, -Delta_s / K) - step_fn(eta_s, Lam_s / K))
+    r.step("Induction over the fine-tuning steps: one step raises z_kk by (η/K)Δ (Δ = ΣΛ_n > 0) "
+           "and lowers every z_nk by (η/K)Λ_n > 0 (claim 2's logit step), so every gap "
+           "z_kk − z_nk changes by", eq(sp.Symbol("delta (z_kk - z_nk)"), gap_change))
+    r.check("gap-grows", "the induction step: the gap z_kk − z_nk changes by (η/K)(Δ + Λ_n) > 0 "
+            "(claim 2's step; positive coefficients in η, Δ, Λ_n > 0): u_k's own logit stays "
+            "the largest, so S ≤ a_k and every Λ_n > 0 at every step (symbolic K)", SYMBOLIC,
+            coefficients_nonnegative(gap_change, [eta_s, Delta_s, Lam_s], strict=True),
+            decisive=True)
 
     eta, Delta, Lam_n, rest = sp.symbols("eta Delta Lambda_n R_Lambda", positive=True)
     step, entry = conservation["logit-step"], projection["entry"]
@@ -391,7 +438,7 @@ def derive_backward_transfer(claimed: dict = CLAIMED):
            eq(sp.Symbol("(K/eta) delta margin_n"), growth))
     r.check("source-margins-grow", "every source margin grows at every step: "
             "γ_k²Δ + γ_kγ_nΛ_n = γ_k²R_Λ + tΛ_n > 0 (symbolic K)", SYMBOLIC,
-            bool(growth.is_positive), decisive=True)
+            coefficients_nonnegative(growth, [rest, t, Lam_n], strict=True), decisive=True)
 
     col = Column("k", "n")
     m = sp.Symbol("m", real=True)
