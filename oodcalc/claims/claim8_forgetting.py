@@ -100,11 +100,17 @@ def derive_criterion(claimed: dict = CLAIMED):
            eq(sp.Symbol("g"), other))
     j = sp.Symbol("j", nonnegative=True)
     num, den = sp.fraction(sp.together(other.subs(K, j + 2)))
-    positive = bool(num.is_positive) and bool(sp.expand(den).is_positive)
+    X, Y = sp.symbols("X Y", positive=True)            # e^α, e^β
+    as_poly = {sp.exp(alpha): X, sp.exp(beta): Y, sp.exp(2 * beta): Y ** 2}
+    positive = (coefficients_nonnegative(sp.expand(num).xreplace(as_poly), [j, X, Y],
+                                         strict=True, positive=[X, Y])
+                and coefficients_nonnegative(sp.expand(den).xreplace(as_poly), [j, X, Y],
+                                             strict=True, positive=[X, Y]))
     col_ak = sp.exp(alpha) / (sp.exp(alpha) + (K - 1) * sp.exp(beta))
     col_ek = K * (1 - col_ak) ** 2 / (2 * (K - 1))
-    r.check("g-positive", "g > 0 for every K ≥ 2, g = 2a_k e_k/(K − 1), and the diagonal is "
-            "−(K − 1)g", SYMBOLIC, positive and is_zero(other - 2 * col_ak * col_ek / (K - 1))
+    r.check("g-positive", "g > 0 for every K ≥ 2 (K = j + 2: numerator and denominator are "
+            "polynomials in j ≥ 0, e^α, e^β > 0 with nonnegative coefficients), "
+            "g = 2a_k e_k/(K − 1), and the diagonal is −(K − 1)g", SYMBOLIC, positive and is_zero(other - 2 * col_ak * col_ek / (K - 1))
             and is_zero(own + (K - 1) * other), decisive=True)
 
     r.step("One fine-tuning step moves column k of the OOD logits by (η/K)Δ on the diagonal and "
@@ -147,17 +153,51 @@ def derive_criterion(claimed: dict = CLAIMED):
            "features that share the growth Δ.",
            eq(sp.Symbol("D_k"), target))
     r.check("sufficient", "D_k = Σ_{n≠k}(−γ_kγ_n − (K−1)γ_k²)Λ_n, so −γ_kγ_m0 > (K−1)γ_k² and "
-            "H give D_k > 0 (symbolic K)", SYMBOLIC, same)
+            "H give D_k > 0 (symbolic K)", SYMBOLIC, same, decisive=True)
     r.step("Hypothesis H (Λ_n ≥ 0 for every n ≠ k) holds when a_n + a_k ≥ Σ_m a_m², and "
            "Σ_m a_m² ≤ max_m a_m, so whenever a_n + a_k ≥ max_m a_m: always for K = 2, when "
            "the other γ are equal (equal a_n), and when the query's own feature has the "
            "largest attention. It can fail when a third feature dominates the OOD column.")
-    r.step("At T1 the sufficient condition needs no hypothesis. Under a parallel shift the "
-           "OOD logit of n in column k is −αγ_kγ_n/(K − 1), increasing in −γ_kγ_n, and so is "
-           "c_n; Λ_n = a_n(a_n + a_k − Σ_m a_m²) is negative exactly for the a_n below a "
-           "threshold, i.e. for the smallest c_n. With τ the smallest c_n among the Λ_n ≥ 0, "
-           "Σ_n (c_n − c_min)Λ_n ≥ (τ − c_min)(Σ_{Λ_n≥0} Λ_n − Σ_{Λ_n<0} |Λ_n|) = "
-           "(τ − c_min)Δ ≥ 0, so D_k ≥ c_min·Δ > 0 whenever every c_n > 0.")
+    # At T1 no hypothesis is needed: c_n is increasing in the OOD logit, and a termwise bound.
+    from .claim2_conservation import CLAIMED as conservation
+    from .claim5_ood_weights import parallel_shift_entries
+    alpha5, g_k5, g_n5, _, z_other = parallel_shift_entries()
+    c_n = -g_k5 * g_n5 - claimed["threshold-factor"](K) * g_k5 ** 2
+    lam = (K - 1) / alpha5
+    offset = sp.simplify(c_n - lam * z_other)
+    lam_num, lam_den = sp.fraction(sp.together(lam.subs(K, j + 2)))
+    alpha_p = sp.Symbol("alpha", positive=True)
+    r.step("At T1 the sufficient condition needs no hypothesis. Under a parallel shift the OOD "
+           "logit of n in column k is z_n = −αγ_kγ_n/(K − 1) (claim 5), so c_n = λz_n + μ with "
+           "λ = (K − 1)/α > 0 and μ the same for every n: c_n is an increasing function of the "
+           "logit.", eq(sp.Symbol("c_n - lambda z_n"), offset))
+    r.check("c-increasing", "c_n − λz_nk does not depend on γ_n, with λ = (K − 1)/α > 0 "
+            "(K = j + 2: (j + 1)/α, nonnegative coefficients; claim 5's entries, symbolic K)",
+            SYMBOLIC, sp.simplify(sp.diff(offset, g_n5)) == 0
+            and coefficients_nonnegative(lam_num.subs(alpha5, alpha_p), [j], strict=True,
+                                         positive=[])
+            and lam_den.subs(alpha5, alpha_p).is_positive is True, decisive=True)
+    zn, w, tt = sp.symbols("z_n w t", real=True)
+    a_k, S, T, lam_s, mu = sp.symbols("a_k S T lambda mu", positive=True)
+    a_n = sp.exp(zn) / T
+    theta = sp.exp(w) / T                     # the threshold attention, θ = S − a_k
+    share = conservation["grad-other"](a_k, a_n, a_k + theta, None)   # Λ_n with S = a_k + θ
+    term = sp.expand((lam_s * zn + mu - (lam_s * w + mu)) * share)   # (c_n − τ)Λ_n, τ = c(w)
+    reduced = sp.simplify(term.subs(zn, w + tt) * T ** 2 / (lam_s * sp.exp(2 * w + tt)))
+    sign_set = sp.solveset(tt * (sp.exp(tt) - 1) < 0, tt, sp.S.Reals)
+    r.step("Write Λ_n = a_n(a_n − θ) with θ = S − a_k (claim 2): Λ_n < 0 exactly when a_n < θ. "
+           "For any logit w with e^w/T = θ and τ = λw + μ (the value of c at the threshold), "
+           "each term (c_n − τ)Λ_n is, with t = z_n − w, λe^{2w + t}/T² times",
+           eq(sp.Symbol("t (e^t - 1)"), reduced))
+    r.check("termwise", "(c_n − τ)Λ_n = λe^{2w + t}/T² · t(e^t − 1) (Λ_n from claim 2), and "
+            "sympy's solveset finds no real t with t(e^t − 1) < 0: every term is ≥ 0",
+            SYMBOLIC, sp.simplify(reduced - tt * (sp.exp(tt) - 1)) == 0
+            and sign_set == sp.S.EmptySet, decisive=True)
+    r.step("So Σ_n (c_n − τ)Λ_n ≥ 0, i.e. D_k = Σ_n c_nΛ_n ≥ τΔ. If θ > min_n a_n take w at "
+           "θ: the smallest c_n belongs to an a_n < θ, so τ ≥ c_min. Otherwise every Λ_n ≥ 0 "
+           "and D_k ≥ c_min Δ directly. Either way D_k ≥ c_min·Δ > 0 whenever every c_n > 0, "
+           "i.e. −γ_kγ_m0 > (K − 1)γ_k²: an initial rise, at T1, with no hypothesis on the "
+           "shares (ε, α and the signs of the Λ_n arbitrary).")
     ok, tried, held = True, 0, 0
     rng = np.random.default_rng(13)
     for Kx in (3, 4, 5, 6):

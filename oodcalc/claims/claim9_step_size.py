@@ -127,11 +127,12 @@ def derive_smoothness(claimed: dict = CLAIMED):
         ok &= simplex_nonnegative(sp.expand(c + bound).subs(Q, rr ** 2 - Qc),
                                   [a_k, a_n, rr], {Qc: 2})
     r.step("The weights on the simplex: c_n = 2a_n + a_k − S (n ≠ k) and c_k = 3a_k − 1 − S, "
-           "with S as above. sympy bounds them by Pólya certificates: homogenised with "
+           "with S as above. sympy bounds them by Polya certificates: homogenised with "
            "1 = a_k + a_n + r, each of bound − c_n (Q ≥ 0) and c_n + bound (Q = r² − Q_c, "
            "Q_c ≥ 0) is a polynomial in a_k, a_n, r, Q or Q_c ≥ 0 with every coefficient "
-           "nonnegative:", *[eq(sp.Symbol(f"c ({name})"), c) for name, c in weights.items()])
-    r.check("weights", f"|c_n| ≤ {bound} on the simplex for n ≠ k and n = k, any K (Pólya "
+           "nonnegative:", *[eq(sp.Symbol(name), c) for name, c in
+                             zip(("c_n", "c_k"), weights.values())])
+    r.check("weights", f"|c_n| ≤ {bound} on the simplex for n ≠ k and n = k, any K (Polya "
             "certificates: every coefficient nonnegative after homogenising)", SYMBOLIC, ok,
             decisive=True)
 
@@ -219,7 +220,7 @@ def derive_smoothness(claimed: dict = CLAIMED):
            "shifts at small ε.", eq(sp.Symbol("eta_paper"), sp.Symbol("min_{n != k}") * paper))
     return r.result("9b", "Step size from smoothness (derived)",
                     "Symbolic K: the Hessian of e_k in closed form, its quadratic form as a "
-                    "weighted variance, weights bounded by 2 (Pólya certificates): ‖∇²e_k‖ ≤ 1 "
+                    "weighted variance, weights bounded by 2 (Polya certificates): ‖∇²e_k‖ ≤ 1 "
                     "and GD with η < 2K descends from any start. Loose by a factor 3.25: the "
                     "sup is (39 + 55√33)/1152 ≈ 0.3081 for K = 2 (exact), and the same value "
                     "is the largest found for K = 3..8 (measured).")
