@@ -15,8 +15,10 @@ import sympy as sp
 from oodcalc.claims import CLAIMS, get_claim, get_claims
 from oodcalc.errors import InputError
 from oodcalc.symbolic import documents
-from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, PAPER, REFUTED, SYMBOLIC, Check, eq,
-                                   is_zero, is_zero_rational, level_of)
+from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, PAPER, PROSE, REFUTED, SYMBOLIC, Check,
+                                   certify_nonnegative, coefficients_nonnegative, eq, is_zero,
+                                   is_zero_rational, level_of, prose_lemmas,
+                                   simplex_nonnegative)
 from oodcalc.symbolic.model import Column, column_symbols, conditional_error
 from oodcalc.symbolic.render import math_latex, math_text, print_text, tex_text, to_latex, \
     to_markdown
@@ -29,6 +31,7 @@ def test_derivation_earns_the_registry_level(claim):
     assert d.id == claim.id and d.steps and d.checks
     assert not d.failed(), d.failed()
     assert d.level == claim.level          # computed from the checks, never declared
+    assert tuple(c.what for c in prose_lemmas(d.checks)) == claim.lemmas   # listed as such
     decisive = [c for c in d.checks if c.decisive]
     if claim.level == SYMBOLIC:
         assert decisive and all(c.method == SYMBOLIC for c in decisive)
@@ -52,6 +55,28 @@ def test_level_of_follows_the_weakest_decisive_check():
     assert level_of([Check("d", "x", SYMBOLIC, True)]) == PAPER          # nothing decisive
     assert level_of([Check("e", "x", SYMBOLIC, False, decisive=True)]).startswith("not")
     assert level_of([sym], refutes=True) == REFUTED
+    prose = Check("f", "a lemma argued in prose", PROSE, True, decisive=True)
+    assert level_of([sym, prose]) == "symbolic K + lemma in prose"
+    assert level_of([sym, Check("g", "x", EXPLICIT, True, decisive=True, ks=(2,)), prose]) \
+        == "K = 2 + lemma in prose"
+    assert level_of([sym, Check("h", "x", PROSE, True)]) == SYMBOLIC   # not decisive
+
+
+def test_nonnegativity_certificates_can_fail():
+    """The inequality checks are decision procedures that refuse a false inequality."""
+    a, b, r, Q = sp.symbols("a b r Q", nonnegative=True)
+    x, y = sp.symbols("x y", real=True)
+    assert coefficients_nonnegative(a * b + 2 * r, [a, b, r])
+    assert not coefficients_nonnegative(a * b - r, [a, b, r])
+    assert coefficients_nonnegative(a + b, [a, b], strict=True)
+    assert not coefficients_nonnegative(a * b, [a, b], strict=True, positive=[a])
+    assert certify_nonnegative((x - y) ** 2 + 2 * x * y, a + b, {a: x ** 2, b: y ** 2})
+    assert not certify_nonnegative((x - y) ** 2, a + b, {a: x ** 2, b: y ** 2})  # wrong identity
+    assert not certify_nonnegative(x ** 2 - y ** 2, a - b, {a: x ** 2, b: y ** 2})  # sign
+    S = a ** 2 + b ** 2 + Q                                 # Σ a_m² on the simplex a + b + r = 1
+    assert simplex_nonnegative(2 - (2 * b + a - S), [a, b, r], {Q: 2})
+    assert not simplex_nonnegative(1 - (2 * b + a - S), [a, b, r], {Q: 2})
+    assert not simplex_nonnegative(a * b - sp.Rational(1, 5), [a, b, r])
 
 
 def test_registry_lookup():

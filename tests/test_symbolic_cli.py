@@ -23,6 +23,7 @@ def test_derive_list(capsys):
         assert key in out
     for level in ("symbolic K", "K = 2", "refuted", "rests on the paper"):
         assert level in out
+    assert "Decisive steps argued in prose, not derived:" in out and "lemma in prose" in out
 
 
 @pytest.mark.parametrize("fmt,marker", [("text", "Level: symbolic K"),

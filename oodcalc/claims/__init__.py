@@ -9,7 +9,9 @@ iterate it. It imports nothing heavy: the claim modules load (with sympy) when u
 
 Levels (what a derivation earns, computed from its decisive checks and kept equal to the
 registry's ``level`` by the tests): ``symbolic K`` — sympy derived the decisive step with
-the number of features K a Symbol; ``K = a..b`` — derived for each K in that range;
+the number of features K a Symbol (inequalities by certificates that can fail: a
+polynomial in quantities known ≥ 0 with nonnegative coefficients, checked equal to the
+expression); ``... + lemma in prose`` — a decisive step is argued in prose, not derived; ``K = a..b`` — derived for each K in that range;
 ``numeric`` — only numbers support it; ``rests on the paper`` — the decisive argument is the
 paper's and is not reproduced; ``refuted`` — a counterexample to the paper's statement
 stands (exactly, and in full gradient descent).
@@ -36,6 +38,9 @@ class Claim:
     derive: str = "derive"      # function names in the module
     check: str = "check"
     refutes: bool = False       # the statement is the paper's and the ledger refutes it
+    #: the decisive steps argued in prose (the derivation's "prose lemma" checks, in order);
+    #: any makes the level "... + lemma in prose"; `oodcalc derive --list` names them
+    lemmas: tuple[str, ...] = ()
 
     @property
     def number(self) -> int:
@@ -118,16 +123,20 @@ CLAIMS: tuple[Claim, ...] = (
           "D_k = Σ_{n≠k}(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ; so −γ_kγ_m0 > (K−1)γ_k² starts "
           "forgetting, and for K = 2 the paper's theorem follows.",
           "symbolic K",
-          "at T1 the source column is symmetric: ∂e_k/∂z_nk = g for every n ≠ k and "
-          "−(K−1)g on the diagonal; the step moves it by γ_k²Δ and −γ_kγ_nΛ_n",
+          "at T1 the source column is symmetric: ∂e_k/∂z_nk = g > 0 for every n ≠ k and "
+          "−(K−1)g on the diagonal; the step moves it by γ_k²Δ and −γ_kγ_nΛ_n; and "
+          "D_k = Σ c_nΛ_n ≥ c_min·Δ at T1, since c_n = −γ_kγ_n − (K−1)γ_k² increases with the "
+          "OOD logit and each (c_n − τ)Λ_n is a positive multiple of t(e^t − 1) ≥ 0",
           _M + "claim8_forgetting", "derive_criterion", "check_criterion"),
     Claim("8d", "backward-transfer", "Backward-transfer threshold, any K",
           "Any K: with m1 = argmin_{m≠k} γ_kγ_m, −γ_kγ_m1 < γ_k² makes L_{v_k} fall "
           "monotonically through fine-tuning (the paper's second condition; every ε and η).",
           "symbolic K",
-          "the condition makes u_k's own OOD logit the largest at T1 and at every step, so "
-          "every share Λ_n ≥ a_n² > 0, every source margin grows by (η/K)(γ_k²Δ + γ_kγ_nΛ_n) "
-          "> 0, and e_k falls with every margin",
+          "the condition makes u_k's own OOD logit the largest at T1, and every step widens "
+          "each gap by (η/K)(Δ + Λ_n) (induction); a largest own logit gives S ≤ a_k "
+          "(certificate; the rest by induction over its entries), so every share "
+          "Λ_n ≥ a_n² > 0, every source margin grows by (η/K)(γ_k²Δ + γ_kγ_nΛ_n) > 0, and e_k "
+          "falls with every margin",
           _M + "claim8_forgetting", "derive_backward_transfer", "check_backward_transfer"),
     Claim("9a", "step-size", "Fine-tuning step size (paper)",
           "η <= min_{n≠k} exp(−β_{u_n,u_k}^(T1)) suffices for fine-tuning.",
@@ -136,10 +145,13 @@ CLAIMS: tuple[Claim, ...] = (
           _M + "claim9_step_size", "derive_paper_bound", "check_paper_bound"),
     Claim("9b", "step-size-smoothness", "Step size from smoothness (derived)",
           "Any K, any start: ‖∇²e_k‖ ≤ 1 in the logits, so L = Σ e_k/K is (1/K)-smooth and "
-          "every GD step with η < 2K lowers L (descent lemma).",
+          "every GD step with η < 2K lowers L (descent lemma). Loose by a factor 3.25: "
+          "sup ‖∇²e_k‖ = (39 + 55√33)/1152 ≈ 0.3081 for K = 2 (derived), the largest value "
+          "found for K = 3..8 (measured).",
           "symbolic K",
-          "the second derivative of e_k along v is Σ_n a_n c_n (v_n − ⟨a,v⟩)² with "
-          "|c_n| ≤ 2, and Σ_n a_n (v_n − ⟨a,v⟩)² ≤ ‖v‖²/2",
+          "the second derivative of e_k along v is Σ_n a_n c_n (v_n − ⟨a,v⟩)²; |c_n| ≤ 2 on "
+          "the simplex (Polya certificates, with Σ_rest a_m² ≤ (Σ_rest a_m)² by induction) "
+          "and Σ_n a_n (v_n − ⟨a,v⟩)² ≤ ‖v‖²/2 (the mean and the spread, by certificates)",
           _M + "claim9_step_size", "derive_smoothness", "check_smoothness"),
 )
 

@@ -25,7 +25,8 @@ import numpy as np
 import sympy as sp
 
 from .. import theory
-from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, is_zero, sym_K)
+from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, certify_nonnegative,
+                             coefficients_nonnegative, eq, is_zero, sym_K)
 from ..symbolic.model import Column, conditional_error
 from .claim3_convergence import ray_gradient
 
@@ -42,12 +43,22 @@ CLAIMED = {
     # K = 2: how e_k moves with the source margin; where a_k² + (1 − a_k)² <= a_k
     "k2-monotone": "decreasing",
     # 8d: the sign of the own-logit gap under the condition (it must be positive)
-    "bt-gap-sign": lambda gap: gap.is_positive,
+    "bt-gap-sign": "positive",
+    # 8d, S ≤ a_k: adding a rest entry y ≤ e^{z_k} to the rest (R, P) changes e^{z_k}R − P
+    # = G into this, with d = e^{z_k} − y (the induction over the rest's entries)
+    "rest-step": lambda G, y, d: G + y * d,
+    # 8d: T²(a_k − S) from e^{z_n}, d_n = e^{z_k} − e^{z_n} and G = e^{z_k}R − P
+    "own-minus-S": lambda x_n, d_n, G: x_n * d_n + G,
 }
 NUMERIC_CLAIMED = {"first_step_D": theory.first_step_D,
                    "forgetting_regimes": theory.forgetting_regimes}
 #: The counterexamples to the paper's K > 2 condition (feature 1 in both).
 COUNTEREXAMPLES = ((0.5, -0.9, -0.9), (-0.7, 0.9, 0.95))
+#: Geometries where feature 1's first-step direction separates D_k's coefficient (K − 1)γ_k²
+#: from its neighbours: with Kγ_k² (the first three) or (K − 2)γ_k² (the last three) sign(D_1) would be the opposite of the exact first step's. The 8c ledger row runs them.
+SEPARATING = {(0.4, -0.9, -0.9): "K", (0.4, -0.85, -0.95): "K", (0.3, -0.9, -0.95, -1.0): "K",
+              (0.5, -0.9, -0.9): "(K − 2)", (0.45, -0.8, -0.95): "(K − 2)",
+              (0.3, -0.7, -0.7, -0.7): "(K − 2)"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,11 +100,17 @@ def derive_criterion(claimed: dict = CLAIMED):
            eq(sp.Symbol("g"), other))
     j = sp.Symbol("j", nonnegative=True)
     num, den = sp.fraction(sp.together(other.subs(K, j + 2)))
-    positive = bool(num.is_positive) and bool(sp.expand(den).is_positive)
+    X, Y = sp.symbols("X Y", positive=True)            # e^α, e^β
+    as_poly = {sp.exp(alpha): X, sp.exp(beta): Y, sp.exp(2 * beta): Y ** 2}
+    positive = (coefficients_nonnegative(sp.expand(num).xreplace(as_poly), [j, X, Y],
+                                         strict=True, positive=[X, Y])
+                and coefficients_nonnegative(sp.expand(den).xreplace(as_poly), [j, X, Y],
+                                             strict=True, positive=[X, Y]))
     col_ak = sp.exp(alpha) / (sp.exp(alpha) + (K - 1) * sp.exp(beta))
     col_ek = K * (1 - col_ak) ** 2 / (2 * (K - 1))
-    r.check("g-positive", "g > 0 for every K ≥ 2, g = 2a_k e_k/(K − 1), and the diagonal is "
-            "−(K − 1)g", SYMBOLIC, positive and is_zero(other - 2 * col_ak * col_ek / (K - 1))
+    r.check("g-positive", "g > 0 for every K ≥ 2 (K = j + 2: numerator and denominator are "
+            "polynomials in j ≥ 0, e^α, e^β > 0 with nonnegative coefficients), "
+            "g = 2a_k e_k/(K − 1), and the diagonal is −(K − 1)g", SYMBOLIC, positive and is_zero(other - 2 * col_ak * col_ek / (K - 1))
             and is_zero(own + (K - 1) * other), decisive=True)
 
     r.step("One fine-tuning step moves column k of the OOD logits by (η/K)Δ on the diagonal and "
@@ -136,17 +153,51 @@ def derive_criterion(claimed: dict = CLAIMED):
            "features that share the growth Δ.",
            eq(sp.Symbol("D_k"), target))
     r.check("sufficient", "D_k = Σ_{n≠k}(−γ_kγ_n − (K−1)γ_k²)Λ_n, so −γ_kγ_m0 > (K−1)γ_k² and "
-            "H give D_k > 0 (symbolic K)", SYMBOLIC, same)
+            "H give D_k > 0 (symbolic K)", SYMBOLIC, same, decisive=True)
     r.step("Hypothesis H (Λ_n ≥ 0 for every n ≠ k) holds when a_n + a_k ≥ Σ_m a_m², and "
            "Σ_m a_m² ≤ max_m a_m, so whenever a_n + a_k ≥ max_m a_m: always for K = 2, when "
            "the other γ are equal (equal a_n), and when the query's own feature has the "
            "largest attention. It can fail when a third feature dominates the OOD column.")
-    r.step("At T1 the sufficient condition needs no hypothesis. Under a parallel shift the "
-           "OOD logit of n in column k is −αγ_kγ_n/(K − 1), increasing in −γ_kγ_n, and so is "
-           "c_n; Λ_n = a_n(a_n + a_k − Σ_m a_m²) is negative exactly for the a_n below a "
-           "threshold, i.e. for the smallest c_n. With τ the smallest c_n among the Λ_n ≥ 0, "
-           "Σ_n (c_n − c_min)Λ_n ≥ (τ − c_min)(Σ_{Λ_n≥0} Λ_n − Σ_{Λ_n<0} |Λ_n|) = "
-           "(τ − c_min)Δ ≥ 0, so D_k ≥ c_min·Δ > 0 whenever every c_n > 0.")
+    # At T1 no hypothesis is needed: c_n is increasing in the OOD logit, and a termwise bound.
+    from .claim2_conservation import CLAIMED as conservation
+    from .claim5_ood_weights import parallel_shift_entries
+    alpha5, g_k5, g_n5, _, z_other = parallel_shift_entries()
+    c_n = -g_k5 * g_n5 - claimed["threshold-factor"](K) * g_k5 ** 2
+    lam = (K - 1) / alpha5
+    offset = sp.simplify(c_n - lam * z_other)
+    lam_num, lam_den = sp.fraction(sp.together(lam.subs(K, j + 2)))
+    alpha_p = sp.Symbol("alpha", positive=True)
+    r.step("At T1 the sufficient condition needs no hypothesis. Under a parallel shift the OOD "
+           "logit of n in column k is z_n = −αγ_kγ_n/(K − 1) (claim 5), so c_n = λz_n + μ with "
+           "λ = (K − 1)/α > 0 and μ the same for every n: c_n is an increasing function of the "
+           "logit.", eq(sp.Symbol("c_n - lambda z_n"), offset))
+    r.check("c-increasing", "c_n − λz_nk does not depend on γ_n, with λ = (K − 1)/α > 0 "
+            "(K = j + 2: (j + 1)/α, nonnegative coefficients; claim 5's entries, symbolic K)",
+            SYMBOLIC, sp.simplify(sp.diff(offset, g_n5)) == 0
+            and coefficients_nonnegative(lam_num.subs(alpha5, alpha_p), [j], strict=True,
+                                         positive=[])
+            and lam_den.subs(alpha5, alpha_p).is_positive is True, decisive=True)
+    zn, w, tt = sp.symbols("z_n w t", real=True)
+    a_k, S, T, lam_s, mu = sp.symbols("a_k S T lambda mu", positive=True)
+    a_n = sp.exp(zn) / T
+    theta = sp.exp(w) / T                     # the threshold attention, θ = S − a_k
+    share = conservation["grad-other"](a_k, a_n, a_k + theta, None)   # Λ_n with S = a_k + θ
+    term = sp.expand((lam_s * zn + mu - (lam_s * w + mu)) * share)   # (c_n − τ)Λ_n, τ = c(w)
+    reduced = sp.simplify(term.subs(zn, w + tt) * T ** 2 / (lam_s * sp.exp(2 * w + tt)))
+    sign_set = sp.solveset(tt * (sp.exp(tt) - 1) < 0, tt, sp.S.Reals)
+    r.step("Write Λ_n = a_n(a_n − θ) with θ = S − a_k (claim 2): Λ_n < 0 exactly when a_n < θ. "
+           "For any logit w with e^w/T = θ and τ = λw + μ (the value of c at the threshold), "
+           "each term (c_n − τ)Λ_n is, with t = z_n − w, λe^{2w + t}/T² times",
+           eq(sp.Symbol("t (e^t - 1)"), reduced))
+    r.check("termwise", "(c_n − τ)Λ_n = λe^{2w + t}/T² · t(e^t − 1) (Λ_n from claim 2), and "
+            "sympy's solveset finds no real t with t(e^t − 1) < 0: every term is ≥ 0",
+            SYMBOLIC, sp.simplify(reduced - tt * (sp.exp(tt) - 1)) == 0
+            and sign_set == sp.S.EmptySet, decisive=True)
+    r.step("So Σ_n (c_n − τ)Λ_n ≥ 0, i.e. D_k = Σ_n c_nΛ_n ≥ τΔ. If θ > min_n a_n take w at "
+           "θ: the smallest c_n belongs to an a_n < θ, so τ ≥ c_min. Otherwise every Λ_n ≥ 0 "
+           "and D_k ≥ c_min Δ directly. Either way D_k ≥ c_min·Δ > 0 whenever every c_n > 0, "
+           "i.e. −γ_kγ_m0 > (K − 1)γ_k²: an initial rise, at T1, with no hypothesis on the "
+           "shares (ε, α and the signs of the Λ_n arbitrary).")
     ok, tried, held = True, 0, 0
     rng = np.random.default_rng(13)
     for Kx in (3, 4, 5, 6):
@@ -357,24 +408,65 @@ def derive_backward_transfer(claimed: dict = CLAIMED):
            "At T1 column k of the OOD logits is αγ_k² on the diagonal and −αγ_kγ_n/(K − 1) "
            "off it (claim 5), so the gap between the own logit and each other one is",
            eq(sp.Symbol("z_{k,k} - z_{n,k}"), gap))
-    r.check("own-logit-largest", "the gap α(γ_k²(K − 2) + t)/(K − 1) is > 0 for every K ≥ 2, "
-            "α > 0, t > 0: u_k's own logit is the largest of its OOD column at T1 "
-            "(symbolic K)", SYMBOLIC,
-            bool(claimed["bt-gap-sign"](sp.expand(gap.subs({K: j + 2, alpha: sp.Symbol(
-                "alpha", positive=True)})))), decisive=True)
+    alpha_pos = sp.Symbol("alpha", positive=True)
+    num, den = sp.fraction(sp.together(gap.subs({K: j + 2, alpha: alpha_pos})))
+    sign = {"positive": 1, "negative": -1}[claimed["bt-gap-sign"]]
+    r.check("own-logit-largest", "the gap α(γ_k²(K − 2) + t)/(K − 1), K = j + 2, has "
+            "numerator and denominator polynomials in α, j, t > 0 with nonnegative "
+            "coefficients (γ_k² ≥ 0), not all zero: u_k's own logit is the largest of its OOD "
+            "column at T1 (symbolic K)", SYMBOLIC,
+            coefficients_nonnegative(sign * num, [alpha_pos, j, t], strict=True,
+                                     positive=[alpha_pos, t])
+            and coefficients_nonnegative(den, [j], strict=True, positive=[]), decisive=True)
+
+    # S ≤ a_k when the own logit is the largest (symbolic K, the rest through R and P)
+    xk, y, G, d = sp.symbols("x_k y G d", nonnegative=True)
+    R, P = sp.symbols("R P", nonnegative=True)
+    r.step("When the own logit is the largest, a_k is the largest attention and "
+           "S = Σ_m a_m² ≤ a_k. sympy derives it for any K. The rest of the column (R = Σ e^z, "
+           "P = Σ e^{2z} over its entries, each ≤ x_k = e^{z_k}) has G = x_kR − P ≥ 0, by "
+           "induction over its entries: G = 0 for an empty rest, and adding an entry y ≤ x_k "
+           "gives x_k(R + y) − (P + y²) = G + y·(x_k − y) ≥ 0 (a certificate: a polynomial in "
+           "G, y, x_k − y ≥ 0 with nonnegative coefficients):",
+           eq(xk * (R + y) - (P + y ** 2), claimed["rest-step"](G, y, d).subs(d, xk - y)))
+    r.check("rest-below-own", "induction step over the rest's entries: x_k(R + y) − (P + y²) "
+            "= G + y(x_k − y) with G, y, x_k − y ≥ 0 (certificate checked exactly)", SYMBOLIC,
+            certify_nonnegative(xk * (R + y) - (P + y ** 2), claimed["rest-step"](G, y, d),
+                                {G: xk * R - P, y: y, d: xk - y}), decisive=True)
+    col2 = Column("k", "n")
+    ek, en = sp.exp(col2.z["k"]), sp.exp(col2.z["n"])
+    x_n, d_n = sp.symbols("x_n d_n", nonnegative=True)
+    own_minus_S = sp.together((col2.a["k"] - col2.S) * col2.total ** 2)
+    r.step("With the named entry n (e^{z_n} ≤ e^{z_k}) and the rest, T²(a_k − S) (T the "
+           "column's Σe^z) is", eq(sp.Symbol("T^2 (a_k - S)"),
+                                   claimed["own-minus-S"](x_n, d_n, G).xreplace(
+                                       {x_n: en, d_n: ek - en, G: ek * col2.R - col2.P})))
+    r.check("own-attention-bound", "T²(a_k − S) = e^{z_n}(e^{z_k} − e^{z_n}) + G ≥ 0: S ≤ a_k "
+            "for every K (the column encoding, certificate checked exactly)", SYMBOLIC,
+            certify_nonnegative(own_minus_S, claimed["own-minus-S"](x_n, d_n, G),
+                                {x_n: en, d_n: ek - en, G: ek * col2.R - col2.P}),
+            decisive=True)
 
     a_n, a_k, S = sp.symbols("a_n a_k S", nonnegative=True)
     share = conservation["grad-other"](a_k, a_n, S, None)        # Λ_n = a_n(a_n + a_k − S)
-    slack = sp.Symbol("s", nonnegative=True)                     # a_k = S + s: a_k ≥ S
-    margin = sp.expand(share.subs(a_k, S + slack) - a_n ** 2)
-    r.step("When the own logit is the largest, a_k is the largest attention and "
-           "S = Σ_m a_m² ≤ a_k Σ_m a_m = a_k; each share of claim 2 then satisfies "
-           "Λ_n − a_n² = a_n(a_k − S) ≥ 0:", eq(sp.Symbol("Lambda_n - a_n^2"), margin))
-    r.check("shares-positive", "a_k ≥ S makes Λ_n ≥ a_n² > 0 (Λ_n from claim 2)", SYMBOLIC,
-            bool(margin.is_nonnegative), decisive=True)
-    r.step("One fine-tuning step raises z_kk by (η/K)Δ (Δ = ΣΛ_n > 0) and lowers every z_nk by "
-           "(η/K)Λ_n > 0 (claim 2), so every gap grows: by induction u_k's own logit stays the "
-           "largest at every step, and every Λ_n > 0 at every step.")
+    slack = sp.Symbol("b", nonnegative=True)                     # b = a_k − S ≥ 0
+    r.step("Each share of claim 2 then satisfies Λ_n − a_n² = a_n(a_k − S) ≥ 0:",
+           eq(sp.Symbol("Lambda_n - a_n^2"), sp.factor(share - a_n ** 2)))
+    r.check("shares-positive", "Λ_n − a_n² = a_n·(a_k − S), a product of two quantities ≥ 0 "
+            "(Λ_n from claim 2; certificate checked exactly): Λ_n ≥ a_n² > 0", SYMBOLIC,
+            certify_nonnegative(share - a_n ** 2, a_n * slack, {a_n: a_n, slack: a_k - S}),
+            decisive=True)
+    eta_s, Delta_s, Lam_s = sp.symbols("eta Delta Lambda_n", positive=True)
+    step_fn = conservation["logit-step"]
+    gap_change = sp.expand(step_fn(eta_s, -Delta_s / K) - step_fn(eta_s, Lam_s / K))
+    r.step("Induction over the fine-tuning steps: one step raises z_kk by (η/K)Δ (Δ = ΣΛ_n > 0) "
+           "and lowers every z_nk by (η/K)Λ_n > 0 (claim 2's logit step), so every gap "
+           "z_kk − z_nk changes by", eq(sp.Symbol("delta (z_kk - z_nk)"), gap_change))
+    r.check("gap-grows", "the induction step: the gap z_kk − z_nk changes by (η/K)(Δ + Λ_n) > 0 "
+            "(claim 2's step; positive coefficients in η, Δ, Λ_n > 0): u_k's own logit stays "
+            "the largest, so S ≤ a_k and every Λ_n > 0 at every step (symbolic K)", SYMBOLIC,
+            coefficients_nonnegative(gap_change, [eta_s, Delta_s, Lam_s], strict=True),
+            decisive=True)
 
     eta, Delta, Lam_n, rest = sp.symbols("eta Delta Lambda_n R_Lambda", positive=True)
     step, entry = conservation["logit-step"], projection["entry"]
@@ -386,7 +478,7 @@ def derive_backward_transfer(claimed: dict = CLAIMED):
            eq(sp.Symbol("(K/eta) delta margin_n"), growth))
     r.check("source-margins-grow", "every source margin grows at every step: "
             "γ_k²Δ + γ_kγ_nΛ_n = γ_k²R_Λ + tΛ_n > 0 (symbolic K)", SYMBOLIC,
-            bool(growth.is_positive), decisive=True)
+            coefficients_nonnegative(growth, [rest, t, Lam_n], strict=True), decisive=True)
 
     col = Column("k", "n")
     m = sp.Symbol("m", real=True)
@@ -531,10 +623,11 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..model import conditional_errors
     from ..setting import Setting
     from ..verify import PopulationCheck
+    from ..theory import ood_shares
     rng = np.random.default_rng(12)
-    gammas = [g for g in ctx.budget.gamma_grid if len(g) > 2]
+    gammas = list(SEPARATING) + [g for g in ctx.budget.gamma_grid if len(g) > 2]
     gammas += [tuple(rng.uniform(-1, 1, K)) for K in (3, 4, 5, 6) for _ in range(3)]
-    agree, count, lines = 0, 0, []
+    agree, count, lines, separated = 0, 0, [], []
     for gamma in gammas:
         rep = ctx.population(Setting(geo.parallel_shift(gamma)))
         z_src = rep.trajectories["finetune_source"]
@@ -546,6 +639,16 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
         if not same.all():
             lines.append(f"γ = {tuple(round(x, 3) for x in gamma)}: sign(D) {np.sign(D)}, "
                          f"first step {np.sign(step)}")
+        if gamma in SEPARATING:
+            # the neighbour coefficient moves D_1 by ∓γ_1²Δ (shown, not used in the verdict)
+            shift = {"K": -1.0, "(K − 2)": 1.0}[SEPARATING[gamma]]
+            neighbour = D[0] + shift * gamma[0] ** 2 * ood_shares(rep.ood.z)[1][0]
+            ok_1 = bool(decided[0]) and np.sign(step[0]) == np.sign(D[0])
+            separated.append(ok_1)
+            lines.append(f"γ = {gamma}, k = 1 (separates (K − 1)γ_k² from "
+                         f"{SEPARATING[gamma]}γ_k²): first step of e_1 {step[0]:+.3g}, "
+                         f"D_1 = {D[0]:+.4g} ({'agrees' if ok_1 else 'DISAGREES'}); with "
+                         f"{SEPARATING[gamma]}γ_k² D_1 would be {neighbour:+.4g}")
     scores = [agreement(K, ctx.budget.rules_n, seed=0) for K in (3, 4, 5, 6)]
     for s in scores:
         p, c, d = (s.scores[name] for name in ("paper", "corrected", "D_sign"))
@@ -558,11 +661,15 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
                        for s in scores)
     population = PopulationCheck(
         f"sign of D_k (closed form at (a)'s own T1 logits) against the first fine-tuning "
-        f"step of e_k on v_k in full-Q GD (simulator a), {len(gammas)} γ with K = 3..6; "
-        "and the corrected sufficient condition against the sign of F_k over random γ",
+        f"step of e_k on v_k in full-Q GD (simulator a), {len(gammas)} γ with K = 3..6 "
+        f"({len(SEPARATING)} of them chosen so that Kγ_k² or (K − 2)γ_k² in place of "
+        "(K − 1)γ_k² flips sign(D_1)); and the corrected sufficient condition against the "
+        "sign of F_k over random γ",
         float(count - agree), None,
-        "every decided feature (|D_k| > 1e-6) agrees; the corrected condition is never wrong",
-        agree == count and corrected_ok, [f"{agree}/{count} features agree"] + lines)
+        "every decided feature (|D_k| > 1e-6) agrees, the separating ones included; the "
+        "corrected condition is never wrong",
+        agree == count and all(separated) and corrected_ok,
+        [f"{agree}/{count} features agree"] + lines)
     return population, None, []
 
 

@@ -75,6 +75,11 @@ def _print_list() -> None:
     for c in CLAIMS:
         table.add_row(c.id, c.key, c.title, c.level, c.decisive_step)
     make_console().print(table)
-    print("Levels: symbolic K = sympy derived the decisive step with K a Symbol; K = a..b = for "
-          "each K in that range; numeric; rests on the paper; refuted = a counterexample to "
-          "the paper's statement stands. `oodcalc derive N` prints the derivation.")
+    lemmas = [(c.id, lemma) for c in CLAIMS for lemma in c.lemmas]
+    print("Decisive steps argued in prose, not derived: "
+          + ("; ".join(f"{cid}: {lemma}" for cid, lemma in lemmas) if lemmas else "none") + ".")
+    print("Levels: symbolic K = sympy derived the decisive step with K a Symbol (inequalities "
+          "by nonnegativity certificates); '+ lemma in prose' = a decisive step is argued in "
+          "prose, not derived; K = a..b = for each K in that range; numeric; rests on the "
+          "paper; refuted = a counterexample to the paper's statement stands. `oodcalc "
+          "derive N` prints the derivation.")

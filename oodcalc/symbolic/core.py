@@ -20,6 +20,11 @@ import sympy as sp
 SYMBOLIC = "symbolic K"
 EXPLICIT = "explicit K"
 NUMERIC = "numeric"
+#: a step argued in prose, not derived: recorded (always "passed") so that, when decisive,
+#: the level says so ("symbolic K + lemma in prose"); `oodcalc derive --list` names it.
+PROSE = "prose lemma"
+#: what a decisive prose lemma appends to the level the other decisive checks earn
+PROSE_SUFFIX = " + lemma in prose"
 
 #: proof levels (what `oodcalc derive --list` shows); EXPLICIT becomes "K = a..b".
 PAPER = "rests on the paper"
@@ -70,12 +75,21 @@ def level_of(checks: Sequence[Check], refutes: bool = False) -> str:
     if refutes:
         return REFUTED
     methods = {c.method for c in decisive}
+    suffix = PROSE_SUFFIX if PROSE in methods else ""
+    methods.discard(PROSE)
+    if not methods:
+        return "lemma in prose"
     if NUMERIC in methods:
-        return NUMERIC
+        return NUMERIC + suffix
     if EXPLICIT in methods:
         ks = sorted({k for c in decisive if c.method == EXPLICIT for k in c.ks})
-        return f"K = {ks[0]}..{ks[-1]}" if len(ks) > 1 else f"K = {ks[0]}"
-    return SYMBOLIC
+        return (f"K = {ks[0]}..{ks[-1]}" if len(ks) > 1 else f"K = {ks[0]}") + suffix
+    return SYMBOLIC + suffix
+
+
+def prose_lemmas(checks: Sequence["Check"]) -> list["Check"]:
+    """The decisive steps argued in prose (what keeps a level below "symbolic K")."""
+    return [c for c in checks if c.decisive and c.method == PROSE]
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,12 @@ class Recorder:
         self.checks.append(Check(check_id, " ".join(what.split()), method, bool(passed),
                                  detail, decisive, ks))
         return bool(passed)
+
+    def lemma(self, lemma_id: str, statement: str, *, decisive: bool = True) -> None:
+        """A step argued in prose, not derived: it cannot fail, so it is no check; when
+        decisive it lowers the level to "... + lemma in prose"."""
+        self.check(lemma_id, statement, PROSE, True, "argued in prose, not derived",
+                   decisive=decisive)
 
     def finding(self, text: str) -> None:
         self.findings.append(" ".join(text.split()))
@@ -209,6 +229,70 @@ def as_scalar(expr, values: dict) -> sp.Expr:
         coefficient, monomial = term.as_coeff_mmul()
         total += coefficient * values[monomial]
     return total
+
+
+# --- inequalities: nonnegativity certificates ------------------------------------------
+
+def coefficients_nonnegative(expr: sp.Expr, variables: Sequence[sp.Symbol],
+                             strict: bool = False,
+                             positive: Sequence[sp.Symbol] | None = None) -> bool:
+    """``expr`` as a polynomial in ``variables`` (each a quantity known to be ≥ 0) has every
+    coefficient nonnegative, so ``expr ≥ 0``. A coefficient may be symbolic (γ_k², a
+    positive symbol) when sympy decides its sign; an undecided or negative one fails. With
+    ``strict`` some positive coefficient must multiply a monomial in the ``positive``
+    variables only (default: all of them, declared > 0 by the caller): then ``expr > 0``."""
+    expr = sp.expand(expr)
+    try:
+        poly = sp.Poly(expr, *variables)
+    except sp.PolynomialError:
+        return False
+    coeffs = poly.coeffs()
+    if not coeffs or poly.is_zero:
+        return False if strict else True
+    nonneg = all(bool(sp.expand(c).is_nonnegative) for c in coeffs)
+    if not strict:
+        return nonneg
+    allowed = set(variables if positive is None else positive)
+    return nonneg and any(bool(sp.expand(c).is_positive)
+                          and all(e == 0 or v in allowed for v, e in zip(variables, m))
+                          for m, c in poly.terms())
+
+
+def certify_nonnegative(expr: sp.Expr, certificate: sp.Expr, meaning: dict,
+                        strict: bool = False) -> bool:
+    """``expr ≥ 0`` by a certificate: a polynomial in symbols ``u`` (each standing for a
+    quantity known to be ≥ 0, ``meaning[u]`` its expression) whose coefficients are all
+    nonnegative, and which equals ``expr`` once every ``u`` is replaced by its meaning
+    (decided exactly by :func:`is_zero`). Both parts can fail: a wrong certificate, or one
+    with a negative coefficient."""
+    if not coefficients_nonnegative(certificate, list(meaning), strict):
+        return False
+    return is_zero(sp.expand(expr - certificate.xreplace(meaning)))
+
+
+def simplex_nonnegative(expr: sp.Expr, simplex: Sequence[sp.Symbol],
+                        extras: dict | None = None, max_power: int = 6) -> bool:
+    """``expr ≥ 0`` wherever the ``simplex`` variables are ≥ 0 and sum to 1 (and each symbol
+    of ``extras`` is ≥ 0; ``extras`` maps it to the degree it counts for): Pólya's
+    certificate. Homogenise with ``1 = Σ simplex``, multiply by ``(Σ simplex)^N`` for
+    N = 0..max_power, and succeed when every coefficient is nonnegative. Sound (a
+    polynomial with nonnegative coefficients is ≥ 0 on the orthant); it fails on a
+    polynomial that is negative somewhere on the simplex."""
+    extras = dict(extras or {})
+    variables = list(simplex) + list(extras)
+    total = sp.Add(*simplex)
+    poly = sp.Poly(sp.expand(expr), *variables)
+
+    def degree(monomial):
+        return (sum(monomial[:len(simplex)])
+                + sum(e * d for e, d in zip(monomial[len(simplex):], extras.values())))
+    top = max(degree(m) for m in poly.monoms()) if poly.monoms() else 0
+    homogeneous = sp.Add(*[c * sp.Mul(*[v ** e for v, e in zip(variables, m)])
+                           * total ** (top - degree(m)) for m, c in poly.terms()])
+    for power in range(max_power + 1):
+        if coefficients_nonnegative(homogeneous * total ** power, variables):
+            return True
+    return False
 
 
 # --- exact orthonormal frames ---------------------------------------------------------
