@@ -19,9 +19,10 @@ NARROW = ("#", "claim\nsymbolic", "(a) abs / rel err", "(b) largest N,\nmean ± 
           "verdict")
 
 
-def cells(row, narrow: bool = False) -> tuple[str, ...]:
+def cells(row, narrow: bool = False, title: str | None = None) -> tuple[str, ...]:
     """A ledger row as the table's cells (rich markup), in the order of ``WIDE`` (or of
-    ``NARROW``)."""
+    ``NARROW``); ``title`` replaces the claim's title (wrapped, or left out)."""
+    title = row.title if title is None else title
     pop = row.population
     err = ("—" if pop.max_abs is None else f"{pop.max_abs:.2g}" if pop.max_rel is None
            else f"{pop.max_abs:.2g} / {pop.max_rel:.2g}")
@@ -43,15 +44,16 @@ def cells(row, narrow: bool = False) -> tuple[str, ...]:
     if row.refutes and row.passed:
         err = "counterexample\nreproduced" if narrow else "counterexample reproduced"
     if narrow:
-        return (row.claim, f"{row.title}\n[dim]{row.symbolic}[/dim]", err,
+        return (row.claim, f"{title}\n[dim]{row.symbolic}[/dim]", err,
                 mc + (f"\n{rate}" if rate else ""), verdict)
-    return (row.claim, row.title, row.symbolic, err, mc, rate, verdict)
+    return (row.claim, title, row.symbolic, err, mc, rate, verdict)
 
 
-def ledger_table(ledger, narrow: bool):
-    """The ledger's table. The claim id and the verdict never break. Wide, only the
-    claim's title wraps; narrow, every other cell folds (wraps at spaces; a word is split
-    only when nothing else fits), as the depth table's cells do: never an ellipsis."""
+def ledger_table(ledger, narrow: bool, titles: list[str] | None = None):
+    """The ledger's table (``titles``: the claims' titles as they are to be shown). The
+    claim id and the verdict never break. Wide, only the claim's title wraps; narrow,
+    every other cell folds (wraps at spaces; a word is split only when nothing else fits),
+    as the depth table's cells do: never an ellipsis."""
     from rich.table import Table
 
     from .render import TABLE
@@ -62,23 +64,38 @@ def ledger_table(ledger, narrow: bool):
         table.add_column(name, justify="right" if name == "#" else "left",
                          no_wrap=key or (not narrow and name != "claim"),
                          overflow="ellipsis" if key else "fold")
-    for r in ledger.rows:
-        table.add_row(*cells(r, narrow))
+    for i, r in enumerate(ledger.rows):
+        table.add_row(*cells(r, narrow, None if titles is None else titles[i]))
     return table
 
 
 def fitting_table(ledger, console):
-    """The wide table if its numbers fit on one line each at the console's width (the
-    claim's title wrapping at spaces), else the narrow one."""
+    """The wide table if its numbers fit on one line each at the console's width, else the
+    narrow one; either way the claims' titles wrap, at spaces outside their formulas
+    (``K = 2`` stays whole), in the room the other columns leave."""
     from rich.measure import Measurement
     from rich.text import Text
-    table = ledger_table(ledger, narrow=False)
+
+    from .console import breaks
+
     unbounded = console.options.update_width(10**6)
-    natural = Measurement.get(console, unbounded, table).maximum
-    titles = [Measurement.get(console, unbounded, Text(t))
-              for t in ["claim", *(r.title for r in ledger.rows)]]
-    wrapped = max(m.maximum for m in titles) - max(m.minimum for m in titles)
-    return table if natural - wrapped <= console.width else ledger_table(ledger, narrow=True)
+
+    def natural(renderable) -> int:
+        return Measurement.get(console, unbounded, renderable).maximum
+
+    def wrap(title: str, room: int) -> str:
+        cuts = [0, *breaks(title, room), len(title)]
+        return "\n".join(title[i:j].rstrip() for i, j in zip(cuts, cuts[1:]))
+
+    word = max(Measurement.get(console, unbounded, Text(r.title)).minimum for r in ledger.rows)
+    for narrow in (False, True):
+        blank = ledger_table(ledger, narrow, [""] * len(ledger.rows))   # titles left out
+        column = blank.columns[1]
+        left = max(natural(Text.from_markup(str(c))) for c in [column.header, *column.cells])
+        room = console.width - (natural(blank) - left)
+        if room >= word:
+            return ledger_table(ledger, narrow, [wrap(r.title, room) for r in ledger.rows])
+    return ledger_table(ledger, narrow=True)   # too narrow for whole words: rich folds
 
 
 def render(ledger, details: bool, console=None) -> None:
