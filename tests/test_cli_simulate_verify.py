@@ -199,3 +199,20 @@ def test_count_progress_draws_a_bar_on_a_terminal_and_lines_otherwise():
                 progress(done, 2, f"row {done}")
         assert piped.file.getvalue() == ("verify: 1/2 row 1\nverify: 2/2 row 2\n" if lines
                                          else "")
+
+
+def test_verify_failing_after_some_rows_ends_with_one_error_line(capsys, monkeypatch):
+    """Progress lines are no diagnostics: a run that fails midway prints the rows done so
+    far, then the one error line (PROGRESS_LINE tells them apart, as the fuzz test does)."""
+    from oodcalc.claims import claim2_conservation
+    from oodcalc.cli.progress import PROGRESS_LINE
+    from oodcalc.errors import ComputationError
+
+    def broken(ctx):
+        raise ComputationError("forced failure")
+    monkeypatch.setattr(claim2_conservation, "check", broken)
+    code, out, err = run(capsys, "verify", "--quick", "--claim", "1", "--claim", "2")
+    lines = err.splitlines()
+    assert code == 1 and out == "" and len(lines) == 2
+    assert PROGRESS_LINE.match(lines[0]) and lines[0].startswith("verify: 1/2 claim 1 ")
+    assert lines[1] == "oodcalc: error: forced failure" and not PROGRESS_LINE.match(lines[1])

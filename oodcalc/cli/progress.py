@@ -14,6 +14,7 @@ otherwise a line per finished item can say so.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from typing import Callable, Iterator
@@ -67,6 +68,11 @@ class StepProgress:
         with self._lock:
             if self._bar is not None:
                 self._bar.stop()
+
+
+#: A line :func:`count_progress` prints for a finished item (``verify: 3/13 claim 3 …``):
+#: progress, not a diagnostic; a run that fails after it still ends with one error line.
+PROGRESS_LINE = re.compile(r"^[a-z]+: \d+/\d+ ")
 
 
 @contextlib.contextmanager
