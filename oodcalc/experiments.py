@@ -10,6 +10,7 @@ say plainly where the paper's figure does not follow from it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -160,14 +161,26 @@ class Row:
                 "sign": self.sign, "magnitude": self.magnitude, "note": self.note}
 
 
-def run_table(quantities: tuple[Quantity, ...], protocol: Protocol,
-              simulators: dict[str, Simulator]) -> list[Row]:
-    """One row per quantity; each distinct setting is predicted and simulated once."""
-    rows = []
-    by_setting: dict[str, list[Quantity]] = {}
+#: ``progress(done, total, label)``: the run starts (0, total, ""), then once per finished
+#: setting (theory and every simulator), labelled with the setting and its time.
+Progress = Callable[[int, int, str], None]
+
+
+def _by_setting(quantities: tuple[Quantity, ...]) -> list[list[Quantity]]:
+    groups: dict[str, list[Quantity]] = {}
     for q in quantities:
-        by_setting.setdefault(q.experiment, []).append(q)
-    for group in by_setting.values():
+        groups.setdefault(q.experiment, []).append(q)
+    return list(groups.values())
+
+
+def run_table(quantities: tuple[Quantity, ...], protocol: Protocol,
+              simulators: dict[str, Simulator],
+              finished: Callable[[str], None] | None = None) -> list[Row]:
+    """One row per quantity; each distinct setting is predicted and simulated once
+    (``finished(label)`` is called after each)."""
+    rows = []
+    for group in _by_setting(quantities):
+        start = time.perf_counter()
         setting = Setting(geometry_of(group[0].figure.setting), protocol)
         theory = predict(setting)
         simulated = {label: sim(setting) for label, sim in simulators.items()}
@@ -176,11 +189,14 @@ def run_table(quantities: tuple[Quantity, ...], protocol: Protocol,
             sign, magnitude = agreement(ours, q.figure.value)
             rows.append(Row(q, ours, {label: q.read(r) for label, r in simulated.items()},
                             sign, magnitude, explain(q, theory)))
+        if finished is not None:
+            finished(f"{group[0].experiment}, {time.perf_counter() - start:.1f} s")
     return rows
 
 
 def reproduce(protocol: Protocol | None = None,
-              simulators: dict[str, Simulator] | None = None) -> dict[str, list[Row]]:
+              simulators: dict[str, Simulator] | None = None,
+              progress: Progress | None = None) -> dict[str, list[Row]]:
     """Both synthetic tables of the paper, ``{table title: rows}``.
 
     Parameters
@@ -190,6 +206,9 @@ def reproduce(protocol: Protocol | None = None,
     simulators : dict of name → ``Setting → Report``, optional
         Extra columns beside the theory (default: plain GD on the full ``Q``,
         :func:`oodcalc.simulate.simulate_population`); ``{}`` for the theory alone.
+    progress : callable, optional
+        ``progress(done, total, label)``, told of each finished setting (see
+        :data:`Progress`).
 
     Example
     -------
@@ -201,5 +220,17 @@ def reproduce(protocol: Protocol | None = None,
     from .simulate import simulate_population
     protocol = protocol or Protocol()
     simulators = {"GD on Q": simulate_population} if simulators is None else simulators
-    return {title: run_table(quantities(prefix), protocol, simulators)
-            for prefix, title in TABLES.items()}
+    chosen = {prefix: quantities(prefix) for prefix in TABLES}
+    total = sum(len(_by_setting(qs)) for qs in chosen.values())
+    done = 0
+
+    def finished(label: str) -> None:
+        nonlocal done
+        done += 1
+        progress(done, total, label)
+
+    if progress is not None:
+        progress(0, total, "")
+    return {TABLES[prefix]: run_table(qs, protocol, simulators,
+                                      finished if progress is not None else None)
+            for prefix, qs in chosen.items()}

@@ -1,8 +1,13 @@
 import json
+import re
+from io import StringIO
 
 import pytest
+from rich.cells import cell_len
+from rich.console import Console
 
 from oodcalc import verify
+from oodcalc.claims import CLAIMS
 from oodcalc.cli import main
 from oodcalc.predict import pretrain_logits
 
@@ -69,7 +74,7 @@ def test_simulate_stuck_run_is_exit_1(capsys):
 
 def test_verify_one_claim(capsys):
     code, out, err = run(capsys, "verify", "--quick", "--claim", "1")
-    assert code == 0 and err == ""
+    assert code == 0 and err.startswith("verify: 1/1 claim 1 (Aggregated attention): PASS, ")
     assert "Aggregated attention" in out and "PASS" in out and "Tolerances" in out
     code, out, _ = run(capsys, "verify", "--quick", "--claim", "aggregated-attention", "--json")
     data = json.loads(out)
@@ -108,3 +113,106 @@ def test_verify_bad_input(capsys, args, fragment):
     code, out, err = run(capsys, "verify", *args)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and fragment in err
+
+
+# --- verify: the table at any width, and progress on stderr -------------------------------
+
+def table_part(out: str) -> str:
+    """The ledger's table: from its header to the Tolerances heading."""
+    start = out.index("\n", out.index("(SE).")) + 1
+    return out[start:out.index("Tolerances")]
+
+
+@pytest.mark.parametrize("columns", ["80", None], ids=["COLUMNS=80", "piped"])
+def test_verify_table_is_whole_at_80_columns_and_piped(capsys, monkeypatch, quick_ledger,
+                                                       columns):
+    """Every claim id and verdict whole on its row's first line, no ellipsis, nothing over
+    80 columns at COLUMNS=80; stderr has one progress line per finished row, stdout none.
+    (quick_ledger warms the shared simulations: this run takes seconds.)"""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = run(capsys, "verify", "--quick")
+    assert code == 0
+    table = table_part(out)
+    assert "…" not in table and "..." not in table
+    verdicts = {r.claim: r.verdict for r in quick_ledger.rows}
+    assert [c.id for c in CLAIMS] == list(verdicts)
+    for claim_id, verdict in verdicts.items():
+        assert re.search(rf"^ *{claim_id} .*\b{verdict} *$", table, re.M), (claim_id, table)
+    if columns == "80":
+        assert max(cell_len(line) for line in out.splitlines()) <= 80
+    else:   # piped: one line per row
+        assert len([line for line in table.splitlines() if re.match(r" *\d+[a-d]? ", line)]) \
+            == len(CLAIMS)
+    lines = err.splitlines()
+    assert len(lines) == len(CLAIMS)
+    for i, (line, claim) in enumerate(zip(lines, CLAIMS), 1):
+        assert line.startswith(f"verify: {i}/{len(CLAIMS)} claim {claim.id} ({claim.title}): "
+                               f"{verdicts[claim.id]}, ") and line.endswith(" s")
+    assert "verify:" not in out
+
+
+def test_verify_json_stays_clean_with_progress_on_stderr(capsys, quick_ledger):
+    code, out, err = run(capsys, "verify", "--quick", "--claim", "8", "--json")
+    data = json.loads(out)   # the whole of stdout is the JSON
+    assert code == 0 and [r["claim"] for r in data["rows"]] == ["8a", "8b", "8c", "8d"]
+    assert [line.split(" claim ")[0] for line in err.splitlines()] == \
+        [f"verify: {i}/4" for i in range(1, 5)]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 160])
+def test_verify_table_never_cuts_an_id_or_a_verdict(quick_ledger, width):
+    """Stacked below the width of one line per row, wide above it; ids and verdicts whole
+    and no line over the width at every width."""
+    from oodcalc.cli.verify import render
+    console = Console(file=StringIO(), width=width, highlight=False)
+    render(quick_ledger, False, console=console)
+    out = console.file.getvalue()
+    table = table_part(out)
+    assert "…" not in table
+    for r in quick_ledger.rows:
+        assert re.search(rf"^ *{r.claim} .*\b{r.verdict} *$", table, re.M), (width, r.claim)
+    assert max(cell_len(line) for line in out.splitlines()) <= width
+    header = table.split("─")[0].strip("\n").splitlines()
+    assert (len(header) == 1) == (width >= 120), (width, header)   # wide, else stacked
+    if width >= 80:   # titles wrap outside their formulas
+        assert "K > 2" in table and table.count("K = 2") == 2, table
+
+
+def test_count_progress_draws_a_bar_on_a_terminal_and_lines_otherwise():
+    from oodcalc.cli.progress import count_progress
+    terminal = Console(file=StringIO(), force_terminal=True, width=100)
+    with count_progress("verify", lines=True, console=terminal) as progress:
+        progress(0, 2, "")
+        progress(1, 2, "claim 1 (Aggregated attention): PASS, 1.5 s")
+        progress(2, 2, "claim 2 (Conservation law): PASS, 3.5 s")
+    drawn = terminal.file.getvalue()
+    assert "verify" in drawn and "2/2" in drawn and "claim 2 (Conservation law)" in drawn
+    assert "\x1b[" in drawn                      # a live bar (cursor control), not lines
+    assert "verify: 1/2" not in drawn
+    for lines in (True, False):
+        piped = Console(file=StringIO())
+        with count_progress("verify", lines=lines, console=piped) as progress:
+            for done in range(3):
+                progress(done, 2, f"row {done}")
+        assert piped.file.getvalue() == ("verify: 1/2 row 1\nverify: 2/2 row 2\n" if lines
+                                         else "")
+
+
+def test_verify_failing_after_some_rows_ends_with_one_error_line(capsys, monkeypatch):
+    """Progress lines are no diagnostics: a run that fails midway prints the rows done so
+    far, then the one error line (PROGRESS_LINE tells them apart, as the fuzz test does)."""
+    from oodcalc.claims import claim2_conservation
+    from oodcalc.cli.progress import PROGRESS_LINE
+    from oodcalc.errors import ComputationError
+
+    def broken(ctx):
+        raise ComputationError("forced failure")
+    monkeypatch.setattr(claim2_conservation, "check", broken)
+    code, out, err = run(capsys, "verify", "--quick", "--claim", "1", "--claim", "2")
+    lines = err.splitlines()
+    assert code == 1 and out == "" and len(lines) == 2
+    assert PROGRESS_LINE.match(lines[0]) and lines[0].startswith("verify: 1/2 claim 1 ")
+    assert lines[1] == "oodcalc: error: forced failure" and not PROGRESS_LINE.match(lines[1])

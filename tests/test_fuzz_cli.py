@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 
 import fuzz_cases as fc  # noqa: E402
 from oodcalc.cli import main  # noqa: E402
+from oodcalc.cli.progress import PROGRESS_LINE  # noqa: E402
 
 #: Examples in CI, over all commands (each command gets its share by weight, at least 60).
 EXAMPLES = 2100
@@ -199,8 +200,8 @@ def run_one(argv: list[str], output: list[str], inputs: Path, capsys) -> None:
     shown = f"oodcalc {' '.join(map(repr, argv))}\nstdout: {out[-500:]}\nstderr: {err}"
     assert code in (0, 1, 2), shown
     assert "Traceback" not in err and "internal error" not in err, shown
-    if code != 0:
-        lines = err.strip().splitlines()
+    if code != 0:   # one error line (after the progress lines of a piped run, if any)
+        lines = [line for line in err.strip().splitlines() if not PROGRESS_LINE.match(line)]
         assert len(lines) == 1 and lines[0].startswith("oodcalc: error: "), shown
     assert not NONFINITE.search(out) and "overflow" not in out, shown
     changes = fc.unexpected_changes(before, fc.snapshot(workdir), output, workdir)

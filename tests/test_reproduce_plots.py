@@ -50,6 +50,34 @@ def test_reproduce_cli_formats(capsys, tmp_path):
     assert json.loads(target.read_text()) == data        # and the old file is intact
 
 
+def test_reproduce_prompts_reports_each_setting_on_stderr(capsys, monkeypatch):
+    """--prompts is the slow column (about 25 s): piped, a line per finished setting on
+    stderr, stdout the JSON alone (a terminal gets a bar: test_cli_simulate_verify); without
+    it, nothing on stderr. The finite-prompt simulator is stubbed to keep this fast."""
+    import oodcalc.simulate.prompts as prompts
+    from oodcalc.simulate import simulate_population
+    monkeypatch.setattr(prompts, "simulate_prompts",
+                        lambda setting, N, seed: simulate_population(setting))
+    assert main(["reproduce", "synthetic", "--prompts", "8", "-f", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)["tables"]) == 2
+    settings = [r.quantity.experiment for rows in reproduce(simulators={}).values()
+                for r in rows]
+    settings = list(dict.fromkeys(settings))
+    lines = err.splitlines()
+    assert len(lines) == len(settings) == 10
+    for i, (line, setting) in enumerate(zip(lines, settings), 1):
+        assert line.startswith(f"reproduce: {i}/10 {setting}, ") and line.endswith(" s")
+    assert main(["reproduce"]) == 0 and capsys.readouterr().err == ""
+
+
+def test_reproduce_tells_progress_per_setting():
+    calls = []
+    reproduce(simulators={}, progress=lambda *args: calls.append(args))
+    assert calls[0] == (0, 10, "") and [c[:2] for c in calls[1:]] == [(i, 10) for i in range(1, 11)]
+    assert calls[1][2].startswith("θ = 0, ") and calls[-1][2].startswith("γ2 = +0.95, ")
+
+
 def test_every_synthetic_figure_is_compared_and_every_reader_has_figures():
     compared = {q.figure.id for prefix in TABLES for q in quantities(prefix)}
     synthetic = {i for i in paper.figures() if i.startswith("synthetic-")}

@@ -118,7 +118,8 @@ def classify(kind: str, code: int | None, err: str) -> str:
         return "traceback"
     if code == 0:
         return "success"
-    lines = err.strip().splitlines()
+    from oodcalc.cli.progress import PROGRESS_LINE   # a piped run's progress is no error
+    lines = [line for line in err.strip().splitlines() if not PROGRESS_LINE.match(line)]
     if code in (1, 2) and len(lines) == 1 and lines[0].startswith("oodcalc: error: "):
         return "clean error"
     return "unclean error"

@@ -1,14 +1,23 @@
-"""A progress bar on stderr for long ``predict`` runs (rich, imported only when shown).
+"""Progress on stderr (rich, imported only when shown), so that stdout stays the result.
 
-The bar appears only once a run has lasted ``after`` seconds (short runs print nothing
-extra), only when stderr is a terminal, and disappears when the run ends; the numbers it
-shows are the steps done against each phase's estimate (``oodcalc.estimates``).
+:class:`StepProgress`, for long ``predict`` runs: the bar appears only once a run has
+lasted ``after`` seconds (short runs print nothing extra), only when stderr is a terminal,
+and disappears when the run ends; the numbers it shows are the steps done against each
+phase's estimate (``oodcalc.estimates``).
+
+:func:`count_progress`, for runs made of items (the depth experiment's trainings, the
+ledger's rows, the synthetic reproduction's settings): the library calls
+``progress(done, total, label)`` as each item finishes; on a terminal a bar counts them,
+otherwise a line per finished item can say so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 import time
+from typing import Callable, Iterator
 
 
 class StepProgress:
@@ -59,3 +68,42 @@ class StepProgress:
         with self._lock:
             if self._bar is not None:
                 self._bar.stop()
+
+
+#: A line :func:`count_progress` prints for a finished item (``verify: 3/13 claim 3 …``):
+#: progress, not a diagnostic; a run that fails after it still ends with one error line.
+PROGRESS_LINE = re.compile(r"^[a-z]+: \d+/\d+ ")
+
+
+@contextlib.contextmanager
+def count_progress(title: str, lines: bool = False,
+                   console=None) -> Iterator[Callable[[int, int, str], None]]:
+    """``with count_progress("verify", lines=True) as progress: ledger(..., progress=progress)``.
+
+    ``progress(done, total, label)`` is told of each finished item (``done = 0``: the run
+    starts). When ``console`` (default: stderr) is a terminal, a bar shows ``title``, the
+    count, the time and the last label, and disappears at the end; otherwise, with
+    ``lines``, each finished item prints one line ``title: done/total label`` on it (a piped
+    or logged run is not silent), and without ``lines`` nothing is printed."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    if not console.is_terminal:
+        def line(done: int, total: int, label: str) -> None:
+            if lines and done:
+                print(f"{title}: {done}/{total} {label}", file=console.file, flush=True)
+        yield line
+        return
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
+    with Progress(TextColumn(title), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=console, transient=True) as bar:
+        task = None
+
+        def update(done: int, total: int, label: str) -> None:
+            nonlocal task
+            if task is None:
+                task = bar.add_task("", total=total)
+            bar.update(task, completed=done, description=label)
+        yield update

@@ -176,7 +176,8 @@ def synthetic(
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None,
     prompts: Annotated[Optional[str], typer.Option("--prompts", metavar="N",
         help="Add a column from the finite-prompt simulator with N tokens per prompt "
-             "(fresh mini-batches of 1024 prompts; slower, about 25 s).",
+             "(fresh mini-batches of 1024 prompts; slower, about 25 s, with progress on "
+             "stderr).",
         show_default="no such column")] = None,
     seed: Annotated[str, typer.Option("--seed", metavar="INT",
         help="Seed of the finite-prompt simulator.")] = "0",
@@ -195,7 +196,12 @@ def synthetic(
         limits.reproduce_bytes(p.eps, p.eta, p.eta_ft, n_tokens),
         "the finite-prompt column (batches of 1024 prompts of N tokens)",
         [("--prompts", prompts, 0.0, "lower --prompts")])
-    tables = run(protocol, simulators(n_tokens, root_seed))
+    if n_tokens is None:
+        tables = run(protocol, simulators(n_tokens, root_seed))
+    else:   # the slow column: progress on stderr (a bar, or a line per finished setting)
+        from .progress import count_progress
+        with count_progress("reproduce", lines=True) as progress:
+            tables = run(protocol, simulators(n_tokens, root_seed), progress=progress)
     if form is Format.table:
         show_tables(tables, protocol)
         return

@@ -17,6 +17,7 @@ from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 from ..errors import InputError
 from . import options
 from .plot import Output, plot_app
+from .progress import count_progress
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
     reproduce_app
 from .sweep import axis
@@ -137,31 +138,6 @@ def check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts
          "give fewer γ values")])
 
 
-def progress_bar():
-    """A context manager yielding ``progress(done, total, label)``, drawn on stderr."""
-    import contextlib
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
-
-    @contextlib.contextmanager
-    def bar():
-        console = Console(stderr=True)
-        with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), TextColumn("{task.description}"),
-                      console=console, transient=True, disable=not console.is_terminal) as p:
-            task = None
-
-            def update(done: int, total: int, label: str) -> None:
-                nonlocal task
-                if task is None:
-                    task = p.add_task("", total=total)
-                p.update(task, completed=done, description=label)
-            yield update
-    return bar()
-
-
 @reproduce_app.command("depth")
 def depth(
     arch: Arch = None, optimizer: Optimizer = None, layers: Layers = "1,2,3",
@@ -184,7 +160,7 @@ def depth(
                                              max_steps, eval_prompts, cache_dir,
                                              no_cache, gammas, gamma, workers)
     n_workers = options.integer("--workers", workers, 1)
-    with progress_bar() as progress:
+    with count_progress("training") as progress:
         table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
     if output_format is Format.table:
         show(table)
@@ -220,6 +196,6 @@ def plot_depth(
                                              max_steps, eval_prompts, cache_dir, no_cache,
                                              gammas, gamma, workers, default_seeds=CURVE_SEEDS)
     n_workers = options.integer("--workers", workers, 1)
-    with progress_bar() as progress:
+    with count_progress("training") as progress:
         results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
     print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))

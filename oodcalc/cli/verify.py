@@ -10,66 +10,127 @@ import typer
 from . import app
 
 
-def render(ledger, details: bool) -> None:
-    from rich import box
-    from rich.console import Console
+#: The table's columns: one line per row when that fits the width (only the claim's
+#: title wraps) ...
+WIDE = ("#", "claim", "symbolic", "(a) abs / rel err", "(b) largest N, mean ± SE",
+        "rate in N", "verdict")
+#: ... else stacked: the level under the claim, the rate in N under the finite-prompt figure.
+NARROW = ("#", "claim\nsymbolic", "(a) abs / rel err", "(b) largest N,\nmean ± SE\nrate in N",
+          "verdict")
+
+
+def cells(row, narrow: bool = False, title: str | None = None) -> tuple[str, ...]:
+    """A ledger row as the table's cells (rich markup), in the order of ``WIDE`` (or of
+    ``NARROW``); ``title`` replaces the claim's title (wrapped, or left out)."""
+    title = row.title if title is None else title
+    pop = row.population
+    err = ("—" if pop.max_abs is None else f"{pop.max_abs:.2g}" if pop.max_rel is None
+           else f"{pop.max_abs:.2g} / {pop.max_rel:.2g}")
+    err = err if pop.passed else f"[red]{err} ✗[/red]"
+    if row.prompts is None:
+        mc, rate = "—", ""
+    else:
+        pts = row.prompts.points
+        if row.prompts.kind == "exact":
+            mc = f"residual {max(p.mean for p in pts):.2g} (exact)"
+        else:
+            mc = f"{pts[-1].N}: {pts[-1].mean:+.2g} ± {pts[-1].se:.1g}"
+        rate = "" if row.prompts.rate is None else \
+            f"N^{-row.prompts.rate:+.2f}±{row.prompts.rate_se:.2f}"
+        if not row.prompts.passed:
+            mc = f"[red]{mc} ✗[/red]"
+    verdict = {"PASS": "[green]PASS[/green]", "REFUTED": "[yellow]REFUTED[/yellow]",
+               "FAIL": "[bold red]FAIL[/bold red]"}[row.verdict]
+    if row.refutes and row.passed:
+        err = "counterexample\nreproduced" if narrow else "counterexample reproduced"
+    if narrow:
+        return (row.claim, f"{title}\n[dim]{row.symbolic}[/dim]", err,
+                mc + (f"\n{rate}" if rate else ""), verdict)
+    return (row.claim, title, row.symbolic, err, mc, rate, verdict)
+
+
+def ledger_table(ledger, narrow: bool, titles: list[str] | None = None):
+    """The ledger's table (``titles``: the claims' titles as they are to be shown). The
+    claim id and the verdict never break. Wide, only the claim's title wraps; narrow,
+    every other cell folds (wraps at spaces; a word is split only when nothing else fits),
+    as the depth table's cells do: never an ellipsis."""
     from rich.table import Table
 
-    console = Console(highlight=False)
-    if console.width < 120:
-        console = Console(highlight=False, width=120)
+    from .render import TABLE
+
+    table = Table(**TABLE)
+    for name in NARROW if narrow else WIDE:
+        key = name in ("#", "verdict")
+        table.add_column(name, justify="right" if name == "#" else "left",
+                         no_wrap=key or (not narrow and name != "claim"),
+                         overflow="ellipsis" if key else "fold")
+    for i, r in enumerate(ledger.rows):
+        table.add_row(*cells(r, narrow, None if titles is None else titles[i]))
+    return table
+
+
+def fitting_table(ledger, console):
+    """The wide table if its numbers fit on one line each at the console's width, else the
+    narrow one; either way the claims' titles wrap, at spaces outside their formulas
+    (``K = 2`` stays whole), in the room the other columns leave."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    from .console import breaks
+
+    unbounded = console.options.update_width(10**6)
+
+    def natural(renderable) -> int:
+        return Measurement.get(console, unbounded, renderable).maximum
+
+    def wrap(title: str, room: int) -> str:
+        cuts = [0, *breaks(title, room), len(title)]
+        return "\n".join(title[i:j].rstrip() for i, j in zip(cuts, cuts[1:]))
+
+    word = max(Measurement.get(console, unbounded, Text(r.title)).minimum for r in ledger.rows)
+    for narrow in (False, True):
+        blank = ledger_table(ledger, narrow, [""] * len(ledger.rows))   # titles left out
+        column = blank.columns[1]
+        left = max(natural(Text.from_markup(str(c))) for c in [column.header, *column.cells])
+        room = console.width - (natural(blank) - left)
+        if room >= word:
+            return ledger_table(ledger, narrow, [wrap(r.title, room) for r in ledger.rows])
+    return ledger_table(ledger, narrow=True)   # too narrow for whole words: rich folds
+
+
+def render(ledger, details: bool, console=None) -> None:
+    """The ledger for a human: the table, then tolerances, points by N and findings.
+
+    The console is the project's (:func:`~oodcalc.cli.console.make_console`): a terminal's
+    width, ``$COLUMNS``, or wide and never wrapped when piped. The table has one line per
+    row when that fits the width, else it stacks cells (:func:`fitting_table`): at 80
+    columns nothing is cut off."""
+    from ..verify import EXACT_TOL, K_SIGMA, MAIN, OOD_SETTING
+    from .console import make_console, say
+
+    console = console or make_console()
     b = ledger.budget
-    from ..verify import MAIN, OOD_SETTING, EXACT_TOL, K_SIGMA
-    console.print(f"[bold]oodcalc verify[/bold] ({b.name}) · simulator (a): population GD on "
-                  f"the full Q; simulator (b): prompts of N = {', '.join(map(str, b.Ns))} "
-                  f"tokens, fresh mini-batches of {b.batch}, {b.seeds} seeds, stopping rule on "
-                  "population errors")
-    console.print(f"(b) settings: γ = (1, −0.9), K = 2, ε = {MAIN.protocol.eps:g}, "
-                  f"η = {MAIN.protocol.eta:g}; claims 1, 5, 6: K = 4, d = 8, "
-                  f"η = {OOD_SETTING.protocol.eta:g}. Exact tolerance {EXACT_TOL:g}; Monte "
-                  f"Carlo: {K_SIGMA:g} standard errors (SE).")
-    table = Table(box=box.SIMPLE_HEAD)
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("claim", no_wrap=True, max_width=24, overflow="ellipsis")
-    table.add_column("symbolic", no_wrap=True, max_width=14, overflow="ellipsis")
-    table.add_column("(a) abs / rel err", no_wrap=True)
-    table.add_column("(b) largest N, mean ± SE", no_wrap=True)
-    table.add_column("rate in N", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    say(console, f"[bold]oodcalc verify[/bold] ({b.name}) · simulator (a): population GD on "
+                 f"the full Q; simulator (b): prompts of N = {', '.join(map(str, b.Ns))} "
+                 f"tokens, fresh mini-batches of {b.batch}, {b.seeds} seeds, stopping rule on "
+                 "population errors")
+    say(console, f"(b) settings: γ = (1, −0.9), K = 2, ε = {MAIN.protocol.eps:g}, "
+                 f"η = {MAIN.protocol.eta:g}; claims 1, 5, 6: K = 4, d = 8, "
+                 f"η = {OOD_SETTING.protocol.eta:g}. Exact tolerance {EXACT_TOL:g}; Monte "
+                 f"Carlo: {K_SIGMA:g} standard errors (SE).")
+    console.print(fitting_table(ledger, console))
+    say(console, "[bold]Tolerances[/bold] ((a) closed form vs simulator a; (b) finite prompts)")
     for r in ledger.rows:
-        pop = r.population
-        err = ("—" if pop.max_abs is None else f"{pop.max_abs:.2g}" if pop.max_rel is None
-               else f"{pop.max_abs:.2g} / {pop.max_rel:.2g}")
-        err = err if pop.passed else f"[red]{err} ✗[/red]"
-        if r.prompts is None:
-            mc, rate = "—", ""
-        else:
-            pts = r.prompts.points
-            if r.prompts.kind == "exact":
-                mc = f"residual {max(p.mean for p in pts):.2g} (exact)"
-            else:
-                mc = f"{pts[-1].N}: {pts[-1].mean:+.2g} ± {pts[-1].se:.1g}"
-            rate = "" if r.prompts.rate is None else \
-                f"N^{-r.prompts.rate:+.2f}±{r.prompts.rate_se:.2f}"
-            if not r.prompts.passed:
-                mc = f"[red]{mc} ✗[/red]"
-        verdict = {"PASS": "[green]PASS[/green]", "REFUTED": "[yellow]REFUTED[/yellow]",
-                   "FAIL": "[bold red]FAIL[/bold red]"}[r.verdict]
-        if r.refutes and r.passed:
-            err = "counterexample reproduced"
-        table.add_row(r.claim, r.title, r.symbolic, err, mc, rate, verdict)
-    console.print(table)
-    console.print("[bold]Tolerances[/bold] ((a) closed form vs simulator a; (b) finite prompts)")
-    for r in ledger.rows:
-        console.print(f"  {r.claim}. (a) {r.population.tolerance}"
-                      + (f"; (b) {r.prompts.criterion}" if r.prompts else ""))
+        say(console, f"  {r.claim}. (a) {r.population.tolerance}"
+                     + (f"; (b) {r.prompts.criterion}" if r.prompts else ""), indent=4)
     if not details:
-        console.print("[bold]Simulator (b) by N[/bold] (mean ± SE over seeds)")
+        say(console, "[bold]Simulator (b) by N[/bold] (mean ± SE over seeds)")
         for r in ledger.rows:
             if r.prompts is not None and r.prompts.kind != "exact":
-                console.print(f"  {r.claim}. " + "; ".join(
-                    f"N={p.N}: {p.mean:+.3g} ± {p.se:.2g}" for p in r.prompts.points))
-    console.print("[bold]Findings[/bold]")
+                say(console, f"  {r.claim}. " + "; ".join(
+                    f"N={p.N}: {p.mean:+.3g} ± {p.se:.2g}" for p in r.prompts.points),
+                    indent=4)
+    say(console, "[bold]Findings[/bold]")
     for r in ledger.rows:
         notes = list(r.findings)
         if details or not r.passed or r.refutes:
@@ -79,7 +140,7 @@ def render(ledger, details: bool) -> None:
                 notes += [f"(b) {d}" for d in r.prompts.details]
             notes += r.findings
         for note in notes:
-            console.print(f"  {r.claim}. {note}")
+            say(console, f"  {r.claim}. {note}", indent=4)
     failed = [r.claim for r in ledger.rows if r.verdict == "FAIL"]
     refuted = [r.claim for r in ledger.rows if r.verdict == "REFUTED"]
     summary = ("[green]no FAIL[/green]" if not failed
@@ -87,8 +148,8 @@ def render(ledger, details: bool) -> None:
     if refuted:
         summary += (f"; [yellow]REFUTED: {', '.join(refuted)}[/yellow] (statements of the "
                     "paper contradicted by counterexamples that full-Q GD reproduced)")
-    console.print(f"{summary} ({ledger.seconds:.1f} s). --details shows every comparison; "
-                  "--json the whole ledger.")
+    say(console, f"{summary} ({ledger.seconds:.1f} s). --details shows every comparison; "
+                 "--json the whole ledger.")
 
 
 @app.command()
@@ -108,17 +169,20 @@ def verify(
     Verdicts: PASS; REFUTED (a statement of the paper contradicted by a counterexample that
     full-Q GD reproduces in this run); FAIL (oodcalc's closed forms disagree with
     simulation, or a counterexample stopped reproducing). Exit code 0 when no row FAILs,
-    1 otherwise. Example: oodcalc verify --quick
+    1 otherwise. Progress goes to stderr: a bar on a terminal, else a line per finished
+    row. Example: oodcalc verify --quick
     """
     from ..claims import get_claims
     from ..errors import InputError
     from ..verify import FULL, QUICK, ledger
+    from .progress import count_progress
 
     try:
         chosen = None if not claim else [c for name in claim for c in get_claims(name)]
     except InputError as err:
         raise InputError("--claim", err.value, err.accepted) from None
-    result = ledger(QUICK if quick else FULL, chosen)
+    with count_progress("verify", lines=True) as progress:
+        result = ledger(QUICK if quick else FULL, chosen, progress=progress)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
