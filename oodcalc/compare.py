@@ -80,5 +80,5 @@ def _walk(path: str, a: Any, b: Any, out: list[FieldDiff]) -> None:
 def compare(theory: Report, simulation: Report) -> list[FieldDiff]:
     """Every field of the shared schema, theory beside simulation."""
     out: list[FieldDiff] = []
-    _walk("", theory.to_dict(), simulation.to_dict(), out)
+    _walk("", theory.to_dict(full=True), simulation.to_dict(full=True), out)
     return out

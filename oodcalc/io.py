@@ -261,3 +261,14 @@ def _mode_for(path: Path) -> int:
 
 def write_text_atomic(path: str | Path, text: str, *, option: str = "output") -> Path:
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), option=option)
+
+
+def write_npz_atomic(path: str | Path, arrays: dict, *, option: str = "output") -> Path:
+    """Named numeric arrays as a compressed ``.npz`` (no pickles: ``np.load`` reads it with
+    ``allow_pickle=False``), written atomically."""
+    import numpy as np
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays)
+    return write_atomic(path, write, option=option, suffixes=(".npz",))

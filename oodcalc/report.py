@@ -245,7 +245,37 @@ class Report:
         from .display import to_html
         return to_html(self)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, full: bool | None = None) -> dict[str, Any]:
+        """The JSON form (docs/report.md). ``full``: every K × K matrix in full (default:
+        only up to ``K = FULL_MATRIX_K``; above it each is a summary, named under
+        ``matrices``, and :meth:`arrays` holds it in full)."""
+        tree = self._tree()
+        K = self.pretrain.z.shape[-1]
+        if full is None:
+            full = K <= FULL_MATRIX_K
+        if not full:
+            summarised = []
+            for path, matrix in _matrices(tree, K):
+                _put(tree, path, matrix_summary(matrix))
+                summarised.append(".".join(path))
+            tree["matrices"] = {"full": False, "summarised": summarised,
+                                "in_full": "Report.arrays(), or oodcalc predict --arrays "
+                                           "FILE.npz (keys: these names)"}
+        return jsonable(tree)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every K × K matrix of :meth:`to_dict` (keyed by its path there, e.g.
+        ``"pretrain.z"``, ``"ood.beta"``) and every trajectory (``"trajectories.NAME"``),
+        in full: what ``oodcalc predict --arrays FILE.npz`` writes."""
+        K = self.pretrain.z.shape[-1]
+        out = {".".join(path): np.asarray(m, dtype=np.float64)
+               for path, m in _matrices(self._tree(), K)}
+        out |= {f"trajectories.{name}": np.asarray(value)
+                for name, value in self.trajectories.items()}
+        return out
+
+    def _tree(self) -> dict[str, Any]:
+        """The JSON form before ``jsonable``, its dicts fresh copies (safe to edit)."""
         per_feature = [{"k": f.k, "regime": f.regime, "condition": f.condition,
                         "F_k": f.F_k, "loss_before": f.loss_before,
                         "loss_after": f.loss_after, "trend": f.trend,
@@ -253,7 +283,7 @@ class Report:
                         "initial_direction": f.initial_direction, "D_k": f.D_k,
                         "D_k_direction": f.D_k_direction, "D_k_agrees": f.D_k_agrees}
                        for f in self.forgetting]
-        return jsonable({
+        return _copy_dicts({
             "source": self.source,
             "parameters": self.parameters,
             "pretrain": self.pretrain.to_dict(),
@@ -263,3 +293,51 @@ class Report:
             "warnings": list(self.warnings),
             "run": self.run,
         })
+
+
+def _copy_dicts(tree: Any) -> Any:
+    """``tree`` with every dict copied (arrays and other leaves shared)."""
+    return ({key: _copy_dicts(value) for key, value in tree.items()}
+            if isinstance(tree, dict) else tree)
+
+
+#: ``Report.to_dict`` gives K × K matrices in full up to this K; above it, a summary of
+#: each (a K = 1024 report would otherwise print about 200 MB of JSON).
+FULL_MATRIX_K = 16
+
+
+def matrix_summary(matrix: Any) -> dict[str, Any]:
+    """What the JSON keeps of a large K × K matrix: min, max and mean of its diagonal and
+    of its off-diagonal entries (NaN entries, e.g. β's diagonal, left out)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    K = m.shape[0]
+    on = np.eye(K, dtype=bool)
+
+    def stats(values: np.ndarray) -> dict[str, float] | None:
+        values = values[np.isfinite(values)]
+        return ({"min": values.min(), "max": values.max(), "mean": values.mean()}
+                if values.size else None)
+
+    return {"shape": [K, K], "diagonal": stats(m[on]), "off_diagonal": stats(m[~on])}
+
+
+def _is_matrix(value: Any, K: int) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.shape == (K, K)
+    return (isinstance(value, list) and len(value) == K and K > 0
+            and all(isinstance(row, list) and len(row) == K for row in value))
+
+
+def _matrices(tree: dict[str, Any], K: int, path: tuple[str, ...] = ()):
+    """``(path, matrix)`` for every K × K matrix in a nested dict."""
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _matrices(value, K, (*path, key))
+        elif _is_matrix(value, K):
+            yield (*path, key), value
+
+
+def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree[key]
+    tree[path[-1]] = value

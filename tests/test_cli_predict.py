@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+import oodcalc as oc
 from oodcalc.cli import main
 
 
@@ -247,3 +248,45 @@ def test_parameters_block_reruns_as_given(capsys):
     code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--max-steps", "automatic")
     assert code == 2 and err.strip() == ("oodcalc: error: --max-steps: got 'automatic'; "
                                          'expected an integer >= 1 or "auto"')
+
+
+def test_json_summarises_large_matrices_and_arrays_holds_them(capsys, tmp_path):
+    """Above K = 16 the JSON keeps every scalar and per-feature field and summarises each
+    K × K matrix; --arrays writes them (and the trajectories) in full, equal to the API's."""
+    from oodcalc.report import FULL_MATRIX_K
+    assert FULL_MATRIX_K == 16
+    npz = tmp_path / "full.npz"
+    code, out, _ = run(capsys, "predict", "--theta", "0.5", "--K", "17", "--json",
+                       "--arrays", str(npz))
+    assert code == 0
+    d = json.loads(out)
+    assert d["matrices"]["full"] is False and "pretrain.z" in d["matrices"]["summarised"]
+    assert d["pretrain"]["z"]["shape"] == [17, 17] and "min" in d["pretrain"]["z"]["diagonal"]
+    assert d["ood"]["beta"]["diagonal"] is None                      # NaN there: left out
+    assert len(d["ood"]["alpha"]) == 17 and len(d["forgetting"]["per_feature"]) == 17
+    report = oc.predict(oc.Setting(oc.rotation(0.5, 17)))
+    with np.load(npz, allow_pickle=False) as saved:
+        assert sorted(saved.files) == sorted(report.arrays())
+        assert set(d["matrices"]["summarised"]) <= set(saved.files)
+        np.testing.assert_array_equal(saved["pretrain.z"], report.pretrain.z)
+        np.testing.assert_array_equal(saved["finetune.z_source"], report.finetune.z_source)
+        np.testing.assert_array_equal(saved["trajectories.finetune_source"],
+                                      report.trajectories["finetune_source"])
+    assert d["pretrain"]["z"]["off_diagonal"]["max"] == report.pretrain.z[0, 1]
+    # K <= 16: every matrix in full, no "matrices" block
+    code, out, _ = run(capsys, "predict", "--theta", "0.5", "--K", "16", "--json")
+    d = json.loads(out)
+    assert "matrices" not in d and np.array(d["pretrain"]["z"]).shape == (16, 16)
+
+
+def test_json_stays_small_at_large_K(capsys):
+    # about 0.75 KB per feature (K = 1024 prints 0.76 MB; in full it was 212 MB)
+    code, out, _ = run(capsys, "predict", "--theta", "0.5", "--K", "256", "--json")
+    assert code == 0 and len(out.encode()) < 256 * 1000
+
+
+def test_arrays_option_is_checked_before_the_run(capsys, tmp_path):
+    code, out, err = run(capsys, "predict", "--gamma", "1,-0.9", "--arrays",
+                         str(tmp_path / "a.txt"))
+    assert code == 2 and out == "" and err.startswith("oodcalc: error: --arrays")
+    assert "ending in .npz" in err and len(err.strip().splitlines()) == 1

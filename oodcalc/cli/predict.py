@@ -24,7 +24,11 @@ def predict(
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (schema in the README).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (schema in "
+        "docs/report.md); K × K matrices in full up to K = 16, summarised above.")] = False,
+    arrays: Annotated[Optional[str], typer.Option("--arrays", metavar="FILE.npz",
+        help="Also write every K × K matrix and trajectory in full to FILE.npz (atomically, "
+             "no pickles; keys as named in the JSON, e.g. pretrain.z).")] = None,
     precision: Annotated[Optional[str], typer.Option("--precision", metavar="DIGITS",
         help="Print only the closed forms (α*, β*, OOD weights and errors at α*, step-size "
              "bound), evaluated with mpmath at DIGITS significant digits; --eps is read at "
@@ -47,6 +51,9 @@ def predict(
         return
     from ..predict import predict as run_predict
 
+    if arrays is not None:
+        from ..io import check_output
+        check_output(arrays, "--arrays", suffixes=(".npz",))    # before the run
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps, cost=predict_cost,
                             what="predict (the K × K dynamics and their kept trajectories)")
@@ -58,6 +65,9 @@ def predict(
             report = run_predict(setting, progress=progress)
     for warning in report.warnings:
         print(f"oodcalc: warning: {warning}", file=sys.stderr)
+    if arrays is not None:
+        from ..io import write_npz_atomic
+        write_npz_atomic(arrays, report.arrays(), option="--arrays")
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
