@@ -2,6 +2,7 @@ import json
 import re
 from io import StringIO
 
+import numpy as np
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
@@ -216,3 +217,20 @@ def test_verify_failing_after_some_rows_ends_with_one_error_line(capsys, monkeyp
     assert code == 1 and out == "" and len(lines) == 2
     assert PROGRESS_LINE.match(lines[0]) and lines[0].startswith("verify: 1/2 claim 1 ")
     assert lines[1] == "oodcalc: error: forced failure" and not PROGRESS_LINE.match(lines[1])
+
+
+def test_simulate_json_summarises_large_matrices_and_arrays_hold_both_reports(
+        tmp_path, capsys, monkeypatch):
+    from oodcalc import report
+    monkeypatch.setattr(report, "FULL_MATRIX_K", 2)    # K = 3 counts as large (K = 17: 9 s)
+    npz = tmp_path / "sim.npz"
+    assert main(["simulate", "--theta", "0.5", "--K", "3", "--compare", "--json",
+                 "--arrays", str(npz)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["simulation"]["matrices"]["full"] is False
+    assert out["theory"]["matrices"]["full"] is False
+    assert out["simulation"]["pretrain"]["z"]["shape"] == [3, 3]
+    with np.load(npz, allow_pickle=False) as saved:
+        assert "pretrain.z" in saved.files and "theory.pretrain.z" in saved.files
+        # the full-Q simulator and the theory agree on the T1 logits
+        np.testing.assert_allclose(saved["pretrain.z"], saved["theory.pretrain.z"], atol=1e-10)

@@ -167,7 +167,11 @@ def simulate(
         help="Trajectory rows shown per phase.", show_default="8")] = None,
     trajectories: Annotated[bool, typer.Option("--trajectories",
         help="With --json: include every step's logits and losses.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object; K × K "
+        "matrices in full up to K = 16, summarised above.")] = False,
+    arrays: Annotated[Optional[str], typer.Option("--arrays", metavar="FILE.npz",
+        help="Also write every K × K matrix and trajectory in full to FILE.npz (atomically, "
+             "no pickles; with --compare the theory's under theory.NAME).")] = None,
 ) -> None:
     """Train a simulator (no closed forms inside) and report in the theory's schema.
 
@@ -175,6 +179,9 @@ def simulate(
     oodcalc simulate --gamma 1,-0.9 -s prompts --N 64 --seed 3 --json
     """
     n_rows = options.integer("--rows", rows, 2) or 8
+    if arrays is not None:
+        from ..io import check_output
+        check_output(arrays, "--arrays", suffixes=(".npz",))    # before the run
     prompt_options = {"--N": N, "--batch": batch, "--seed": seed, "--holdout": holdout}
     geometry = (gamma, theta, K, mean_query, orthogonal, features, ood, d, tol, eps, eta, eta_ft,
                 max_steps)
@@ -223,6 +230,12 @@ def simulate(
         from ..predict import predict
         theory = predict(setting)
         comparison = compare_reports(theory, report)
+    if arrays is not None:
+        from ..io import write_npz_atomic
+        full = report.arrays()
+        if comparison is not None:
+            full |= {f"theory.{name}": value for name, value in theory.arrays().items()}
+        write_npz_atomic(arrays, full, option="--arrays")
     if as_json:
         out = report.to_dict()
         if trajectories:
