@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from oodcalc import io, limits
+from oodcalc import estimates, io, limits
 from oodcalc.cli import main
 
 #: The memory cap the refusals below are checked against (independent of this machine).
@@ -117,7 +117,7 @@ def test_memory_refusal_never_blames_the_steps_when_they_cost_no_memory(capsys, 
 
 def test_the_cap_is_the_only_thing_between_a_run_and_its_estimate(monkeypatch):
     """Perturbation: the same estimate passes under a larger cap and fails under a smaller."""
-    estimate = limits.predict_bytes(64, 128, 0.01, 0.1, 0.1, 10**6)
+    estimate = estimates.predict_bytes(64, 128, 0.01, 0.1, 0.1, 10**6)
     monkeypatch.setenv(limits.MEMORY_VARIABLE, str(int(estimate * 1.01)))
     limits.require_memory(estimate, "--K", "64", "predict", "lower --K")
     monkeypatch.setenv(limits.MEMORY_VARIABLE, str(int(estimate * 0.99)))

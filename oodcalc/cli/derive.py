@@ -8,7 +8,7 @@ import typer
 
 from ..claims import CLAIMS, get_claims
 from ..errors import ComputationError, InputError
-from . import app
+from .app import app
 
 FORMATS = ("text", "markdown", "latex")
 

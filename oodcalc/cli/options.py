@@ -7,8 +7,40 @@ from __future__ import annotations
 import math
 import re
 
-from ..errors import InputError
+from ..errors import InputError, Names
 from ..limits import MAX_INT
+
+# --- the library's parameters, in this command line's words -----------------------------
+#
+# The library names parameters in API words (``Protocol.eps``, ``the geometry's K``); its
+# errors are shown here with the option that set each one. ``main`` starts every command
+# from these and the command adds what depends on how it was called (``--gamma: got 5000
+# values`` for K).
+
+#: Options that name a library parameter the same way in every command.
+OPTION_NAMES: dict[str, str | tuple[str, object]] = {
+    "K": "--K", "d": "--d", "eps": "--eps", "eta": "--eta", "eta_ft": "--eta-ft",
+    "max_steps": "--max-steps", "sweep_max_steps": "--max-steps", "N": "--N", "batch": "--batch", "holdout": "--holdout",
+    "workers": "--workers", "predict": "predict", "simulate_population": "simulate",
+    "simulate_prompts": "simulate -s prompts",
+}
+_names: dict[str, str | tuple[str, object]] = dict(OPTION_NAMES)
+
+
+def reset_names() -> None:
+    """Start a command from :data:`OPTION_NAMES`."""
+    _names.clear()
+    _names.update(OPTION_NAMES)
+
+
+def name_parameters(names: Names) -> None:
+    """This command's names for library parameters (``{"K": ("--gamma", "5 values")}``:
+    the option, and the value to show as given)."""
+    _names.update(names)
+
+
+def parameter_names() -> Names:
+    return dict(_names)
 
 # Digits only (ASCII; no underscores), optionally in e-notation with an integer value (1e6).
 _INTEGER = re.compile(r"^\s*[+-]?\d+(?:\.0*)?(?:[eE]\+?\d+)?\s*$", re.ASCII)

@@ -12,8 +12,9 @@ import typer
 
 from .. import limits
 from ..errors import InputError
-from . import app, options
-from .predict import predict_cost
+from . import options
+from .app import app
+from .predict import predict_check
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
 
@@ -178,7 +179,10 @@ def simulate(
     prompt_options = {"--N": N, "--batch": batch, "--seed": seed, "--holdout": holdout}
     geometry = (gamma, theta, K, mean_query, orthogonal, features, ood, d, tol, eps, eta, eta_ft,
                 max_steps)
-    extra = (lambda n, dim, p: predict_cost(n, dim, p)) if compare else (lambda n, dim, p: 0.0)
+
+    def also_compare(n, dim, p, diagonal) -> None:
+        if compare:                        # the theory runs after the simulator
+            predict_check(n, dim, p, diagonal)
     if simulator is Simulator.population:
         given = [(name, repr(v)) for name, v in prompt_options.items() if v is not None]
         given += [("--fixed-sample", "the flag")] if fixed_sample else []
@@ -187,10 +191,10 @@ def simulate(
             raise InputError(given[0][0], given[0][1], "only --simulator prompts takes "
                              "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
         from ..simulate import simulate_population
-        setting = build_setting(*geometry, what="simulate (every iterate Q, d × d)",
-                                cost=lambda n, dim, p: limits.population_bytes(
-                                    n, dim or 2 * n, p.eps, p.eta, p.eta_ft, p.max_steps)
-                                + extra(n, dim, p))
+        def check(n, dim, p, diagonal) -> None:
+            limits.check_population(n, dim, p)
+            also_compare(n, dim, p, diagonal)
+        setting = build_setting(*geometry, check=check)
         report = simulate_population(setting)
     else:
         if holdout is not None and stop is not Stop.heldout:
@@ -200,17 +204,11 @@ def simulate(
         n_holdout = options.integer("--holdout", holdout, 2) or 4096
         root_seed = options.integer("--seed", seed, 0) or 0
 
-        def cost(n, dim, p, tokens=n_tokens, prompts=n_batch, held=n_holdout):
-            return limits.prompts_bytes(n, dim or 2 * n, tokens, prompts, held, p.eps, p.eta,
-                                        p.eta_ft, p.max_steps, stop is Stop.heldout) \
-                + extra(n, dim, p)
-        more = [("--N", N, lambda n, dim, p: cost(n, dim, p, tokens=1), "lower --N"),
-                ("--batch", batch, lambda n, dim, p: cost(n, dim, p, prompts=1),
-                 "lower --batch"),
-                ("--holdout", holdout, lambda n, dim, p: cost(n, dim, p, held=1),
-                 "lower --holdout")]
-        setting = build_setting(*geometry, what="simulate -s prompts (batches of N tokens "
-                                "in d dimensions)", cost=cost, more=more)
+        def check(n, dim, p, diagonal) -> None:
+            limits.check_prompts(n, dim, p, n_tokens, n_batch, n_holdout,
+                                 stop is Stop.heldout)
+            also_compare(n, dim, p, diagonal)
+        setting = build_setting(*geometry, check=check)
         if n_holdout < setting.K:
             raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import app
+from .app import app
 
 
 def render(ledger, details: bool) -> None:
