@@ -305,6 +305,13 @@ CURVE_BYTES = 12 << 10
 SECONDS_PER_CURVE = 1.2e-3
 
 
+def trajectory_curves(figure: str, K: int) -> int:
+    """The curves a trajectory figure draws for K features (``"loss_trajectories"``:
+    source and OOD per feature; ``"weight_trajectories"``: every logit and the
+    conservation pair per feature, in both phases)."""
+    return 2 * K if figure == "loss_trajectories" else 2 * (K * K + 2 * K)
+
+
 def figure_bytes(curves: int, points: float) -> float:
     """A figure of ``curves`` curves of ``points`` points (a few copies of each)."""
     return curves * (CURVE_BYTES + points * FLOAT * 6)

@@ -150,8 +150,11 @@ def refuse_over_cap(estimate: float, what: str,
 
 # --- the guards of the entry points ------------------------------------------------------
 #
-# ``cost(K, d, protocol) -> bytes`` is an entry point's estimate (``d`` None: the smallest
-# that holds the geometry); ``protocol`` is anything with ``eps, eta, eta_ft, max_steps``.
+# Each ``check_*`` guard takes ``(K, d, protocol, *, its own sizes, diagonal=None)``
+# (``d`` None: the smallest that holds the geometry; ``protocol``: anything with ``eps,
+# eta, eta_ft, max_steps``; ``diagonal``: diag M when known), so that a caller can run
+# the guard of the entry point it is about to call before the geometry's arrays exist.
+# ``cost(K, d, protocol) -> bytes`` is an entry point's memory estimate.
 
 def steps_culprit(K: int, protocol) -> tuple[str, object, float, str]:
     """Which parameter sets the steps a phase runs: the cap, or the stopping rule."""
@@ -218,15 +221,15 @@ def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> 
                         faster=diagonal is not None and not fast)
 
 
-def check_population(K: int, d: int | None, protocol) -> None:
+def check_population(K: int, d: int | None, protocol, *, diagonal=None) -> None:
     """``simulate_population``'s memory: every iterate Q (d × d) of both phases."""
     check_memory(lambda k, dim, p: estimates.population_bytes(
         k, _d(dim, k), p.eps, p.eta, p.eta_ft, p.max_steps),
         f"{param('simulate_population')} (every iterate Q, d × d)", K, d, protocol)
 
 
-def check_prompts(K: int, d: int | None, protocol, N: int, batch: int, holdout: int,
-                  heldout: bool) -> None:
+def check_prompts(K: int, d: int | None, protocol, *, N: int, batch: int, holdout: int,
+                  heldout: bool, diagonal=None) -> None:
     """``simulate_prompts``' memory: batches of N tokens in d dimensions, every iterate Q."""
     def cost(k, dim, p, tokens=N, prompts=batch, held=holdout):
         return estimates.prompts_bytes(k, _d(dim, k), tokens, prompts, held, p.eps, p.eta,
@@ -240,15 +243,19 @@ def check_prompts(K: int, d: int | None, protocol, N: int, batch: int, holdout: 
                  K, d, protocol, more)
 
 
-def check_precision(K: int, d: int | None, protocol, digits: int) -> None:
+def check_precision(K: int, d: int | None, protocol, *, digits: int, diagonal=None) -> None:
     """The closed forms at ``digits`` digits (mpmath): K × K numbers, a few copies."""
     check_memory(lambda k, dim, p: estimates.precision_bytes(k, digits)
                  + estimates.geometry_bytes(_d(dim, k), k),
                  f"the closed forms at {digits} digits", K, d, protocol)
 
 
-def check_trajectory_plot(K: int, d: int | None, protocol, lines: int) -> None:
-    """``predict`` and a figure of ``lines`` curves through every kept step."""
+def check_trajectory_plot(K: int, d: int | None, protocol, *, figure: str,
+                          diagonal=None) -> None:
+    """``predict`` and a trajectory figure (``"loss_trajectories"`` or
+    ``"weight_trajectories"``) through every kept step (the memory; ``predict`` adds its
+    own guard, :func:`check_predict`)."""
+    lines = estimates.trajectory_curves(figure, K)
     if lines > MAX_CURVES:
         raise InputError(param("K"), K, f"the figure would draw {lines:,} curves, more than "
                          f"{MAX_CURVES:,} (about {lines * estimates.SECONDS_PER_CURVE:,.0f} s "

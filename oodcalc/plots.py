@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import geometry as geo
-from . import limits, theory
+from . import estimates, limits, theory
 from .dynamics import ood_start
 from .errors import InputError
 from .io import check_output as check_file, write_atomic
@@ -49,17 +49,11 @@ def save(fig, path: str | Path, option: str = "--output") -> Path:
     return written
 
 
-def curves(kind: str, K: int) -> int:
-    """The curves a trajectory figure draws for K features (``loss_trajectories``: source
-    and OOD per feature; ``weight_trajectories``: every logit and the conservation pair
-    per feature, in both phases)."""
-    return 2 * K if kind == "loss_trajectories" else 2 * (K * K + 2 * K)
-
-
 def _check_drawing(kind: str, report: Report) -> None:
+    """Refuse a figure too large to draw, before drawing (``limits.check_figure``)."""
     trajectories = report.trajectories
     points = len(trajectories["pretrain"]) + len(trajectories["finetune_ood"])
-    limits.check_figure(curves(kind, report.parameters["K"]), points)
+    limits.check_figure(estimates.trajectory_curves(kind, report.parameters["K"]), points)
 
 
 def protocol_text(p: dict | Protocol) -> str:

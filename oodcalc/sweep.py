@@ -27,6 +27,7 @@ import csv
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -448,6 +449,15 @@ def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return z1[row_group], steps[row_group], ok[row_group]
 
 
+def _local_workers(executor) -> int:
+    """Processes of a local pool (each holds its share of rows and an interpreter); 1 for
+    any other executor (threads share this process, a cluster's memory is not ours)."""
+    pool = sys.modules.get("concurrent.futures.process")   # loaded if such a pool exists
+    if pool is not None and isinstance(executor, pool.ProcessPoolExecutor):
+        return int(getattr(executor, "_max_workers", 1))
+    return 1
+
+
 def _check_pretraining(grid: Grid, max_steps: int) -> None:
     """Refuse a grid whose slowest pretraining would run more than ``AUTO_STEP_LIMIT``
     steps (to the rule or to ``max_steps``), as ``predict`` refuses it."""
@@ -560,8 +570,7 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
         by_K[g.K] = by_K.get(g.K, 0) + len(g)
     # Refuse what is out of reach before any work: the rows' memory (a local process pool
     # holds a copy per worker), then pretraining's steps (from K, eps, eta alone).
-    limits.check_rows(by_K, getattr(executor, "_max_workers", 1)
-                      if isinstance(executor, cf.process.ProcessPoolExecutor) else 1)
+    limits.check_rows(by_K, _local_workers(executor))
     for g in grids:
         _check_pretraining(g, max_steps)
     if chunk_size is None:

@@ -7,6 +7,7 @@ more ``@plot_app.command``. The figures of other experiments register here too.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated, Optional
 
 import typer
@@ -56,13 +57,11 @@ def trajectories(kind: str, output: str, gamma, theta, K, mean_query, orthogonal
     from .. import plots
     from ..predict import predict
 
-    def check(n: int, dim: int | None, p, diagonal) -> None:
-        limits.check_trajectory_plot(n, dim, p, plots.curves(kind, n))
-        limits.check_predict(n, dim, p, diagonal=diagonal)
-
     def make():
         report = predict(build_setting(gamma, theta, K, mean_query, orthogonal, features, ood,
-                                       d, tol, eps, eta, eta_ft, max_steps, check=check))
+                                       d, tol, eps, eta, eta_ft, max_steps, checks=[
+                                           partial(limits.check_trajectory_plot, figure=kind),
+                                           limits.check_predict]))
         return getattr(plots, kind)(report)
     draw(make, output)
 

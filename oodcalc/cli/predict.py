@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from typing import Annotated, Optional
 
 import typer
@@ -12,11 +13,6 @@ from .. import limits
 from .app import app
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
-
-
-def predict_check(K: int, d: int | None, p, diagonal) -> None:
-    """predict's own guard, before the geometry's arrays exist."""
-    limits.check_predict(K, d, p, diagonal=diagonal)
 
 
 @app.command()
@@ -41,14 +37,14 @@ def predict(
         digits = parse_digits(precision)
         setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                                 None, eta, eta_ft, max_steps,
-                                check=lambda n, dim, p, _: limits.check_precision(n, dim, p,
-                                                                                  digits))
+                                checks=[partial(limits.check_precision, digits=digits)])
         print_high_precision(setting, eps, precision, as_json)
         return
     from ..predict import predict as run_predict
 
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                            eps, eta, eta_ft, max_steps, check=predict_check)
+                            eps, eta, eta_ft, max_steps,
+                            checks=[limits.check_predict])   # predict's own guard, early
     if as_json or not sys.stderr.isatty():
         report = run_predict(setting)
     else:                                  # a bar on stderr if the run lasts a while

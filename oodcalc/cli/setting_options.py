@@ -6,7 +6,7 @@ Declare them in a command's signature with these aliases, then call ``build_sett
 
 from __future__ import annotations
 
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Optional, Sequence
 
 import numpy as np
 import typer
@@ -71,19 +71,20 @@ def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -
                     eta_ft=options.positive("--eta-ft", eta_ft), max_steps=steps)
 
 
-#: ``check(K, d, protocol, diagonal)``: the library's guard of the entry point a command
-#: will call (``limits.check_predict``...), run before the geometry's arrays exist;
-#: ``d`` None: the smallest; ``diagonal``: diag M where the options already give it.
-Check = Callable[[int, Optional[int], Protocol, Optional[np.ndarray]], None]
+#: ``check(K, d, protocol, diagonal=...)``: a guard of the library (``limits.check_*``,
+#: or a ``functools.partial`` of one) for the entry point a command will call, run before
+#: the geometry's arrays exist; ``d`` None: the smallest; ``diagonal``: diag M where the
+#: options already give it.
+Check = Callable[..., None]
 
 
 def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogonal: bool,
                   features: Text, ood: Text, d: Text, tol: Text,
                   eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None, *,
-                  check: Check | None = None) -> Setting:
+                  checks: Sequence[Check] = ()) -> Setting:
     """Turn the command-line text into a validated Setting (errors name the option).
 
-    With ``check`` (the library's guard of what the command will run), what is out of
+    With ``checks`` (the library's guards of what the command will run), what is out of
     reach is refused before the geometry's arrays exist (for feature files, once their
     shape is known); the library's errors then name this command's options (the names
     are registered with :func:`options.name_parameters`)."""
@@ -105,7 +106,7 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
                          "e.g. --K 4")
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
     options.name_parameters({"d": ("--d", d)})
-    if check is not None and chosen[0] != "--features/--ood":
+    if checks and chosen[0] != "--features/--ood":
         values = options.numbers("--gamma", gamma) if chosen[0] == "--gamma" else None
         count = k_value if k_value is not None else len(values)
         if k_value is not None:
@@ -114,17 +115,19 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
             options.name_parameters({"K": ("--gamma", f"{count} values"),
                                      "lower K": "give fewer --gamma values"})
         if count >= 2:   # fewer: the geometry below says what it needs
-            check(count, d_value, protocol,
-                  np.array(values) if values is not None and _in_range(values) else None)
+            diagonal = np.array(values) if values is not None and _in_range(values) else None
+            for check in checks:
+                check(count, d_value, protocol, diagonal=diagonal)
     try:
         geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol)
     except InputError as err:
         if err.what != "d":
             raise
         raise InputError("--d", d, err.accepted) from None
-    if check is not None and chosen[0] == "--features/--ood":
+    if checks and chosen[0] == "--features/--ood":
         options.name_parameters({"K": ("--features", f"{geometry.K} features")})
-        check(geometry.K, None, protocol, None)
+        for check in checks:
+            check(geometry.K, None, protocol)
     return Setting(geometry, protocol)
 
 

@@ -4,6 +4,7 @@ theory (``--compare``)."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from enum import Enum
 from typing import Annotated, Optional
 
@@ -14,7 +15,6 @@ from .. import limits
 from ..errors import InputError
 from . import options
 from .app import app
-from .predict import predict_check
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
 
@@ -179,10 +179,7 @@ def simulate(
     prompt_options = {"--N": N, "--batch": batch, "--seed": seed, "--holdout": holdout}
     geometry = (gamma, theta, K, mean_query, orthogonal, features, ood, d, tol, eps, eta, eta_ft,
                 max_steps)
-
-    def also_compare(n, dim, p, diagonal) -> None:
-        if compare:                        # the theory runs after the simulator
-            predict_check(n, dim, p, diagonal)
+    also = [limits.check_predict] if compare else []     # the theory runs after it
     if simulator is Simulator.population:
         given = [(name, repr(v)) for name, v in prompt_options.items() if v is not None]
         given += [("--fixed-sample", "the flag")] if fixed_sample else []
@@ -191,10 +188,7 @@ def simulate(
             raise InputError(given[0][0], given[0][1], "only --simulator prompts takes "
                              "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
         from ..simulate import simulate_population
-        def check(n, dim, p, diagonal) -> None:
-            limits.check_population(n, dim, p)
-            also_compare(n, dim, p, diagonal)
-        setting = build_setting(*geometry, check=check)
+        setting = build_setting(*geometry, checks=[limits.check_population, *also])
         report = simulate_population(setting)
     else:
         if holdout is not None and stop is not Stop.heldout:
@@ -204,11 +198,9 @@ def simulate(
         n_holdout = options.integer("--holdout", holdout, 2) or 4096
         root_seed = options.integer("--seed", seed, 0) or 0
 
-        def check(n, dim, p, diagonal) -> None:
-            limits.check_prompts(n, dim, p, n_tokens, n_batch, n_holdout,
-                                 stop is Stop.heldout)
-            also_compare(n, dim, p, diagonal)
-        setting = build_setting(*geometry, check=check)
+        setting = build_setting(*geometry, checks=[
+            partial(limits.check_prompts, N=n_tokens, batch=n_batch, holdout=n_holdout,
+                    heldout=stop is Stop.heldout), *also])
         if n_holdout < setting.K:
             raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts
