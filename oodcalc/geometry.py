@@ -28,6 +28,8 @@ ORTHONORMAL_TOL = 1e-6
 PARALLEL_TOL = 1e-9
 
 FEATURE_FILE_SUFFIXES = (".npy", ".csv", ".json")
+#: Memory a JSON feature file takes to parse, per byte of the file (measured: 32).
+JSON_BYTES_PER_BYTE = 40.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -371,6 +373,22 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
     return Geometry(V, U, "file", dict(params or {}))
 
 
+def feature_shape(path: str | Path) -> tuple[int, ...] | None:
+    """The shape a ``.npy`` feature file's header claims (None for other files, or when
+    the header cannot be read: :func:`load_features` then says why), read without its data."""
+    if Path(str(path)).suffix.lower() != ".npy":
+        return None
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, _ = read_header(f)
+    except (OSError, ValueError):
+        return None
+    return tuple(int(n) for n in shape)
+
+
 def load_features(path: str | Path, name: str) -> np.ndarray:
     """Read a ``d × K`` feature matrix from .npy (no pickles), .csv or .json.
 
@@ -406,6 +424,9 @@ def load_features(path: str | Path, name: str) -> np.ndarray:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 return np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
+        # json.loads holds about 30 bytes per byte of text (100 MB: 3.2 GB): refused first
+        limits.refuse_over_cap(JSON_BYTES_PER_BYTE * info.st_size, f"reading {text}",
+                               [(name, text, 0.0, "use a smaller file (or .npy)")])
         return _json_matrix(json.loads(path.read_text(encoding="utf-8")), name, text)
     except InputError:
         raise

@@ -115,8 +115,13 @@ def _protocol_axes(eps: Any, eta: Any, eta_ft: Any) -> list[tuple[str, np.ndarra
 
 def _product(axes: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Every combination, the first axis outermost (C order)."""
-    mesh = np.meshgrid(*(values for _, values in axes), indexing="ij")
-    return {name: m.ravel() for (name, _), m in zip(axes, mesh)}
+    # (not np.meshgrid: numpy arrays have at most 32 dimensions, a grid any number of axes)
+    sizes = [len(values) for _, values in axes]
+    out = {}
+    for i, (name, values) in enumerate(axes):
+        inner, outer = math.prod(sizes[i + 1:]), math.prod(sizes[:i])
+        out[name] = np.tile(np.repeat(values, inner), outer)
+    return out
 
 
 def _build(K: int, geometry: str, geo_axes: list[tuple[str, np.ndarray]], eps, eta, eta_ft,

@@ -118,6 +118,12 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
             diagonal = np.array(values) if values is not None and _in_range(values) else None
             for check in checks:
                 check(count, d_value, protocol, diagonal=diagonal)
+    if checks and chosen[0] == "--features/--ood" and features is not None:
+        shape = geo.feature_shape(features)   # a .npy's header: refuse before reading it
+        if shape is not None and len(shape) == 2 and shape[1] >= 2:
+            options.name_parameters({"K": ("--features", f"{shape[1]} features")})
+            for check in checks:
+                check(shape[1], None, protocol)
     try:
         geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol)
     except InputError as err:
