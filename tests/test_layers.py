@@ -29,7 +29,7 @@ ROOT = Path(oodcalc.__file__).parent
 #: Bottom first. Patterns are module names (fnmatch); an exact name wins over a pattern.
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["oodcalc.errors", "oodcalc.model", "oodcalc.paper", "oodcalc.io",
-                     "oodcalc.extras", "oodcalc.ray_loop", "oodcalc._kernels"]),
+                     "oodcalc.extras", "oodcalc.ray_loop", "oodcalc._kernels", "oodcalc.console"]),
     ("closed forms, compiled plug-ins", ["oodcalc.theory", "oodcalc.compiled"]),
     ("cost model", ["oodcalc.estimates"]),
     ("refusal", ["oodcalc.limits"]),
@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("ledger", ["oodcalc.verify"]),
     ("claims", ["oodcalc.claims.*"]),
     ("API", ["oodcalc"]),
-    ("command line: shared", ["oodcalc.cli.app", "oodcalc.cli.console", "oodcalc.cli.options",
+    ("command line: shared", ["oodcalc.cli.app", "oodcalc.cli.options",
                               "oodcalc.cli.progress", "oodcalc.cli.render",
                               "oodcalc.cli.setting_options"]),
     ("command line: commands", ["oodcalc.cli.*"]),

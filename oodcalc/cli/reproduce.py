@@ -69,7 +69,7 @@ def show_tables(tables, protocol: Protocol) -> None:
     from rich import box
     from rich.table import Table
 
-    from .console import make_console, say
+    from ..console import make_console, say
 
     console = make_console()
     say(console, f"[bold]oodcalc reproduce[/bold] · ε = {protocol.eps:g}, η = {protocol.eta:g}, "

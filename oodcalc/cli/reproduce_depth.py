@@ -187,8 +187,7 @@ def depth(
     with progress_bar() as progress:
         table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
     if output_format is Format.table:
-        from .console import make_console
-        show(table, make_console())          # piped: wide and never cut (as every command)
+        show(table)
         return
     text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
             if output_format is Format.json else markdown(table))

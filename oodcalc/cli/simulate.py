@@ -46,7 +46,7 @@ def render(report, rows: int, comparison=None) -> None:
     from rich.table import Table
 
     from ..geometry import describe_text as describe_geometry
-    from .console import make_console, say
+    from ..console import make_console, say
     from .render import fmt
 
     from rich.markup import escape

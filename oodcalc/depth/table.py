@@ -328,9 +328,9 @@ def show(table: DepthTable, console=None) -> None:
     from rich import box
     from rich.table import Table
 
-    if console is None:                   # the CLI passes its own (cli.console)
-        from rich.console import Console
-        console = Console()
+    if console is None:
+        from ..console import make_console
+        console = make_console()          # piped: wide and never cut (as every command)
     console.print("[bold]oodcalc reproduce depth[/bold]")
     console.print(header(table), style="dim")
     console.print("Each cell: our F over seeds [95% CI]; mean F_1 · F_2; seeds where only "
