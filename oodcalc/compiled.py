@@ -4,14 +4,15 @@ Two kinds of kernels, both used only when a run is long enough to pay for import
 and loading the compiled code (about a second; compiled once, then cached on disk):
 
 * the symmetric ray's scalar recurrence: the plain-Python source that oodcalc also runs
-  without Numba (:func:`oodcalc.dynamics.ray_step_loop`), compiled unchanged, so both
+  without Numba (:func:`oodcalc.ray_loop.ray_step_loop`), compiled unchanged, so both
   give the same numbers bit for bit (the tests check it);
 * the per-column K×K fine-tuning (:mod:`oodcalc._kernels`), whose fallback is the NumPy
   K×K descent: the same arithmetic up to rounding (T2 identical and F_k to 1e-12 in the
   tests).
 
 Without Numba every accessor here returns None and the caller keeps its NumPy or
-plain-Python path.
+plain-Python path. This module is a plug-in of :mod:`oodcalc.dynamics` (and of ``predict``
+and ``sweep``): it imports the loops it compiles, never the modules that choose them.
 """
 
 from __future__ import annotations
@@ -52,11 +53,11 @@ def threads() -> int:
 
 @functools.cache
 def ray_step_loop():
-    """:func:`oodcalc.dynamics.ray_step_loop`, compiled; None without Numba."""
+    """:func:`oodcalc.ray_loop.ray_step_loop`, compiled; None without Numba."""
     nb = numba()
     if nb is None:
         return None
-    from .dynamics import ray_step_loop as loop
+    from .ray_loop import ray_step_loop as loop
     return nb.njit(cache=True, nogil=True)(loop)
 
 

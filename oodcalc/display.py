@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .geometry import describe_text
 
-if TYPE_CHECKING:
-    from .report import Report
+#: A :class:`~oodcalc.report.Report`, read by its fields: this module sits below report.py
+#: (whose Jupyter reprs call it) and does not import it.
+Report = Any
 
 
 def fmt(x: float | None, digits: int = 5) -> str:

@@ -2,15 +2,73 @@
 
 The CLI maps each class to a one-line message and an exit code; the Python API lets
 them propagate, so callers can catch ``OodcalcError`` alone.
+
+Messages name parameters in the words of whoever called: the library writes
+``param("eps")`` (a placeholder) where it names a parameter, and ``str(err)`` shows the
+API's name (``Protocol.eps``, see :data:`API_NAMES`); a caller with its own names for
+them (the CLI's options) wraps its calls in :func:`naming`, and the same error then reads
+``--eps``. An :class:`InputError` whose subject is a placeholder also takes the value as
+the caller gave it (``--gamma: got 5000 values`` rather than ``the geometry's K: got
+5000``).
 """
 
 from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from typing import Iterator, Mapping, Union
+
+#: How the Python API names the parameters that library messages mention.
+API_NAMES = {
+    "K": "the geometry's K", "d": "the geometry's d",
+    "eps": "Protocol.eps", "eta": "Protocol.eta", "eta_ft": "Protocol.eta_ft",
+    "max_steps": "Protocol.max_steps", "sweep_max_steps": "max_steps",
+}
+
+_PLACEHOLDER = re.compile("⟦([^⟦⟧]+)⟧")
+
+
+def param(name: str, verb: str = "") -> str:
+    """A placeholder for parameter ``name`` in a message (``verb``: "lower", "raise"...,
+    which a caller may word differently: ``give fewer --gamma values``)."""
+    return f"⟦{verb + ' ' if verb else ''}{name}⟧"
+
+
+#: A caller's name for a parameter: its own name (an option), or ``(name, value as
+#: given)``; keys are parameter names, or ``"verb name"`` for a whole phrase.
+Names = Mapping[str, Union[str, tuple[str, object]]]
+
+
+def _name(entry) -> str:
+    return entry[0] if isinstance(entry, tuple) else entry
+
+
+def fill(text: str, names: Names | None = None) -> str:
+    """``text`` with every placeholder in ``names``' words (the API's where not given)."""
+    names = names or {}
+
+    def one(match: re.Match) -> str:
+        key = match.group(1)
+        if key in names:
+            return _name(names[key])
+        verb, _, name = key.rpartition(" ")
+        shown = _name(names[name]) if name in names else API_NAMES.get(name, name)
+        return f"{verb} {shown}" if verb else shown
+    return _PLACEHOLDER.sub(one, text)
 
 
 class OodcalcError(Exception):
     """A problem the user can act on; ``str(err)`` is the whole message."""
 
     exit_code = 1
+    #: The caller's names for the parameters the message mentions (see :func:`naming`).
+    names: Names = {}
+
+    def render(self, names: Names | None = None) -> str:
+        return fill(super().__str__(), names)
+
+    def __str__(self) -> str:
+        return self.render(self.names)
 
 
 class InputError(OodcalcError, ValueError):
@@ -20,8 +78,20 @@ class InputError(OodcalcError, ValueError):
 
     def __init__(self, what: str, value: object, accepted: str) -> None:
         self.what, self.value, self.accepted = what, value, accepted
+        super().__init__(self._message(what, value, accepted))
+
+    @staticmethod
+    def _message(what: str, value: object, accepted: str) -> str:
         shown = value if isinstance(value, str) and value.isprintable() else repr(value)
-        super().__init__(f"{what}: got {shown}; {accepted}")
+        return f"{what}: got {shown}; {accepted}"
+
+    def render(self, names: Names | None = None) -> str:
+        names = names or {}
+        match = _PLACEHOLDER.fullmatch(self.what)
+        entry = names.get(match.group(1)) if match else None
+        if isinstance(entry, tuple):      # the subject and its value as the caller gave it
+            return fill(self._message(entry[0], entry[1], self.accepted), names)
+        return fill(super().render(names), names)
 
 
 class ComputationError(OodcalcError, RuntimeError):
@@ -29,3 +99,13 @@ class ComputationError(OodcalcError, RuntimeError):
     stopping rule was not met within the step cap)."""
 
     exit_code = 1
+
+
+@contextmanager
+def naming(names: Names) -> Iterator[None]:
+    """Errors raised inside name parameters as ``names`` says (inner names win)."""
+    try:
+        yield
+    except OodcalcError as err:
+        err.names = {**names, **err.names}
+        raise

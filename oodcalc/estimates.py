@@ -1,7 +1,9 @@
-"""How many steps and how much memory a run needs, before running it.
+"""The cost model: how many steps, how much memory and how long a run needs, before
+running it.
 
-Plain functions of the protocol's numbers (no Setting needed), for the CLI's validation
-layer and for ``predict`` itself:
+Plain functions of numbers (no Setting needed: this module sits below it and imports
+only the closed forms), used by :mod:`oodcalc.limits`, which refuses what is out of
+reach, and by the engines themselves (``predict`` sizes its trajectories from them):
 
 * :func:`pretrain_steps` ``(K, eps, eta)``: the gradient-flow estimate of T1;
 * :func:`column_steps` ``(z, eps, eta)``: of the steps until every column of the logits
@@ -9,7 +11,12 @@ layer and for ``predict`` itself:
 * :func:`steps_from_margin` ``(K, eps, eta, margin)``: the same on the symmetric ray,
   from a given margin (natural log available through :func:`log_steps_from_margin`,
   for starts so bad that the count overflows a float);
-* :func:`dynamics_bytes` ``(K, columns)``, :func:`trajectory_bytes` ``(K, steps)``: memory.
+* :func:`finetune_log_steps` ``(K, eps, eta_ft, ...)``: fine-tuning's steps from the
+  pretrained logits at the threshold α*, for a diagonal ``M`` without any K × K array;
+* :func:`dynamics_bytes` ``(K, columns)``, :func:`trajectory_bytes` ``(K, steps)``: memory;
+* one ``*_bytes`` function per entry point (:func:`predict_bytes`, :func:`population_bytes`,
+  :func:`prompts_bytes`, :func:`sweep_bytes`, the figures'...): the memory it will hold;
+* :data:`SECONDS_PER_UPDATE`: what each fine-tuning engine costs per logit update.
 
 The estimate integrates the margin's gradient flow ``ds/dt = η h(s)`` on the symmetric ray
 (own logit against K−1 equal others; a general column enters through its effective margin,
@@ -25,7 +32,7 @@ import math
 
 import numpy as np
 
-from .theory import stopping_margin
+from .theory import alpha_star, stopping_margin
 
 #: Natural log of the largest step count we express as a float.
 _LOG_MAX = math.log(1e300)
@@ -163,3 +170,204 @@ def eps_for_steps(K: int, eta: float, steps: float, margin: float = 0.0) -> floa
         else:
             hi = mid
     return math.exp(hi) * 1.01
+
+
+# --- fine-tuning from the threshold, before pretraining ---------------------------------
+
+#: Logits computed at once by :func:`finetune_log_steps` (a block of columns): bounds its
+#: memory to a few MiB whatever K.
+_BLOCK = 1 << 18
+
+
+def _min_margin_diagonal(gamma: np.ndarray, alpha: float, beta: float) -> tuple[float, int]:
+    """The smallest effective margin over the columns of ``Mᵀ Z M`` for ``M = diag(γ)`` and
+    ``Z`` on the ray ``(α, β)``, and its column, a block of columns at a time: column k
+    is ``γ_k² α`` on the diagonal and ``γ_n γ_k β`` elsewhere."""
+    K = gamma.size
+    worst, where = math.inf, 0
+    step = max(1, _BLOCK // K)
+    for start in range(0, K, step):
+        ks = np.arange(start, min(K, start + step))
+        others = (beta * gamma[ks])[:, None] * gamma[None, :]
+        others[np.arange(ks.size), ks] = -np.inf
+        top = others.max(axis=1)
+        lse = top + np.log(np.exp(others - top[:, None]).sum(axis=1))
+        margins = alpha * gamma[ks] ** 2 - lse + math.log(K - 1)
+        i = int(np.argmin(margins))
+        if margins[i] < worst:
+            worst, where = float(margins[i]), int(ks[i])
+    return worst, where
+
+
+def finetune_log_steps(K: int, eps: float, eta_ft: float, *,
+                       diagonal: np.ndarray | None = None,
+                       M: np.ndarray | None = None) -> tuple[float, int, float]:
+    """Natural log of the estimated fine-tuning steps from the pretrained logits at the
+    threshold α* (``Z^(T1)`` is within one GD step of them), before pretraining has run:
+    ``(log steps, the slowest OOD column, its effective margin)``.
+
+    Give ``diagonal`` (``diag M`` when ``M = VᵀU`` is diagonal: parallel shifts,
+    rotations, orthogonal subspaces; no K × K array is formed) or ``M``."""
+    a = alpha_star(K, eps)
+    b = -a / (K - 1)
+    if diagonal is not None:
+        margin, worst = _min_margin_diagonal(np.asarray(diagonal, dtype=np.float64), a, b)
+    else:
+        M = np.asarray(M, dtype=np.float64)
+        z = b * np.ones((K, K)) + (a - b) * np.eye(K)
+        margins = effective_margins(M.T @ z @ M)
+        worst = int(np.argmin(margins))
+        margin = float(margins[worst])
+    return log_steps_from_margin(K, eps, eta_ft, margin), worst, margin
+
+
+# --- time: the fine-tuning engines --------------------------------------------------------
+
+#: The K×K fine-tuning engines, and the seconds each takes per logit update on one core
+#: (measured on a 2-core Xeon; ``benchmarks/bench_predict.py``), for messages only.
+ENGINES = {"compiled": "per-column kernel (Numba)", "numpy": "K×K descent (NumPy)"}
+SECONDS_PER_UPDATE = {"compiled": 3.5e-9, "numpy": 3e-8}
+
+
+def exp_steps(log_steps: float) -> float:
+    """Steps from their natural log (``0`` for ``-inf``, capped at ``e^700``)."""
+    return math.exp(min(log_steps, 700.0)) if log_steps > -math.inf else 0.0
+
+
+# --- memory: one estimate per entry point ----------------------------------------------------
+#
+# Each describes the current implementation: when an entry point changes how it stores a
+# computation, its estimate here is the one place to update.
+
+FLOAT = 8          # bytes per float64
+#: What the interpreter, numpy and the command's own objects hold besides the arrays.
+BASE_BYTES = 200 << 20
+#: What one worker process costs beyond its share of the rows.
+WORKER_BYTES = 150 << 20
+#: Trajectories ``predict`` keeps in a report, all phases together (strided beyond).
+TRAJECTORY_BYTES = 64 * 2**20
+
+
+def steps_held(K: int, eps: float, eta: float, max_steps: int) -> float:
+    """Steps a phase will run: the estimate, never more than the cap."""
+    return min(float(max_steps), pretrain_steps(K, eps, eta)) + 1
+
+
+def geometry_bytes(d: int, K: int) -> float:
+    """V and U (d × K each) and their products."""
+    return 2 * d * K * FLOAT * 2
+
+
+def predict_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
+                  max_steps: int) -> float:
+    """``predict``: the geometry, the K × K dynamics (a few copies of their working set:
+    fine-tuning, the source view, the closed forms) and the kept trajectories. Steps cost
+    time, not memory: trajectories are strided to their budget."""
+    return BASE_BYTES + geometry_bytes(d, K) + 4 * dynamics_bytes(K) + TRAJECTORY_BYTES
+
+
+def population_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
+                     max_steps: int) -> float:
+    """``simulate_population``: every iterate ``Q`` (d × d) of both phases."""
+    steps = steps_held(K, eps, eta, max_steps) + steps_held(K, eps, eta_ft, max_steps)
+    return BASE_BYTES + geometry_bytes(d, K) + d * d * FLOAT * (steps + 10)
+
+
+def prompts_bytes(K: int, d: int, N: int, batch: int, holdout: int, eps: float, eta: float,
+                  eta_ft: float, max_steps: int, heldout: bool) -> float:
+    """``simulate_prompts``: a batch of prompts (tokens d-dimensional, a few temporaries
+    of it), the held-out samples, and every iterate ``Q`` of both phases."""
+    prompts = 4.0 * batch * N * d * FLOAT
+    held = 2 * 4.0 * holdout * N * d * FLOAT if heldout else 0.0
+    return population_bytes(K, d, eps, eta, eta_ft, max_steps) + prompts + held
+
+
+def sweep_row_bytes(K: int) -> float:
+    """One configuration of a sweep: its M and logits while it runs, its result columns,
+    and its share of the CSV text (measured: about 800 bytes per K = 2 row)."""
+    return FLOAT * (8 * K * K + 6 * K + 40) + 40 * (20 + 3 * K)
+
+
+def sweep_bytes(rows_by_K: dict[int, int], workers: int = 1) -> float:
+    """``sweep``: every configuration's row (all of them held until written)."""
+    rows = sum(n * sweep_row_bytes(K) for K, n in rows_by_K.items())
+    return BASE_BYTES + rows + max(0, workers - 1) * WORKER_BYTES
+
+
+def phase_diagram_bytes(n: int) -> float:
+    """``plots.phase_diagram``: the K = 2 sweep of n × n rows and three n × n images."""
+    return sweep_bytes({2: n * n}) + 3 * n * n * FLOAT * 4
+
+
+#: What matplotlib holds per curve besides its points (measured: a figure of 80,800
+#: curves of about 200 points reached 1.15 GB), and the seconds it takes per curve.
+CURVE_BYTES = 12 << 10
+SECONDS_PER_CURVE = 1.2e-3
+
+
+def trajectory_curves(figure: str, K: int) -> int:
+    """The curves a trajectory figure draws for K features (``"loss_trajectories"``:
+    source and OOD per feature; ``"weight_trajectories"``: every logit and the
+    conservation pair per feature, in both phases)."""
+    return 2 * K if figure == "loss_trajectories" else 2 * (K * K + 2 * K)
+
+
+def figure_bytes(curves: int, points: float) -> float:
+    """A figure of ``curves`` curves of ``points`` points (a few copies of each)."""
+    return curves * (CURVE_BYTES + points * FLOAT * 6)
+
+
+def trajectory_plot_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
+                          max_steps: int, lines: int) -> float:
+    """``plots.loss_trajectories`` / ``plots.weight_trajectories``: predict, then ``lines``
+    curves through every kept step."""
+    steps = steps_held(K, eps, eta, max_steps) + steps_held(K, eps, eta_ft, max_steps)
+    kept = min(steps, TRAJECTORY_BYTES / (FLOAT * K * K))
+    return predict_bytes(K, d, eps, eta, eta_ft, max_steps) + figure_bytes(lines, kept)
+
+
+def ood_vs_theta_bytes(K: int, eps: float, eta: float, eta_ft: float, max_steps: int,
+                       prompts: int | None) -> float:
+    """``plots.ood_vs_theta``: 181 rotations evaluated at T1, and the simulators (d = 2K)."""
+    memory = population_bytes(K, 2 * K, eps, eta, eta_ft, max_steps)
+    if prompts is not None:
+        memory += prompts_bytes(K, 2 * K, prompts, 1024, 0, eps, eta, eta_ft, max_steps,
+                                False) - BASE_BYTES
+    return memory + 181 * K * K * FLOAT * 4
+
+
+def reproduce_bytes(eps: float, eta: float, eta_ft: float, prompts: int | None) -> float:
+    """``reproduce synthetic``: K = 4, d = 8 settings and, with prompts N, batches of
+    1024 prompts of N tokens."""
+    memory = population_bytes(4, 8, eps, eta, eta_ft, 10**6)
+    if prompts is not None:
+        memory += prompts_bytes(4, 8, prompts, 1024, 0, eps, eta, eta_ft, 10**6,
+                                False) - BASE_BYTES
+    return memory
+
+
+def precision_bytes(K: int, digits: int) -> float:
+    """``predict --precision``: K × K numbers of ``digits`` digits, a few copies."""
+    return BASE_BYTES + 20 * K * K * (digits / 2 + 64)
+
+
+# --- the torch experiments (depth, real text) --------------------------------------------
+
+#: What one process holds once torch is imported (the interpreter, torch's libraries).
+TORCH_BYTES = 400 << 20
+#: Depth experiment: bytes per evaluation prompt held by a run (source and target prompts,
+#: (N + 1) tokens of width 16 in float32, the design and the watched subset: 4 copies).
+DEPTH_PROMPT_BYTES = 4 * 17 * 16 * 4
+#: Depth experiment: bytes per block while training (a batch of 256 prompts' activations,
+#: attention maps and their gradients, the optimizer's state).
+DEPTH_LAYER_BYTES = 2 << 20
+#: Depth experiment: bytes per run's record kept until the table is built.
+DEPTH_RECORD_BYTES = 32 << 10
+
+
+def depth_bytes(runs: int, processes: int, eval_prompts: int, layers: int) -> float:
+    """The depth experiment: ``processes`` holding torch (the main one and the workers),
+    each training one run of ``layers`` blocks on ``eval_prompts`` evaluation prompts, and
+    the records of ``runs`` runs."""
+    per_process = TORCH_BYTES + eval_prompts * DEPTH_PROMPT_BYTES + layers * DEPTH_LAYER_BYTES
+    return BASE_BYTES + processes * per_process + runs * DEPTH_RECORD_BYTES

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import InputError
+from . import estimates, limits
+from .errors import InputError, param
 
 #: Largest entry of |VᵀV − I| (and |UᵀU − I|) accepted as orthonormal.
 ORTHONORMAL_TOL = 1e-6
@@ -27,6 +28,8 @@ ORTHONORMAL_TOL = 1e-6
 PARALLEL_TOL = 1e-9
 
 FEATURE_FILE_SUFFIXES = (".npy", ".csv", ".json")
+#: Memory a JSON feature file takes to parse, per byte of the file (measured: 32).
+JSON_BYTES_PER_BYTE = 40.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +40,10 @@ class Geometry:
     U: np.ndarray
     kind: str
     params: dict[str, Any] = field(default_factory=dict)
+    #: ``diag M`` when the constructor knows ``M = VᵀU`` to be diagonal (parallel shifts,
+    #: rotations, orthogonal subspaces), else None: what the cost model reads before any
+    #: K × K work (``M`` itself costs a d × K × K product).
+    known_diagonal: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def K(self) -> int:
@@ -111,7 +118,19 @@ def check_finite(value: Any, name: str) -> float:
 
 def _embed(V: np.ndarray, U: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
     pad = d - V.shape[0]
+    if pad == 0:
+        return V, U
     return np.pad(V, ((0, pad), (0, 0))), np.pad(U, ((0, pad), (0, 0)))
+
+
+def check_size(d: int, K: int, d_min: int) -> None:
+    """Refuse, before V and U exist, a geometry whose d × K arrays exceed the memory cap
+    (naming d when the smallest d would fit, else K)."""
+    limits.refuse_over_cap(estimates.geometry_bytes(d, K), "the geometry (V and U, d × K "
+                           "each)", [(param("d"), d, estimates.geometry_bytes(d_min, K),
+                                      f"{param('d', 'lower')} (it changes no number; leave "
+                                      "it out)"),
+                                     (param("K"), K, 0.0, param("K", "lower"))])
 
 
 def check_orthonormal(F: np.ndarray, name: str, tol: float) -> None:
@@ -172,11 +191,16 @@ def _shifted(cosines: np.ndarray, d: int | None, kind: str,
         sines = np.sqrt(np.clip(1.0 - cosines**2, 0.0, None))
     moved = np.flatnonzero(np.abs(sines) > 0.0)
     d_min = K + len(moved)
+    d = check_dimension(d, d_min)
+    check_size(d, K, d_min)
     V = np.eye(d_min, K)
-    U = V * cosines
+    U = np.zeros((d_min, K))                  # zeros: untouched pages cost no memory
+    U[np.arange(K), np.arange(K)] = cosines
     U[K + np.arange(len(moved)), moved] = sines[moved]
-    V, U = _embed(V, U, check_dimension(d, d_min))
-    return Geometry(V, U, kind, params)
+    V, U = _embed(V, U, d)
+    diagonal = cosines.astype(np.float64)
+    diagonal.setflags(write=False)
+    return Geometry(V, U, kind, params, known_diagonal=diagonal)
 
 
 def rotation(theta: float, K: int, d: int | None = None) -> Geometry:
@@ -238,13 +262,15 @@ def mean_query(K: int, d: int | None = None) -> Geometry:
     ('mean-query', 0.25)
     """
     K = check_K(K)
+    d = check_dimension(d, K)
+    check_size(d, K, K)
     seed = np.eye(K)
     seed[:, 0] = 1.0 / math.sqrt(K)
     basis, _ = np.linalg.qr(seed)
     basis *= np.sign(basis[0, 0]) if basis[0, 0] != 0 else 1.0
     basis[:, 0] = 1.0 / math.sqrt(K)  # exact v̄, not its rounded QR image
     V = np.eye(K)
-    V, U = _embed(V, V @ basis, check_dimension(d, K))
+    V, U = _embed(V, V @ basis, d)
     return Geometry(V, U, "mean-query", {"mean_feature": 1})
 
 
@@ -271,9 +297,11 @@ def orthogonal(K: int, d: int | None = None) -> Geometry:
     False
     """
     K = check_K(K)
-    V, U = np.eye(2 * K, K), np.eye(2 * K, 2 * K)[:, K:]
-    V, U = _embed(V, U, check_dimension(d, 2 * K))
-    return Geometry(V, U, "orthogonal", {})
+    d = check_dimension(d, 2 * K)
+    check_size(d, K, 2 * K)
+    V, U = np.eye(2 * K, K), np.eye(2 * K, 2 * K)[:, K:].copy()
+    V, U = _embed(V, U, d)
+    return Geometry(V, U, "orthogonal", {}, known_diagonal=np.zeros(K))
 
 
 def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMAL_TOL,
@@ -345,13 +373,28 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
     return Geometry(V, U, "file", dict(params or {}))
 
 
+def feature_shape(path: str | Path) -> tuple[int, ...] | None:
+    """The shape a ``.npy`` feature file's header claims (None for other files, or when
+    the header cannot be read: :func:`load_features` then says why), read without its data."""
+    if Path(str(path)).suffix.lower() != ".npy":
+        return None
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, _ = read_header(f)
+    except (OSError, ValueError):
+        return None
+    return tuple(int(n) for n in shape)
+
+
 def load_features(path: str | Path, name: str) -> np.ndarray:
     """Read a ``d × K`` feature matrix from .npy (no pickles), .csv or .json.
 
     Only real numbers are read: a complex, boolean or text array, JSON ``true``/``false``,
     strings or objects are refused rather than converted. The size a file claims is checked
     against the memory cap before it is read."""
-    from . import limits
     text = str(path)
     if not text.strip() or "\x00" in text:
         raise InputError(name, repr(text), "expected the path of a .npy, .csv or .json file")
@@ -381,6 +424,9 @@ def load_features(path: str | Path, name: str) -> np.ndarray:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 return np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
+        # json.loads holds about 30 bytes per byte of text (100 MB: 3.2 GB): refused first
+        limits.refuse_over_cap(JSON_BYTES_PER_BYTE * info.st_size, f"reading {text}",
+                               [(name, text, 0.0, "use a smaller file (or .npy)")])
         return _json_matrix(json.loads(path.read_text(encoding="utf-8")), name, text)
     except InputError:
         raise
@@ -400,7 +446,6 @@ def load_features(path: str | Path, name: str) -> np.ndarray:
 
 def _load_npy(path: Path, name: str) -> np.ndarray:
     """A real numeric .npy, its claimed size checked before the data is read."""
-    from . import limits
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
         read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)

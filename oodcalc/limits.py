@@ -1,8 +1,16 @@
-"""Every cap oodcalc checks before it starts work, and the cost estimates behind them.
+"""Every cap oodcalc checks before it starts work, and the refusals: what is out of reach
+is refused here, before anything is allocated, by the library's entry points themselves
+(``predict``, ``sweep``, ``simulate_population``, ``simulate_prompts``, the figures) and
+by the geometry constructors.
 
-A command estimates the memory its computation will hold (``*_bytes`` below, one function
-per command) and refuses, with one line naming the option to change, when the estimate is
-over the memory cap; nothing is allocated first. The cap is derived from the machine:
+The costs come from :mod:`oodcalc.estimates` (the cost model: steps, memory and time of
+each engine); this module compares them with the caps and raises. It sits below
+``Setting`` and imports nothing above the cost model: its guards take numbers and the
+protocol's fields. Messages name parameters through :func:`oodcalc.errors.param`, so the
+API reads ``Protocol.max_steps`` or ``the geometry's K`` and the CLI its options.
+
+An entry point estimates the memory its computation will hold and refuses, naming the
+parameter whose change alone would fit, when the estimate is over the memory cap. The cap is derived from the machine:
 ``MEMORY_SHARE`` of the physical memory, or ``ADDRESS_SPACE_SHARE`` of the process's
 address-space limit (``ulimit -v``) when that is smaller. Set the environment variable
 ``OODCALC_MAX_MEMORY`` (``16G``, ``512M``, ``2T`` or bytes) to raise or lower it.
@@ -10,17 +18,18 @@ address-space limit (``ulimit -v``) when that is smaller. Set the environment va
 The other caps are fixed, each a named constant: they bound what the arithmetic can
 represent (integers, step counters), not what a machine can hold.
 
-The estimates describe the current implementation and take their step counts and the
-dynamics' working memory from :mod:`oodcalc.estimates`; when a command changes how it stores
-a computation, its estimate here is the one place to update.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
-from .errors import InputError
+import numpy as np
+
+from . import compiled, estimates
+from .errors import ComputationError, InputError, param
 
 #: Environment variable that sets the memory cap (a size: 16G, 512M, or bytes).
 MEMORY_VARIABLE = "OODCALC_MAX_MEMORY"
@@ -45,28 +54,40 @@ MAX_DIGITS = 10_000
 #: Largest feature file read (bytes); a d × K matrix of K >= 2 features is far smaller.
 MAX_FEATURE_FILE = 1 << 30
 
-FLOAT = 8          # bytes per float64
-#: What the interpreter, numpy and the command's own objects hold besides the arrays.
-BASE_BYTES = 200 << 20
-#: What one worker process costs beyond its share of the rows.
-WORKER_BYTES = 150 << 20
+#: Auto step caps never go past this many steps per phase.
+AUTO_STEP_LIMIT = 10**9
+#: Work (logit updates) past which a K×K fine-tuning is refused before it starts.
+WORK_LIMIT = 2e12
+#: Most curves in one figure: matplotlib draws about a thousand a second and holds about
+#: ``estimates.CURVE_BYTES`` for each (a figure of K × K weights at K = 1000 is a
+#: million curves: hours, and gigabytes).
+MAX_CURVES = 50_000
+#: Most torch threads (--threads): far more than any machine's cores; torch itself
+#: crashes on some larger counts (100,000 threads: a segmentation fault at exit).
+MAX_THREADS = 1024
 
 
 # --- the memory cap -------------------------------------------------------------------
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([kmgtpezy]?)i?b?\s*$",
-                   re.IGNORECASE)
+# ASCII digits only (no other scripts' digits), an exponent of at most three digits.
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d{1,3}))?\s*([kmgtpezy]?)i?b?\s*$",
+                   re.IGNORECASE | re.ASCII)
+#: Largest memory cap accepted (bytes): more than any machine, and within int64.
+MAX_MEMORY = 1 << 62
 
 
 def parse_size(text: str) -> int:
     """``16G``, ``512M``, ``1.5T``, ``2e9`` or plain bytes → bytes (powers of 1024)."""
-    match = _SIZE.match(text)
+    match = _SIZE.match(text) if len(text) <= 64 else None
     if not match:
-        raise InputError(MEMORY_VARIABLE, repr(text), "expected a size such as 16G, 512M "
-                         "or a number of bytes")
+        raise InputError(MEMORY_VARIABLE, repr(text[:64] + ("…" if len(text) > 64 else "")),
+                         "expected a size such as 16G, 512M or a number of bytes")
     number, exponent, unit = match.groups()
-    value = float(number) * 10 ** int(exponent or 0)
-    return int(value * 1024 ** " kmgtpezy".index(unit.lower() or " "))
+    value = float(f"{number}e{exponent or 0}") * 1024.0 ** " kmgtpezy".index(unit.lower() or " ")
+    if not value <= MAX_MEMORY:           # inf from 1e400 or 1e308Y included
+        raise InputError(MEMORY_VARIABLE, repr(text), f"at most {size(MAX_MEMORY)} "
+                         "(more than any machine holds)")
+    return int(value)
 
 
 def memory_cap() -> tuple[int, str]:
@@ -114,114 +135,10 @@ def require_memory(estimate: float, option: str, value: object, what: str,
                      f"{MEMORY_VARIABLE}={suggestion}")
 
 
-# --- step counts (the dynamics' own estimates) -----------------------------------------
-
-def pretrain_steps(K: int, eps: float, eta: float) -> float:
-    """Estimated steps of a phase from ``Q = 0`` (gradient flow on the symmetric ray, see
-    :mod:`oodcalc.estimates`); fine-tuning is counted the same."""
-    from . import estimates
-    return estimates.pretrain_steps(K, eps, eta)
-
-
-def steps_held(K: int, eps: float, eta: float, max_steps: int) -> float:
-    """Steps a phase will run: the estimate, never more than the cap."""
-    return min(float(max_steps), pretrain_steps(K, eps, eta)) + 1
-
-
-# --- one estimate per command -----------------------------------------------------------
-
-def geometry_bytes(d: int, K: int) -> float:
-    """V and U (d × K each) and their products."""
-    return 2 * d * K * FLOAT * 2
-
-
-def trajectory_budget() -> float:
-    """What ``predict`` keeps of its trajectories, all phases together (strided beyond)."""
-    from .predict import TRAJECTORY_BYTES
-    return TRAJECTORY_BYTES
-
-
-def predict_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
-                  max_steps: int) -> float:
-    """``predict``: the geometry, the K × K dynamics (a few copies of their working set:
-    fine-tuning, the source view, the closed forms) and the kept trajectories. Steps cost
-    time, not memory: trajectories are strided to their budget."""
-    from . import estimates
-    return (BASE_BYTES + geometry_bytes(d, K) + 4 * estimates.dynamics_bytes(K)
-            + trajectory_budget())
-
-
-def population_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
-                     max_steps: int) -> float:
-    """``simulate`` (population): every iterate ``Q`` (d × d) of both phases."""
-    steps = steps_held(K, eps, eta, max_steps) + steps_held(K, eps, eta_ft, max_steps)
-    return BASE_BYTES + geometry_bytes(d, K) + d * d * FLOAT * (steps + 10)
-
-
-def prompts_bytes(K: int, d: int, N: int, batch: int, holdout: int, eps: float, eta: float,
-                  eta_ft: float, max_steps: int, heldout: bool) -> float:
-    """``simulate -s prompts``: a batch of prompts (tokens d-dimensional, a few temporaries
-    of it), the held-out samples, and every iterate ``Q`` of both phases."""
-    prompts = 4.0 * batch * N * d * FLOAT
-    held = 2 * 4.0 * holdout * N * d * FLOAT if heldout else 0.0
-    return population_bytes(K, d, eps, eta, eta_ft, max_steps) + prompts + held
-
-
-def sweep_row_bytes(K: int) -> float:
-    """One configuration of a sweep: its M and logits while it runs, its result columns,
-    and its share of the CSV text (measured: about 800 bytes per K = 2 row)."""
-    return FLOAT * (8 * K * K + 6 * K + 40) + 40 * (20 + 3 * K)
-
-
-def sweep_bytes(rows_by_K: dict[int, int], workers: int = 1) -> float:
-    """``sweep``: every configuration's row (all of them held until written)."""
-    rows = sum(n * sweep_row_bytes(K) for K, n in rows_by_K.items())
-    return BASE_BYTES + rows + max(0, workers - 1) * WORKER_BYTES
-
-
-def phase_diagram_bytes(n: int) -> float:
-    """``plot phase-diagram``: the K = 2 sweep of n × n rows and three n × n images."""
-    return sweep_bytes({2: n * n}) + 3 * n * n * FLOAT * 4
-
-
-def trajectory_plot_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
-                          max_steps: int, lines: int) -> float:
-    """``plot losses`` / ``plot weights``: predict, then ``lines`` curves through every
-    kept step (matplotlib holds a few copies of each curve's points)."""
-    steps = steps_held(K, eps, eta, max_steps) + steps_held(K, eps, eta_ft, max_steps)
-    kept = min(steps, trajectory_budget() / (FLOAT * K * K))
-    return predict_bytes(K, d, eps, eta, eta_ft, max_steps) + lines * kept * FLOAT * 6
-
-
-def ood_vs_theta_bytes(K: int, eps: float, eta: float, eta_ft: float, max_steps: int,
-                       prompts: int | None) -> float:
-    """``plot ood-vs-theta``: 181 rotations evaluated at T1, and the simulators (d = 2K)."""
-    memory = population_bytes(K, 2 * K, eps, eta, eta_ft, max_steps)
-    if prompts is not None:
-        memory += prompts_bytes(K, 2 * K, prompts, 1024, 0, eps, eta, eta_ft, max_steps,
-                                False) - BASE_BYTES
-    return memory + 181 * K * K * FLOAT * 4
-
-
-def reproduce_bytes(eps: float, eta: float, eta_ft: float, prompts: int | None) -> float:
-    """``reproduce synthetic``: K = 4, d = 8 settings and, with --prompts N, batches of
-    1024 prompts of N tokens."""
-    memory = population_bytes(4, 8, eps, eta, eta_ft, 10**6)
-    if prompts is not None:
-        memory += prompts_bytes(4, 8, prompts, 1024, 0, eps, eta, eta_ft, 10**6,
-                                False) - BASE_BYTES
-    return memory
-
-
-def precision_bytes(K: int, digits: int) -> float:
-    """``predict --precision``: K × K numbers of ``digits`` digits, a few copies."""
-    return BASE_BYTES + 20 * K * K * (digits / 2 + 64)
-
-
 def refuse_over_cap(estimate: float, what: str,
                     culprits: list[tuple[str, object, float, str]]) -> None:
     """Refuse when ``estimate`` bytes exceed the cap, naming the first culprit whose
-    change alone would fit: ``(option, value, estimate with it at its smallest, what to
+    change alone would fit: ``(parameter, value, estimate with it at its smallest, what to
     do)``; the last culprit is named when none would fit alone."""
     cap, _ = memory_cap()
     if estimate <= cap or not culprits:
@@ -231,34 +148,241 @@ def refuse_over_cap(estimate: float, what: str,
     require_memory(estimate, option, value, what, change)
 
 
+# --- the guards of the entry points ------------------------------------------------------
+#
+# Each ``check_*`` guard takes ``(K, d, protocol, *, its own sizes, diagonal=None)``
+# (``d`` None: the smallest that holds the geometry; ``protocol``: anything with ``eps,
+# eta, eta_ft, max_steps``; ``diagonal``: diag M when known), so that a caller can run
+# the guard of the entry point it is about to call before the geometry's arrays exist.
+# ``cost(K, d, protocol) -> bytes`` is an entry point's memory estimate.
+
 def steps_culprit(K: int, protocol) -> tuple[str, object, float, str]:
-    """Which option sets the steps a phase runs: the cap, or the stopping rule."""
+    """Which parameter sets the steps a phase runs: the cap, or the stopping rule."""
     eta = min(protocol.eta, protocol.eta_ft)
-    if pretrain_steps(K, protocol.eps, eta) > protocol.max_steps:
-        return "--max-steps", str(protocol.max_steps), 0.0, "lower --max-steps"
-    return "--eps", f"{protocol.eps:g}", 0.0, "raise --eps or --eta (fewer steps)"
+    if estimates.pretrain_steps(K, protocol.eps, eta) > protocol.max_steps:
+        return param("max_steps"), str(protocol.max_steps), 0.0, param("max_steps", "lower")
+    return (param("eps"), f"{protocol.eps:g}", 0.0,
+            f"raise {param('eps')} or {param('eta')} (fewer steps)")
 
 
-# --- the torch experiments (depth, real text) --------------------------------------------
-
-#: What one process holds once torch is imported (the interpreter, torch's libraries).
-TORCH_BYTES = 400 << 20
-#: Depth experiment: bytes per evaluation prompt held by a run (source and target prompts,
-#: (N + 1) tokens of width 16 in float32, the design and the watched subset: 4 copies).
-DEPTH_PROMPT_BYTES = 4 * 17 * 16 * 4
-#: Depth experiment: bytes per block while training (a batch of 256 prompts' activations,
-#: attention maps and their gradients, the optimizer's state).
-DEPTH_LAYER_BYTES = 2 << 20
-#: Depth experiment: bytes per run's record kept until the table is built.
-DEPTH_RECORD_BYTES = 32 << 10
-#: Most torch threads (--threads): far more than any machine's cores; torch itself
-#: crashes on some larger counts (100,000 threads: a segmentation fault at exit).
-MAX_THREADS = 1024
+class _OneStep:
+    def __init__(self, protocol) -> None:
+        self.eps, self.eta, self.eta_ft, self.max_steps = (protocol.eps, protocol.eta,
+                                                           protocol.eta_ft, 1)
 
 
-def depth_bytes(runs: int, processes: int, eval_prompts: int, layers: int) -> float:
-    """The depth experiment: ``processes`` holding torch (the main one and the workers),
-    each training one run of ``layers`` blocks on ``eval_prompts`` evaluation prompts, and
-    the records of ``runs`` runs."""
-    per_process = TORCH_BYTES + eval_prompts * DEPTH_PROMPT_BYTES + layers * DEPTH_LAYER_BYTES
-    return BASE_BYTES + processes * per_process + runs * DEPTH_RECORD_BYTES
+def check_memory(cost, what: str, K: int, d: int | None, protocol,
+                 more=()) -> None:
+    """Refuse before any allocation when ``cost(K, d, protocol)`` is over the memory cap,
+    naming the parameter whose change alone would fit: ``d``, then ``K``, then ``more``
+    (the entry point's own sizes: ``(parameter, value, cost with it at its smallest,
+    what to do)``), then the steps (``max_steps`` or ``eps``) when the cost depends on
+    them; when none would fit alone, the last is named."""
+    culprits = []
+    if d is not None:
+        culprits.append((param("d"), d, cost(K, None, protocol),
+                         f"{param('d', 'lower')} (it changes no number; leave it out)"))
+    culprits.append((param("K"), K, cost(2, None, protocol), param("K", "lower")))
+    culprits += list(more)
+    estimate = cost(K, d, protocol)
+    if cost(K, d, _OneStep(protocol)) < estimate:      # only then can fewer steps help
+        culprits.append(steps_culprit(K, protocol))
+    refuse_over_cap(estimate, what, culprits)
+
+
+def _d(d: int | None, K: int) -> int:
+    return d or 2 * K
+
+
+def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> None:
+    """Everything ``predict`` refuses before it starts, in its order: the memory, then
+    pretraining's steps, then (given ``diagonal``, diag M when M is diagonal, or ``M``)
+    the K×K fine-tuning's work, estimated from the logits at the threshold α*; a setting
+    on the symmetric ray (``M = cI``) fine-tunes by the scalar recurrence and has no
+    such limit. Costs microseconds to a fraction of a second: no K × K array is formed
+    for a diagonal M."""
+    check_memory(lambda k, dim, p: estimates.predict_bytes(
+        k, _d(dim, k), p.eps, p.eta, p.eta_ft, p.max_steps),
+        f"{param('predict')} (the K × K dynamics and their kept trajectories)", K, d,
+        protocol)
+    pretrain_cap(K, protocol)
+    if diagonal is None and M is not None:
+        M = np.asarray(M)
+        if not (M - np.diag(np.diag(M))).any():
+            diagonal = np.diag(M)
+    if diagonal is None and M is None:
+        return
+    if diagonal is not None and np.all(np.asarray(diagonal) == diagonal[0]):
+        return
+    log_t2, _, _ = estimates.finetune_log_steps(K, protocol.eps, protocol.eta_ft,
+                                                diagonal=diagonal, M=M)
+    fast = diagonal is not None and compiled.available()
+    check_finetune_work(K, protocol, log_t2, "compiled" if fast else "numpy",
+                        faster=diagonal is not None and not fast)
+
+
+def check_population(K: int, d: int | None, protocol, *, diagonal=None) -> None:
+    """``simulate_population``'s memory: every iterate Q (d × d) of both phases."""
+    check_memory(lambda k, dim, p: estimates.population_bytes(
+        k, _d(dim, k), p.eps, p.eta, p.eta_ft, p.max_steps),
+        f"{param('simulate_population')} (every iterate Q, d × d)", K, d, protocol)
+
+
+def check_prompts(K: int, d: int | None, protocol, *, N: int, batch: int, holdout: int,
+                  heldout: bool, diagonal=None) -> None:
+    """``simulate_prompts``' memory: batches of N tokens in d dimensions, every iterate Q."""
+    def cost(k, dim, p, tokens=N, prompts=batch, held=holdout):
+        return estimates.prompts_bytes(k, _d(dim, k), tokens, prompts, held, p.eps, p.eta,
+                                       p.eta_ft, p.max_steps, heldout)
+    more = [(param("N"), N, cost(K, d, protocol, tokens=1), param("N", "lower")),
+            (param("batch"), batch, cost(K, d, protocol, prompts=1), param("batch", "lower"))]
+    if heldout:
+        more.append((param("holdout"), holdout, cost(K, d, protocol, held=1),
+                     param("holdout", "lower")))
+    check_memory(cost, f"{param('simulate_prompts')} (batches of N tokens in d dimensions)",
+                 K, d, protocol, more)
+
+
+def check_precision(K: int, d: int | None, protocol, *, digits: int, diagonal=None) -> None:
+    """The closed forms at ``digits`` digits (mpmath): K × K numbers, a few copies."""
+    check_memory(lambda k, dim, p: estimates.precision_bytes(k, digits)
+                 + estimates.geometry_bytes(_d(dim, k), k),
+                 f"the closed forms at {digits} digits", K, d, protocol)
+
+
+def check_trajectory_plot(K: int, d: int | None, protocol, *, figure: str,
+                          diagonal=None) -> None:
+    """``predict`` and a trajectory figure (``"loss_trajectories"`` or
+    ``"weight_trajectories"``) through every kept step (the memory; ``predict`` adds its
+    own guard, :func:`check_predict`)."""
+    lines = estimates.trajectory_curves(figure, K)
+    if lines > MAX_CURVES:
+        raise InputError(param("K"), K, f"the figure would draw {lines:,} curves, more than "
+                         f"{MAX_CURVES:,} (about {lines * estimates.SECONDS_PER_CURVE:,.0f} s "
+                         f"to draw); {param('K', 'lower')}")
+    check_memory(lambda k, dim, p: estimates.trajectory_plot_bytes(
+        k, _d(dim, k), p.eps, p.eta, p.eta_ft, p.max_steps, lines),
+        "the figure (a curve per feature, every step)", K, d, protocol)
+
+
+def check_ood_vs_theta(K: int, protocol, prompts: int | None) -> None:
+    """``plots.ood_error_vs_theta``: 181 rotations at T1 and the simulators (d = 2K)."""
+    def cost(k: int, tokens: int | None) -> float:
+        return estimates.ood_vs_theta_bytes(k, protocol.eps, protocol.eta, protocol.eta_ft,
+                                            protocol.max_steps, tokens)
+    culprits = [(param("K"), K, cost(2, prompts), param("K", "lower"))]
+    if prompts is not None:
+        culprits.append((param("prompts"), prompts, cost(K, 1), param("prompts", "lower")))
+    culprits.append(steps_culprit(K, protocol))
+    refuse_over_cap(cost(K, prompts), "the figure's simulations (d = 2K)", culprits)
+
+
+def check_figure(curves: int, points: int) -> None:
+    """A figure of ``curves`` curves of ``points`` points each: at most ``MAX_CURVES``,
+    and within the memory cap."""
+    if curves > MAX_CURVES:
+        raise InputError(param("K"), f"{curves:,} curves",
+                         f"the figure would draw {curves:,} curves, more than {MAX_CURVES:,} "
+                         f"(about {curves * estimates.SECONDS_PER_CURVE:,.0f} s to draw); "
+                         f"{param('K', 'lower')}")
+    refuse_over_cap(estimates.figure_bytes(curves, points), "the figure (its curves)",
+                    [(param("K"), f"{curves:,} curves", 0.0, param("K", "lower"))])
+
+
+def check_phase_diagram(n: int) -> None:
+    """``plots.phase_diagram_k2``: the K = 2 sweep of n × n rows and its images."""
+    if n * n > MAX_ROWS:
+        raise InputError(param("n"), n, f"at most {math.isqrt(MAX_ROWS):,} (N × N points: "
+                         f"a sweep holds at most {MAX_ROWS:,})")
+    refuse_over_cap(estimates.phase_diagram_bytes(n), "the phase diagram (N × N rows and "
+                    "images)", [(param("n"), n, 0.0, param("n", "lower"))])
+
+
+def check_rows(rows_by_K: dict[int, int], workers: int = 1) -> None:
+    """A sweep's size: at most MAX_ROWS configurations, their rows within the memory cap
+    (``workers`` local processes cost more). Called before any grid is built."""
+    rows = sum(rows_by_K.values())
+    if rows > MAX_ROWS:
+        raise InputError(param("rows"), f"{rows:,} configurations", f"at most {MAX_ROWS:,} "
+                         "in one sweep; split it or coarsen an axis")
+    if not rows_by_K:
+        return
+    culprits = [(param("workers"), str(workers), estimates.sweep_bytes(rows_by_K),
+                 param("workers", "use fewer"))] if workers > 1 else []
+    culprits.append((param("rows"), f"{rows:,} configurations of K up to {max(rows_by_K)}",
+                     0.0, "coarsen an axis or split the sweep"))
+    refuse_over_cap(estimates.sweep_bytes(rows_by_K, workers),
+                    "the sweep (every configuration's row until written)", culprits)
+
+
+# --- steps: what a phase would need, against its cap -------------------------------------
+
+def check_sweep_steps(K: int, log_steps: float, max_steps: int, phase: str,
+                      where: str) -> None:
+    """A sweep marks a row that reaches ``max_steps`` (not fatal), but refuses before the
+    phase starts when its slowest row would run more than ``AUTO_STEP_LIMIT`` steps, to
+    the stopping rule or to the cap (``predict``'s limit on its own caps)."""
+    run = min(float(max_steps), estimates.exp_steps(log_steps))
+    if run <= AUTO_STEP_LIMIT:
+        return
+    raise ComputationError(
+        f"{phase} of the slowest configuration (K = {K}, {where}) would run about "
+        f"{run:.2g} steps (gradient-flow estimate {estimates.format_steps(log_steps)}, "
+        f"capped by max_steps = {max_steps:,}), more than {AUTO_STEP_LIMIT:,}; "
+        f"{param('sweep_max_steps', 'lower')}, or raise eps or lower the step size of "
+        "those rows")
+
+
+def phase_cap(max_steps: int, auto: bool, log_estimate: float, phase: str,
+              describe: str, change: str) -> int:
+    """The step cap of one phase; raises before running when the estimate is out of reach.
+
+    ``log_estimate``: natural log of the estimated steps. With ``auto`` the cap becomes
+    ``max(max_steps, 2 × estimate)`` up to ``AUTO_STEP_LIMIT``; an explicit cap is kept.
+    Either way, a phase estimated at more than twice its cap fails here, naming the
+    estimate and what to change, instead of running the cap out.
+    """
+    estimate = estimates.exp_steps(log_estimate)
+    cap = max_steps
+    if auto:
+        cap = int(min(max(max_steps, math.ceil(2 * estimate) + 1000), AUTO_STEP_LIMIT))
+    if estimate > 2 * cap:
+        steps = estimates.format_steps(log_estimate)
+        how = (f"raise {param('max_steps')} to about {math.ceil(1.2 * estimate):,}, or "
+               if estimate <= AUTO_STEP_LIMIT else "")
+        raise ComputationError(
+            f"{phase} would need about {steps} steps to meet the stopping rule "
+            f"(gradient-flow estimate for {describe}), more than max_steps = {cap:,}; "
+            f"{how}{change}")
+    return cap
+
+
+def pretrain_cap(K: int, protocol) -> int:
+    """Pretraining's step cap (:func:`phase_cap`), from the estimate of T1."""
+    log_t1 = estimates.log_steps_from_margin(K, protocol.eps, protocol.eta, 0.0)
+    reach = protocol.max_steps if not protocol.auto_steps else AUTO_STEP_LIMIT
+    fit_eps = estimates.eps_for_steps(K, protocol.eta, reach)
+    fit_eta = protocol.eta * estimates.exp_steps(log_t1) / reach
+    return phase_cap(protocol.max_steps, protocol.auto_steps, log_t1, "pretraining",
+                     f"K = {K}, eps = {protocol.eps:g}, eta = {protocol.eta:g}",
+                     f"raise {param('eps')} to about {fit_eps:.2g}"
+                     + (f" or {param('eta')} to about {fit_eta:.2g}"
+                        if fit_eta <= estimates.resolving_eta(K, protocol.eps) else ""))
+
+
+def check_finetune_work(K: int, protocol, log_t2: float, engine: str,
+                        faster: bool = False) -> None:
+    """Refuse a K×K fine-tuning of more than ``WORK_LIMIT`` logit updates (``log_t2``: the
+    log of its estimated steps; ``engine``: a key of ``estimates.ENGINES``; ``faster``:
+    the compiled engine would apply but Numba is missing)."""
+    work = estimates.exp_steps(log_t2) * K * K
+    if work <= WORK_LIMIT:
+        return
+    hours = work * estimates.SECONDS_PER_UPDATE[engine] / 3600
+    hint = '; pip install "oodcalc[fast]" runs it about 10× faster' if faster else ""
+    raise ComputationError(
+        f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
+        f"{K}×{K} logits (K = {K}, eps = {protocol.eps:g}, eta_ft = {protocol.eta_ft:g}), "
+        f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e} (about {hours:,.0f} h "
+        f"with the {estimates.ENGINES[engine]}{hint}); {param('K', 'lower')} or "
+        f"{param('eps', 'raise')}")

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import geometry as geo
-from . import theory
+from . import estimates, limits, theory
 from .dynamics import ood_start
 from .errors import InputError
 from .io import check_output as check_file, write_atomic
@@ -49,6 +49,13 @@ def save(fig, path: str | Path, option: str = "--output") -> Path:
     return written
 
 
+def _check_drawing(kind: str, report: Report) -> None:
+    """Refuse a figure too large to draw, before drawing (``limits.check_figure``)."""
+    trajectories = report.trajectories
+    points = len(trajectories["pretrain"]) + len(trajectories["finetune_ood"])
+    limits.check_figure(estimates.trajectory_curves(kind, report.parameters["K"]), points)
+
+
 def protocol_text(p: dict | Protocol) -> str:
     p = p.describe() if isinstance(p, Protocol) else p
     return f"ε = {p['eps']:g}, η = {p['eta']:g}, η_ft = {p['eta_ft']:g}"
@@ -61,8 +68,9 @@ def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
                        simulators: dict[str, Callable[[Setting], Report]] | None = None):
     """Theory (line): OOD loss at T1 for every θ; simulation (markers) at a few θ."""
     from .simulate import simulate_population
-    plt = _pyplot()
     protocol = protocol or Protocol()
+    limits.check_ood_vs_theta(K, protocol, None)
+    plt = _pyplot()
     simulators = {"GD on Q": simulate_population} if simulators is None else simulators
     z1 = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps).z[0]
     thetas = np.linspace(0, math.pi / 2, 181)
@@ -107,6 +115,7 @@ def _title(report: Report) -> str:
 
 def loss_trajectories(report: Report):
     """Per-feature source and OOD loss ``L_k = e_k/K`` through pretraining and fine-tuning."""
+    _check_drawing("loss_trajectories", report)
     plt = _pyplot()
     T1, source, ood = _phases(report)
     K = report.parameters["K"]
@@ -134,6 +143,7 @@ def loss_trajectories(report: Report):
 def weight_trajectories(report: Report):
     """α and β through both phases, and the conservation law: the growth of each α equals
     the summed decrease of the β in its column (on the features being trained)."""
+    _check_drawing("weight_trajectories", report)
     plt = _pyplot()
     T1, source, ood = _phases(report)
     K = report.parameters["K"]
@@ -222,6 +232,7 @@ def phase_diagram_k2(n: int = 201, protocol: Protocol | None = None, **sweep_opt
     """Compute the K = 2 grid with :func:`oodcalc.sweep.sweep` and draw it."""
     from .sweep import gamma_grid, sweep
     protocol = protocol or Protocol()
+    limits.check_phase_diagram(n)
     axis = np.linspace(-1.0, 1.0, n)
     result = sweep(gamma_grid([axis, axis], eps=protocol.eps, eta=protocol.eta,
                               eta_ft=protocol.eta_ft),

@@ -18,25 +18,17 @@ from typing import Callable
 
 import numpy as np
 
-from . import compiled, estimates, theory
+from . import compiled, estimates, limits, theory
 from .dynamics import Descent, _is_diagonal, descend, descend_ray, first_step_change, \
     ood_start, ray_logits, require_converged, source_logits
-from .errors import ComputationError
+from .errors import ComputationError, param
+from .estimates import ENGINES, SECONDS_PER_UPDATE, TRAJECTORY_BYTES  # noqa: F401
 from .model import attention, conditional_errors
 from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, TREND_TOL, \
     directions, off_diagonal
 from .setting import Setting
 
-#: Trajectories kept in a report, all phases together (strided beyond).
-TRAJECTORY_BYTES = 64 * 2**20
-#: Auto step caps never go past this many steps per phase.
-AUTO_STEP_LIMIT = 10**9
-#: Work (logit updates) past which a K×K fine-tuning is refused before it starts.
-WORK_LIMIT = 2e12
-#: The K×K fine-tuning engines, and the seconds each takes per logit update on one core
-#: (measured on a 2-core Xeon; ``benchmarks/bench_predict.py``), for messages only.
-ENGINES = {"compiled": "per-column kernel (Numba)", "numpy": "K×K descent (NumPy)"}
-SECONDS_PER_UPDATE = {"compiled": 3.5e-9, "numpy": 3e-8}
+from .limits import AUTO_STEP_LIMIT, WORK_LIMIT, phase_cap  # noqa: F401,E402
 
 
 def pretrain_logits(K: int, eps: float, eta: float, max_steps: int,
@@ -58,30 +50,6 @@ def pretrain_logits(K: int, eps: float, eta: float, max_steps: int,
 
 def _ray_trajectory(K: int, path: np.ndarray) -> np.ndarray:
     return ray_logits(K, path[:, 0], path[:, 1])
-
-
-def phase_cap(max_steps: int, auto: bool, log_estimate: float, phase: str,
-              describe: str, change: str) -> int:
-    """The step cap of one phase; raises before running when the estimate is out of reach.
-
-    ``log_estimate``: natural log of the estimated steps. With ``auto`` the cap becomes
-    ``max(max_steps, 2 × estimate)`` up to ``AUTO_STEP_LIMIT``; an explicit cap is kept.
-    Either way, a phase estimated at more than twice its cap fails here, naming the
-    estimate and what to change, instead of running the cap out.
-    """
-    estimate = math.exp(min(log_estimate, 700.0)) if log_estimate > -math.inf else 0.0
-    cap = max_steps
-    if auto:
-        cap = int(min(max(max_steps, math.ceil(2 * estimate) + 1000), AUTO_STEP_LIMIT))
-    if estimate > 2 * cap:
-        steps = estimates.format_steps(log_estimate)
-        how = (f"raise --max-steps to about {math.ceil(1.2 * estimate):,}, or "
-               if estimate <= AUTO_STEP_LIMIT else "")
-        raise ComputationError(
-            f"{phase} would need about {steps} steps to meet the stopping rule "
-            f"(gradient-flow estimate for {describe}), more than max_steps = {cap:,}; "
-            f"{how}{change}")
-    return cap
 
 
 def _stride(K: int, expected: float, share: float) -> int:
@@ -181,8 +149,13 @@ def predict(setting: Setting, progress: Progress | None = None) -> Report:
 
     Raises
     ------
+    InputError
+        Before any work, if the run would not fit the memory cap
+        (:func:`oodcalc.limits.check_predict`).
     ComputationError
-        If a phase does not meet the stopping rule within ``protocol.max_steps``.
+        Before any work, if a phase is estimated far beyond ``protocol.max_steps`` or
+        the K×K fine-tuning beyond ``limits.WORK_LIMIT`` logit updates; after, if a phase
+        does not meet the stopping rule within ``protocol.max_steps``.
 
     Example
     -------
@@ -196,6 +169,10 @@ def predict(setting: Setting, progress: Progress | None = None) -> Report:
     '+0.00015'
     """
     geo, proto, K = setting.geometry, setting.protocol, setting.K
+    # Refuse what is out of reach first: before M, the report's description or any array
+    # (for a constructed geometry the diagonal of M is known without forming it).
+    limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
+                         M=geo.M if geo.known_diagonal is None else None)
     params = setting.describe()
     M = geo.M
     warnings: list[str] = []
@@ -212,22 +189,9 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     # 1. Pretraining: the ray's scalar recurrence.
     a_star = theory.alpha_star(K, proto.eps)
     log_t1 = estimates.log_steps_from_margin(K, proto.eps, proto.eta, 0.0)
-    reach = proto.max_steps if not proto.auto_steps else AUTO_STEP_LIMIT
-    fit_eps = estimates.eps_for_steps(K, proto.eta, reach)
-    fit_eta = proto.eta * math.exp(min(log_t1, 700.0)) / reach
-    cap1 = phase_cap(proto.max_steps, proto.auto_steps, log_t1, "pretraining",
-                     f"K = {K}, eps = {proto.eps:g}, eta = {proto.eta:g}",
-                     f"raise --eps to about {fit_eps:.2g}"
-                     + (f" or --eta to about {fit_eta:.2g}"
-                        if fit_eta <= estimates.resolving_eta(K, proto.eps) else ""))
-    if not _on_ray(M):
-        # Refuse an unreachable fine-tuning before pretraining, which alone can take
-        # minutes at large K: estimated from the OOD logits at α* (Z^(T1) is within one GD
-        # step of it); the check below, on the exact Z^(T1), stays the one that decides.
-        z_star = ray_logits(K, a_star, -a_star / (K - 1))
-        _finetune_path(M, K, proto, float(estimates.column_log_steps(
-            ood_start(z_star, M), proto.eps, proto.eta_ft).max()))
-        del z_star
+    # predict() has refused an unreachable pretraining or fine-tuning (the latter from the
+    # OOD logits at α*) before it started; the checks below, on the exact Z^(T1), decide.
+    cap1 = limits.pretrain_cap(K, proto)
     t1_expected = math.exp(min(log_t1, 700.0)) if log_t1 > -math.inf else 0.0
     _report(progress, "pretraining", 0, t1_expected)
     ray = descend_ray(0.0, 0.0, K, proto.eta, proto.eps, cap1,
@@ -237,7 +201,8 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
         raise ComputationError(
             f"pretraining did not meet the stopping rule (every e_k <= eps) within "
             f"max_steps = {cap1} for K = {K}, eps = {proto.eps:g}, eta = {proto.eta:g}; "
-            f"raise --max-steps, raise --eps or change the step size")
+            f"{param('max_steps', 'raise')}, {param('eps', 'raise')} or change the step "
+            "size")
     z1 = ray.logits(K)
     pretrain = Pretrain(T1=ray.steps, z=z1, error=conditional_errors(z1), alpha_star=a_star)
     overshoot = pretrain.alpha - a_star
@@ -270,7 +235,8 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     cap2 = phase_cap(proto.max_steps, proto.auto_steps, log_t2, "fine-tuning",
                      f"K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}; the slowest "
                      f"OOD feature u{worst + 1} starts at margin {margin:.4g}{cause}",
-                     "lower --eta" if cause else "raise --eps or --eta-ft")
+                     param("eta", "lower") if cause
+                     else f"raise {param('eps')} or {param('eta_ft')}")
     t2_expected = math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0
     path = _finetune_path(M, K, proto, log_t2)
 
@@ -322,18 +288,12 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
 def _finetune_path(M: np.ndarray, K: int, proto, log_t2: float) -> str:
     """The fine-tuning engine for ``log_t2`` (log of the estimated steps); raises when a
     K×K fine-tuning is out of reach (more than ``WORK_LIMIT`` logit updates)."""
-    work = (math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0) * K * K
+    work = estimates.exp_steps(log_t2) * K * K
     path = "ray" if _on_ray(M) else \
         "compiled" if _is_diagonal(M) and _compiled_pays(work) else "numpy"
-    if path != "ray" and work > WORK_LIMIT:
-        hours = work * SECONDS_PER_UPDATE[path] / 3600
-        faster = ("" if path == "compiled" or not _is_diagonal(M) else
-                  '; pip install "oodcalc[fast]" runs it about 10× faster')
-        raise ComputationError(
-            f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
-            f"{K}×{K} logits (K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}), "
-            f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e} (about {hours:,.0f} h "
-            f"with the {ENGINES[path]}{faster}); lower K or raise --eps")
+    if path != "ray":
+        limits.check_finetune_work(K, proto, log_t2, path,
+                                   faster=path == "numpy" and _is_diagonal(M))
     return path
 
 
@@ -532,4 +492,5 @@ def _finetune_diagonal(z1, z_ood0, gamma, K, proto, cap, expected, progress) -> 
 def _stuck(cap: int, K: int, proto, path: str) -> str:
     return (f"fine-tuning did not meet the stopping rule (every e_k <= eps) within "
             f"max_steps = {cap} for K = {K}, eps = {proto.eps:g}, eta_ft = "
-            f"{proto.eta_ft:g}; raise --max-steps, raise --eps or change the step size")
+            f"{proto.eta_ft:g}; {param('max_steps', 'raise')}, {param('eps', 'raise')} or "
+            "change the step size")

@@ -27,13 +27,14 @@ import csv
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import theory
+from . import estimates, limits, theory
 from .dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
     source_logits
 from .errors import InputError
@@ -49,6 +50,8 @@ SERIAL_CHUNK = 1 << 17
 EXECUTOR_CHUNKS = 16
 
 from .limits import MAX_ROWS  # noqa: E402  (largest grid accepted at once; caps live there)
+#: Rows whose fine-tuning start is estimated at once (bounds that pass's memory).
+ESTIMATE_CHUNK = 1 << 16
 
 FORMATS = ("csv", "npz")
 
@@ -112,8 +115,13 @@ def _protocol_axes(eps: Any, eta: Any, eta_ft: Any) -> list[tuple[str, np.ndarra
 
 def _product(axes: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Every combination, the first axis outermost (C order)."""
-    mesh = np.meshgrid(*(values for _, values in axes), indexing="ij")
-    return {name: m.ravel() for (name, _), m in zip(axes, mesh)}
+    # (not np.meshgrid: numpy arrays have at most 32 dimensions, a grid any number of axes)
+    sizes = [len(values) for _, values in axes]
+    out = {}
+    for i, (name, values) in enumerate(axes):
+        inner, outer = math.prod(sizes[i + 1:]), math.prod(sizes[:i])
+        out[name] = np.tile(np.repeat(values, inner), outer)
+    return out
 
 
 def _build(K: int, geometry: str, geo_axes: list[tuple[str, np.ndarray]], eps, eta, eta_ft,
@@ -123,6 +131,7 @@ def _build(K: int, geometry: str, geo_axes: list[tuple[str, np.ndarray]], eps, e
     if rows > MAX_ROWS:
         raise InputError("grid", f"{rows:,} configurations", f"at most {MAX_ROWS:,} in one "
                          "grid; split the sweep or coarsen an axis")
+    limits.check_rows({K: rows})                     # its rows' memory, before any is built
     columns = _product(axes)
     M, d, gamma, params = make(columns)
     return Grid(K=K, geometry=geometry, M=M, d=d, eps=columns["eps"], eta=columns["eta"],
@@ -445,6 +454,43 @@ def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return z1[row_group], steps[row_group], ok[row_group]
 
 
+def _local_workers(executor) -> int:
+    """Processes of a local pool (each holds its share of rows and an interpreter); 1 for
+    any other executor (threads share this process, a cluster's memory is not ours)."""
+    pool = sys.modules.get("concurrent.futures.process")   # loaded if such a pool exists
+    if pool is not None and isinstance(executor, pool.ProcessPoolExecutor):
+        return int(getattr(executor, "_max_workers", 1))
+    return 1
+
+
+def _check_pretraining(grid: Grid, max_steps: int) -> None:
+    """Refuse a grid whose slowest pretraining would run more than ``AUTO_STEP_LIMIT``
+    steps (to the rule or to ``max_steps``), as ``predict`` refuses it."""
+    pairs = np.unique(np.stack([grid.eps, grid.eta], axis=1), axis=0)
+    worst = max((estimates.log_steps_from_margin(grid.K, eps, eta, 0.0), eps, eta)
+                for eps, eta in pairs)
+    limits.check_sweep_steps(grid.K, worst[0], max_steps, "pretraining",
+                             f"eps = {worst[1]:g}, eta = {worst[2]:g}")
+
+
+def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int) -> None:
+    """The same for fine-tuning, from each row's OOD logits at T1 (its slowest column),
+    a block of rows at a time."""
+    worst = (-math.inf, 0.0, 0.0)
+    for start in range(0, len(grid), ESTIMATE_CHUNK):
+        rows = slice(start, start + ESTIMATE_CHUNK)
+        margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows])).min(axis=-1)
+        keys = np.stack([grid.eps[rows], grid.eta_ft[rows]], axis=1)
+        pairs, inverse = np.unique(keys, axis=0, return_inverse=True)
+        lowest = np.full(len(pairs), np.inf)
+        np.minimum.at(lowest, inverse.ravel(), margins)
+        for (eps, eta_ft), margin in zip(pairs, lowest):
+            log_t = estimates.log_steps_from_margin(grid.K, eps, eta_ft, float(margin))
+            worst = max(worst, (log_t, eps, eta_ft))
+    limits.check_sweep_steps(grid.K, worst[0], max_steps, "fine-tuning",
+                             f"eps = {worst[1]:g}, eta_ft = {worst[2]:g}")
+
+
 def _compiled_pays(grids: list[Grid], pretrained) -> bool:
     """Whether the whole sweep runs its general (not two-valued) columns through the
     compiled kernel: Numba is installed and the K×K work, estimated as rows × K² × T1,
@@ -488,6 +534,14 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     progress : callable, keyword-only, optional
         ``progress(done, total)``, called as configurations finish fine-tuning.
 
+    Raises
+    ------
+    InputError
+        Before any work, if the rows would not fit the memory cap.
+    ComputationError
+        Before a phase starts, if its slowest configuration would run more than
+        ``limits.AUTO_STEP_LIMIT`` steps (to the stopping rule or to ``max_steps``).
+
     Returns
     -------
     SweepResult
@@ -516,6 +570,14 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
         raise InputError("seed", seed, "expected an integer >= 0")
     max_steps, seed = int(max_steps), int(seed)
     total = sum(len(g) for g in grids)
+    by_K: dict[int, int] = {}
+    for g in grids:
+        by_K[g.K] = by_K.get(g.K, 0) + len(g)
+    # Refuse what is out of reach before any work: the rows' memory (a local process pool
+    # holds a copy per worker), then pretraining's steps (from K, eps, eta alone).
+    limits.check_rows(by_K, _local_workers(executor))
+    for g in grids:
+        _check_pretraining(g, max_steps)
     if chunk_size is None:
         chunk_size = SERIAL_CHUNK if executor is None else max(1, -(-total // EXECUTOR_CHUNKS))
 
@@ -523,6 +585,7 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     pretrained, tasks = [], []
     for gi, grid in enumerate(grids):
         z1, T1, ok = _pretrain(grid, max_steps)
+        _check_finetuning(grid, z1, max_steps)   # before any row fine-tunes
         pretrained.append((T1, ok))
         for start, stop in _chunks(len(grid), chunk_size):
             tasks.append((gi, start, stop, z1))

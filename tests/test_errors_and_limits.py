@@ -14,8 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from oodcalc import io, limits
+from oodcalc import estimates, io, limits
 from oodcalc.cli import main
+from oodcalc.sweep import sweep as REAL_SWEEP
 
 #: The memory cap the refusals below are checked against (independent of this machine).
 CAP = "4G"
@@ -117,7 +118,7 @@ def test_memory_refusal_never_blames_the_steps_when_they_cost_no_memory(capsys, 
 
 def test_the_cap_is_the_only_thing_between_a_run_and_its_estimate(monkeypatch):
     """Perturbation: the same estimate passes under a larger cap and fails under a smaller."""
-    estimate = limits.predict_bytes(64, 128, 0.01, 0.1, 0.1, 10**6)
+    estimate = estimates.predict_bytes(64, 128, 0.01, 0.1, 0.1, 10**6)
     monkeypatch.setenv(limits.MEMORY_VARIABLE, str(int(estimate * 1.01)))
     limits.require_memory(estimate, "--K", "64", "predict", "lower --K")
     monkeypatch.setenv(limits.MEMORY_VARIABLE, str(int(estimate * 0.99)))
@@ -396,3 +397,157 @@ def test_json_output_has_no_nonfinite_numbers(capsys):
     code, out, _ = run(capsys, "predict", "--orthogonal", "--K", "3", "--json")
     assert code == 0
     json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+
+
+# --- the library refuses what the CLI refuses (one guard, issue 23) ----------------------
+
+@pytest.fixture
+def api_cap(monkeypatch, no_engines):
+    """A cap of 1 GiB and no engine: each entry point must refuse before one runs."""
+    monkeypatch.setenv(limits.MEMORY_VARIABLE, "1G")
+    return monkeypatch
+
+
+def _far_setting():
+    import oodcalc as oc
+    # K = 1700: the geometry (d = 3400, 92 MB) fits 1 GiB, predict's K × K dynamics do not
+    return oc.Setting(oc.rotation(0.5, K=1700))
+
+
+@pytest.mark.parametrize("entry", ["predict", "simulate_population", "simulate_prompts",
+                                   "sweep", "loss_trajectories", "weight_trajectories",
+                                   "ood_error_vs_theta", "phase_diagram_k2"])
+def test_every_entry_point_refuses_out_of_reach_in_api_words(entry, api_cap):
+    import oodcalc as oc
+    from oodcalc import plots, simulate, sweep as sweep_module
+    calls = {
+        "predict": lambda: oc.predict(_far_setting()),
+        "simulate_population": lambda: simulate.simulate_population(_far_setting()),
+        "simulate_prompts": lambda: simulate.simulate_prompts(_far_setting(), N=64),
+        # five rows of K = 1700 fit the cap, twice five do not
+        "sweep": lambda: REAL_SWEEP([sweep_module.theta_grid(np.linspace(0, 1, 5), K=1700)] * 2),
+        "loss_trajectories": lambda: plots.loss_trajectories(_huge_report(30000)),
+        "weight_trajectories": lambda: plots.weight_trajectories(_huge_report(600)),
+        "ood_error_vs_theta": lambda: plots.ood_error_vs_theta(20000),
+        "phase_diagram_k2": lambda: plots.phase_diagram_k2(3000),
+    }
+    with pytest.raises(oc.OodcalcError) as caught:
+        calls[entry]()
+    message = str(caught.value)
+    assert "--" not in message.split(";")[0], message       # API words, not options
+    assert ("the geometry's K" in message or "over the memory cap" in message
+            or "curves" in message), message
+
+
+def _huge_report(K):
+    """A report's shape as the figures read it (K features, a few steps), no dynamics."""
+    from types import SimpleNamespace
+    steps = np.zeros((3, 1, 1))
+    return SimpleNamespace(parameters={"K": K}, trajectories={"pretrain": steps,
+                                                              "finetune_ood": steps})
+
+
+def test_five_thousand_random_gammas_refused_fast_by_api_and_cli(capsys):
+    """Issue 23: oc.predict of 5000 random γ was refused after 21 s (at 3 GB), in CLI
+    words; now in API words, before any K × K array, in about a second; the CLI says the
+    same with its options, before the geometry exists."""
+    import resource
+    import time
+
+    import oodcalc as oc
+    gamma = np.random.default_rng(0).uniform(-1, 1, 5000)
+    setting = oc.Setting(oc.parallel_shift(gamma))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    with pytest.raises(oc.ComputationError) as caught:
+        oc.predict(setting)
+    assert time.perf_counter() - start < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 << 10  # KiB
+    message = str(caught.value)
+    assert "lower the geometry's K or raise Protocol.eps" in message and "--" not in message
+    code, _, err = run(capsys, "predict", "--gamma", ",".join(f"{g:.6f}" for g in gamma))
+    assert code == 1
+    assert "give fewer --gamma values or raise --eps" in one_line(err)
+
+
+def test_the_cli_maps_the_library_names_to_its_options():
+    from oodcalc.errors import ComputationError, InputError, naming, param
+    err = InputError(param("K"), 5000, f"{param('K', 'lower')} or {param('eps', 'raise')}")
+    assert str(err) == "the geometry's K: got 5000; lower the geometry's K or raise Protocol.eps"
+    with pytest.raises(InputError) as caught:
+        with naming({"K": ("--gamma", "5000 values"), "lower K": "give fewer --gamma values",
+                     "eps": "--eps"}):
+            raise err
+    assert str(caught.value) == ("--gamma: got 5000 values; give fewer --gamma values or "
+                                 "raise --eps")
+    assert str(ComputationError(f"raise {param('max_steps')}")) == "raise Protocol.max_steps"
+
+
+# --- part 2 of issue 23: hostile inputs that were accepted or mis-reported -----------------
+
+@pytest.mark.parametrize("value", ["1e400", "1e308Y", "9" * 5000, "١٠G", "inf", "nan"])
+def test_memory_variable_out_of_range_is_one_line_naming_it(value, capsys, monkeypatch):
+    monkeypatch.setenv(limits.MEMORY_VARIABLE, value)
+    code, _, err = run(capsys, "predict", "--gamma", "1,-0.9")
+    assert code == 2
+    assert one_line(err).startswith(f"oodcalc: error: {limits.MEMORY_VARIABLE}: got ")
+
+
+def test_sweep_refuses_what_predict_refuses_before_running(capsys, tmp_path, monkeypatch):
+    """--eta 1e6 --max-steps 1e12 ran for ~10⁷ s (predict refused it in 0.3 s)."""
+    import time
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "--eta", "1e6", "--max-steps",
+                       "1e12", "-o", "x.csv")
+    assert code == 1 and time.perf_counter() - start < 10
+    assert "lower --max-steps" in one_line(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_weights_figure_of_a_million_curves_is_refused_before_work(capsys, tmp_path,
+                                                                    monkeypatch, no_engines):
+    """plot weights --mean-query --K 1000 was at 3.8 GB after 5 min: a curve per logit."""
+    monkeypatch.chdir(tmp_path)
+    pytest.importorskip("matplotlib")
+    code, _, err = run(capsys, "plot", "weights", "--mean-query", "--K", "1000", "--eps",
+                       "100", "-o", "w.pdf")
+    assert code == 2
+    line = one_line(err)
+    assert line.startswith("oodcalc: error: --K: got 1000; the figure would draw") and \
+        "curves" in line
+
+
+def test_gamma_that_underflows_is_refused(capsys, no_engines):
+    """--gamma 1e-400,0.5 silently became γ = (0, 0.5)."""
+    code, _, err = run(capsys, "predict", "--gamma", "1e-400,0.5")
+    assert code == 2 and "too small for a float64" in one_line(err)
+    from oodcalc.cli import options
+    assert options.numbers("--gamma", "1e-300,-0,1e-320") == [1e-300, 0.0, 1e-320]
+
+
+def test_sweep_of_more_axes_than_numpy_has_dimensions(capsys, tmp_path):
+    """--gamma with 31 or more entries: numpy's 32-dimension limit in np.meshgrid."""
+    code, _, err = run(capsys, "sweep", "--gamma=" + ",".join(["0.5"] * 40), "-o",
+                       tmp_path / "x.csv")
+    assert code == 0, err
+    assert (tmp_path / "x.csv").read_text().count("\n") == 2
+
+
+def test_large_json_and_npy_feature_files_are_refused_by_size_before_reading(
+        tmp_path, capsys, monkeypatch, no_engines):
+    """A 1 GB JSON was read whole (100 MB: 66 s, 3.2 GB); an 11000 × 11000 .npy was
+    refused only after 41 s and 3.8 GB although its shape is in its header."""
+    big = tmp_path / "V.json"
+    with open(big, "w") as f:                     # 200 MB of text, sparse: nothing written
+        f.truncate(200 << 20)
+    code, _, err = run(capsys, "predict", "--features", big, "--ood", big)
+    assert code == 2 and "over the memory cap" in one_line(err)
+    npy = tmp_path / "V.npy"
+    with open(npy, "wb") as f:                    # the header of 11000 × 11000 float64
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False,
+                                                  "shape": (11000, 11000)})
+        f.truncate(f.tell() + 11000 * 11000 * 8)
+    code, _, err = run(capsys, "predict", "--features", npy, "--ood", npy)
+    assert code == 2
+    assert one_line(err).startswith("oodcalc: error: --features: got 11000 features; ")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import oodcalc as oc
-from oodcalc import compiled, dynamics, estimates
+from oodcalc import compiled, dynamics, estimates, limits
 import importlib
 predict_module = importlib.import_module("oodcalc.predict")
 from oodcalc.dynamics import (descend, descend_columns, descend_ray, ood_start, ray_logits,
@@ -158,9 +158,9 @@ def test_out_of_reach_runs_fail_before_running():
     # ε = 1e-12: T1 ≈ (K − 1)/(4ηε) = 1/(4 · 0.1 · 1e-12) = 2.5e12 (claim 4's flow time).
     # η = 1e6: one pretraining step takes the margin to η/4, α = η/8; OOD column 2 then
     # starts at margin α(γ2² + γ1γ2) = −0.09α = −11250 and needs ~e^11250/η ≈ 10^4880 steps.
-    with pytest.raises(oc.ComputationError, match=r"about 2\.5e\+12 steps.*raise --eps"):
+    with pytest.raises(oc.ComputationError, match=r"about 2\.5e\+12 steps.*raise Protocol\.eps"):
         oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(eps=1e-12)))
-    with pytest.raises(oc.ComputationError, match=r"10\^48\d\d steps.*overshot.*lower --eta"):
+    with pytest.raises(oc.ComputationError, match=r"10\^48\d\d steps.*overshot.*lower Protocol\.eta"):
         oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(eta=1e6)))
 
 
@@ -328,7 +328,7 @@ def test_out_of_reach_finetuning_is_refused_before_pretraining(monkeypatch):
     setting = oc.Setting(oc.parallel_shift([0.9, -0.5, 0.3, -0.8]))
     report = oc.predict(setting)
     work = report.finetune.T2 * 16
-    monkeypatch.setattr(predict_module, "WORK_LIMIT", work / 4)
+    monkeypatch.setattr(limits, "WORK_LIMIT", work / 4)      # the refusal's own cap
 
     def no_descent(*args, **kwargs):
         raise AssertionError("pretraining ran before the refusal")
@@ -338,7 +338,7 @@ def test_out_of_reach_finetuning_is_refused_before_pretraining(monkeypatch):
         oc.predict(setting)
     # Within the limit, the early check lets the run through (and refuses nothing).
     monkeypatch.undo()
-    monkeypatch.setattr(predict_module, "WORK_LIMIT", work * 4)
+    monkeypatch.setattr(limits, "WORK_LIMIT", work * 4)
     assert oc.predict(setting).to_dict() == report.to_dict()
 
 

@@ -1,4 +1,5 @@
-"""The ``oodcalc`` command: a thin root app; one module per command.
+"""The ``oodcalc`` command: a thin root app (:mod:`.app`); one module per command, each
+registering itself on the app when this package imports it.
 
 Errors: an :class:`~oodcalc.errors.OodcalcError` or a usage error from the parser becomes
 one line on stderr, ``oodcalc: error: ...``, with exit code 2 for bad input and 1 for a
@@ -14,7 +15,7 @@ import os
 import sys
 import textwrap
 import warnings
-from typing import Annotated, Optional, Sequence
+from typing import Sequence
 
 import typer
 
@@ -22,35 +23,8 @@ from .. import __version__
 from ..errors import OodcalcError
 from ..limits import MEMORY_VARIABLE
 
-#: Every command and group takes -h as well as --help (sub-contexts inherit this).
-CONTEXT = {"help_option_names": ["-h", "--help"]}
-SUMMARY = ("Closed forms, exact dynamics and checks for OOD in-context learning in softmax "
-           "attention (arXiv 2609.36448).")
-START = "Start with: oodcalc predict --gamma 1,-0.9"
-
-app = typer.Typer(
-    name="oodcalc",
-    help=SUMMARY,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings=CONTEXT,
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"oodcalc {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def root(
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version,
-        is_eager=True, help="Print the version and exit.")] = None,
-) -> None:
-    """Closed forms, exact dynamics and checks for OOD in-context learning in softmax
-    attention (arXiv 2609.36448). Start with: oodcalc predict --gamma 1,-0.9"""
-
+from . import options
+from .app import CONTEXT, START, SUMMARY, app  # noqa: F401  (the root app)
 
 from . import predict as _predict  # noqa: E402,F401  (each import registers a command)
 from . import reproduce as _reproduce  # noqa: E402,F401
@@ -95,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns (and, as a script, exits with) the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     result = None
+    options.reset_names()
     try:
         command = root_command()
         if not args:
@@ -110,8 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:   # the reader went away (oodcalc ... | head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
-    except OodcalcError as err:
-        error_line(str(err))
+    except OodcalcError as err:     # the library's words for parameters → the options
+        error_line(err.render({**options.parameter_names(), **err.names}))
         code = err.exit_code
     except typer.TyperException as err:  # the parser's usage errors (exit code 2)
         message, ctx = err.format_message(), getattr(err, "ctx", None)

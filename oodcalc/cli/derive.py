@@ -8,7 +8,7 @@ import typer
 
 from ..claims import CLAIMS, get_claims
 from ..errors import ComputationError, InputError
-from . import app
+from .app import app
 
 FORMATS = ("text", "markdown", "latex")
 
@@ -64,7 +64,7 @@ def derive(
 def _print_list() -> None:
     from rich.table import Table
 
-    from .console import make_console
+    from ..console import make_console
     table = Table(title="The claims of arXiv 2609.36448 and what the symbolic engine derives",
                   title_justify="left")
     table.add_column("#", no_wrap=True)

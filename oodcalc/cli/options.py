@@ -7,8 +7,40 @@ from __future__ import annotations
 import math
 import re
 
-from ..errors import InputError
+from ..errors import InputError, Names
 from ..limits import MAX_INT
+
+# --- the library's parameters, in this command line's words -----------------------------
+#
+# The library names parameters in API words (``Protocol.eps``, ``the geometry's K``); its
+# errors are shown here with the option that set each one. ``main`` starts every command
+# from these and the command adds what depends on how it was called (``--gamma: got 5000
+# values`` for K).
+
+#: Options that name a library parameter the same way in every command.
+OPTION_NAMES: dict[str, str | tuple[str, object]] = {
+    "K": "--K", "d": "--d", "eps": "--eps", "eta": "--eta", "eta_ft": "--eta-ft",
+    "max_steps": "--max-steps", "sweep_max_steps": "--max-steps", "N": "--N", "batch": "--batch", "holdout": "--holdout",
+    "workers": "--workers", "predict": "predict", "simulate_population": "simulate",
+    "simulate_prompts": "simulate -s prompts",
+}
+_names: dict[str, str | tuple[str, object]] = dict(OPTION_NAMES)
+
+
+def reset_names() -> None:
+    """Start a command from :data:`OPTION_NAMES`."""
+    _names.clear()
+    _names.update(OPTION_NAMES)
+
+
+def name_parameters(names: Names) -> None:
+    """This command's names for library parameters (``{"K": ("--gamma", "5 values")}``:
+    the option, and the value to show as given)."""
+    _names.update(names)
+
+
+def parameter_names() -> Names:
+    return dict(_names)
 
 # Digits only (ASCII; no underscores), optionally in e-notation with an integer value (1e6).
 _INTEGER = re.compile(r"^\s*[+-]?\d+(?:\.0*)?(?:[eE]\+?\d+)?\s*$", re.ASCII)
@@ -28,7 +60,15 @@ def number(option: str, text: str, accepted: str = "expected a finite real numbe
     x = float(text)
     if not math.isfinite(x):
         raise InputError(option, repr(text), accepted + " (NaN and inf are not accepted)")
+    _no_underflow(option, text, x, repr(text))
     return x
+
+
+def _no_underflow(option: str, text: str, x: float, shown: str) -> None:
+    """A nonzero number written so small that it reads as 0 (1e-400) is refused."""
+    if x == 0.0 and re.search(r"[1-9]", text.lower().partition("e")[0]):
+        raise InputError(option, shown, f"{text.strip()} is too small for a float64 (it "
+                         "would be read as 0); write 0 or a number of magnitude >= 1e-308")
 
 
 def positive(option: str, text: str | None) -> float | None:
@@ -70,6 +110,7 @@ def numbers(option: str, text: str) -> list[float]:
         if not math.isfinite(x):
             raise InputError(option, repr(text), f"entry {part!r} is not a finite number; "
                              "expected comma-separated finite numbers, e.g. 1,-0.9")
+        _no_underflow(option, part, x, repr(text))
         values.append(x)
     return values
 

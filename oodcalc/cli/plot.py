@@ -7,13 +7,15 @@ more ``@plot_app.command``. The figures of other experiments register here too.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated, Optional
 
 import typer
 
 from .. import limits
 from ..errors import InputError
-from . import app, options
+from . import options
+from .app import app
 from .reproduce_real import CacheDir as RealCacheDir
 from .reproduce_real import Input as RealInput
 from .reproduce_real import Quick as RealQuick
@@ -55,15 +57,11 @@ def trajectories(kind: str, output: str, gamma, theta, K, mean_query, orthogonal
     from .. import plots
     from ..predict import predict
 
-    def cost(n: int, dim: int | None, p) -> float:
-        lines = 2 * n if kind == "loss_trajectories" else n * n + 2 * n
-        return limits.trajectory_plot_bytes(n, dim or 2 * n, p.eps, p.eta, p.eta_ft,
-                                            p.max_steps, lines)
-
     def make():
         report = predict(build_setting(gamma, theta, K, mean_query, orthogonal, features, ood,
-                                       d, tol, eps, eta, eta_ft, max_steps, cost=cost,
-                                       what="the figure (a curve per feature, every step)"))
+                                       d, tol, eps, eta, eta_ft, max_steps, checks=[
+                                           partial(limits.check_trajectory_plot, figure=kind),
+                                           limits.check_predict]))
         return getattr(plots, kind)(report)
     draw(make, output)
 
@@ -111,15 +109,8 @@ def ood_vs_theta(
     n_tokens = options.integer("--prompts", prompts, 1)
     chosen = simulators(n_tokens, seed=0)
     n = options.integer("--K", K, 2) or 4
-    p = protocol
-
-    def cost(k: int, tokens: int | None) -> float:
-        return limits.ood_vs_theta_bytes(k, p.eps, p.eta, p.eta_ft, p.max_steps, tokens)
-    culprits = [("--K", K, cost(2, n_tokens), "lower --K")]
-    if n_tokens is not None:
-        culprits.append(("--prompts", prompts, cost(n, 1), "lower --prompts"))
-    culprits.append(limits.steps_culprit(n, p))
-    limits.refuse_over_cap(cost(n, n_tokens), "the figure's simulations (d = 2K)", culprits)
+    options.name_parameters({"K": ("--K", K), "prompts": ("--prompts", prompts)})
+    limits.check_ood_vs_theta(n, protocol, n_tokens)    # before the output is checked
     draw(lambda: plots.ood_error_vs_theta(n, protocol, simulators=chosen), output)
 
 
@@ -135,8 +126,8 @@ def phase_diagram(
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
     n = options.integer("--grid", grid, 3, math.isqrt(limits.MAX_ROWS),
                         f"N × N points: a sweep holds at most {limits.MAX_ROWS:,}")
-    limits.refuse_over_cap(limits.phase_diagram_bytes(n), "the phase diagram (N × N rows and "
-                           "images)", [("--grid", grid, 0.0, "lower --grid")])
+    options.name_parameters({"n": ("--grid", grid)})
+    limits.check_phase_diagram(n)                       # before the output is checked
     draw(lambda: plots.phase_diagram_k2(n, protocol), output)
 
 

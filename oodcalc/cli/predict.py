@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from typing import Annotated, Optional
 
 import typer
 
 from .. import limits
-from . import app
+from .app import app
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
-
-
-def predict_cost(K: int, d: int | None, p) -> float:
-    return limits.predict_bytes(K, d or 2 * K, p.eps, p.eta, p.eta_ft, p.max_steps)
 
 
 @app.command()
@@ -43,10 +40,8 @@ def predict(
         from ..symbolic.highprec import parse_digits, print_high_precision
         digits = parse_digits(precision)
         setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                                None, eta, eta_ft, max_steps, what="the closed forms at "
-                                f"{digits} digits", cost=lambda n, dim, p: (
-                                    limits.precision_bytes(n, digits)
-                                    + limits.geometry_bytes(dim or 2 * n, n)))
+                                None, eta, eta_ft, max_steps,
+                                checks=[partial(limits.check_precision, digits=digits)])
         print_high_precision(setting, eps, precision, as_json)
         return
     from ..predict import predict as run_predict
@@ -55,8 +50,8 @@ def predict(
         from ..io import check_output
         check_output(arrays, "--arrays", suffixes=(".npz",))    # before the run
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                            eps, eta, eta_ft, max_steps, cost=predict_cost,
-                            what="predict (the K × K dynamics and their kept trajectories)")
+                            eps, eta, eta_ft, max_steps,
+                            checks=[limits.check_predict])   # predict's own guard, early
     if as_json or not sys.stderr.isatty():
         report = run_predict(setting)
     else:                                  # a bar on stderr if the run lasts a while

@@ -14,7 +14,7 @@ from rich.text import Text
 from .. import theory
 from ..geometry import describe_text as describe_geometry
 from ..report import Report
-from .console import breaks, make_console, say
+from ..console import breaks, make_console, say
 
 #: Every table: a rule under the header, no frame, one space between columns.
 TABLE = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))

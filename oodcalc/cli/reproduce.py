@@ -15,7 +15,8 @@ import typer
 
 from .. import paper
 from ..setting import Protocol
-from . import app, options
+from . import options
+from .app import app
 from .setting_options import Eps, Eta, EtaFt, build_protocol
 
 reproduce_app = typer.Typer(help="Reproduce the paper's experiments beside its figures. "
@@ -68,7 +69,7 @@ def show_tables(tables, protocol: Protocol) -> None:
     from rich import box
     from rich.table import Table
 
-    from .console import make_console, say
+    from ..console import make_console, say
 
     console = make_console()
     say(console, f"[bold]oodcalc reproduce[/bold] · ε = {protocol.eps:g}, η = {protocol.eta:g}, "
@@ -183,7 +184,7 @@ def synthetic(
         help="Seed of the finite-prompt simulator.")] = "0",
 ) -> None:
     """The one-layer synthetic tables (K = 4, d = 8; K = 2 γ sweep) beside the paper's figures."""
-    from .. import limits
+    from .. import estimates, limits
     from ..experiments import reproduce as run
     from ..io import write_text_atomic
 
@@ -193,7 +194,7 @@ def synthetic(
     root_seed = options.integer("--seed", seed, 0)
     p = protocol
     limits.refuse_over_cap(
-        limits.reproduce_bytes(p.eps, p.eta, p.eta_ft, n_tokens),
+        estimates.reproduce_bytes(p.eps, p.eta, p.eta_ft, n_tokens),
         "the finite-prompt column (batches of 1024 prompts of N tokens)",
         [("--prompts", prompts, 0.0, "lower --prompts")])
     if n_tokens is None:

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import limits
+from .. import estimates, limits
 from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
 from ..errors import InputError
 from . import options
@@ -124,17 +124,17 @@ def check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts
     processes = 1 + (min(n_workers, len(chosen) * n_seeds) if n_workers > 1 else 0)
     prompts = max(c.eval_prompts for c in chosen)
     depth = max(c.layers for c in chosen)
-    estimate = limits.depth_bytes(runs, processes, prompts, depth)
+    estimate = estimates.depth_bytes(runs, processes, prompts, depth)
     fewest = len(chosen) * len(gammas)
     limits.refuse_over_cap(estimate, "the depth experiment", [
-        ("--workers", workers, limits.depth_bytes(runs, 1, prompts, depth),
+        ("--workers", workers, estimates.depth_bytes(runs, 1, prompts, depth),
          "use fewer --workers"),
-        ("--eval-prompts", eval_prompts, limits.depth_bytes(runs, processes, 2, depth),
+        ("--eval-prompts", eval_prompts, estimates.depth_bytes(runs, processes, 2, depth),
          "lower --eval-prompts"),
-        ("--layers", layers, limits.depth_bytes(runs, processes, prompts, 1), "lower --layers"),
-        ("--seeds", seeds, limits.depth_bytes(fewest, processes, prompts, depth),
+        ("--layers", layers, estimates.depth_bytes(runs, processes, prompts, 1), "lower --layers"),
+        ("--seeds", seeds, estimates.depth_bytes(fewest, processes, prompts, depth),
          "lower --seeds"),
-        ("--gamma", gamma, limits.depth_bytes(len(chosen) * n_seeds, processes, prompts, depth),
+        ("--gamma", gamma, estimates.depth_bytes(len(chosen) * n_seeds, processes, prompts, depth),
          "give fewer γ values")])
 
 

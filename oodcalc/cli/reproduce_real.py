@@ -15,7 +15,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from .. import limits
+from .. import estimates, limits
 from ..errors import InputError
 from . import options
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
@@ -50,7 +50,7 @@ def config_for(quick: bool, seeds: str | None, threads: str | None):
     # the per-review losses of every seed, θ and rotation family, and the forgetting runs
     # (at most every review of the data set each), held until the statistics
     per_seed = (len(FAMILIES) * (config.steps + 1) + len(FORGET_THETAS) + 8) * REVIEWS * 8
-    limits.refuse_over_cap(limits.BASE_BYTES + limits.TORCH_BYTES + config.seeds * per_seed,
+    limits.refuse_over_cap(estimates.BASE_BYTES + estimates.TORCH_BYTES + config.seeds * per_seed,
                            "the real-text experiment", [("--seeds", seeds, 0.0, "lower --seeds")])
     return config
 

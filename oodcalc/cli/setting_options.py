@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Callable, Optional, Sequence
 
+import numpy as np
 import typer
 
 from .. import geometry as geo
@@ -15,9 +16,6 @@ from .. import limits
 from ..errors import InputError
 from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, Protocol, Setting
 from . import options
-
-#: ``cost(K, d, protocol) -> bytes``: a command's memory estimate (``d`` None: the smallest).
-Cost = Callable[[int, Optional[int], Protocol], float]
 
 Text = Optional[str]
 GEOMETRY_OPTIONS = "--gamma, --theta, --mean-query, --orthogonal or --features/--ood"
@@ -73,38 +71,23 @@ def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -
                     eta_ft=options.positive("--eta-ft", eta_ft), max_steps=steps)
 
 
-def check_cost(cost: Cost, what: str, K: int, K_option: tuple[str, object], d: int | None,
-               d_text: Text, protocol: Protocol,
-               more: Sequence[tuple[str, object, Cost, str]] = ()) -> None:
-    """Refuse before any allocation when ``cost`` is over the memory cap, naming the
-    option whose change alone would fit: ``--d``, then the number of features, then
-    ``more`` (the command's own sizes), then the steps (``--max-steps`` or ``--eps``) when
-    the cost depends on them; when none would fit alone, the last is named."""
-    culprits = []
-    if d is not None:
-        culprits.append(("--d", d_text, cost(K, None, protocol),
-                         "lower --d (it changes no number; leave it out)"))
-    culprits.append((*K_option, cost(2, None, protocol), f"lower {K_option[0]}"
-                     if K_option[0] != "--gamma" else "give fewer --gamma values"))
-    culprits += [(option, value, smaller(K, d, protocol), change)
-                 for option, value, smaller, change in more]
-    estimate = cost(K, d, protocol)
-    one_step = Protocol(eps=protocol.eps, eta=protocol.eta, eta_ft=protocol.eta_ft,
-                        max_steps=1)
-    if cost(K, d, one_step) < estimate:      # only then can fewer steps help
-        culprits.append(limits.steps_culprit(K, protocol))
-    limits.refuse_over_cap(estimate, what, culprits)
+#: ``check(K, d, protocol, diagonal=...)``: a guard of the library (``limits.check_*``,
+#: or a ``functools.partial`` of one) for the entry point a command will call, run before
+#: the geometry's arrays exist; ``d`` None: the smallest; ``diagonal``: diag M where the
+#: options already give it.
+Check = Callable[..., None]
 
 
 def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogonal: bool,
                   features: Text, ood: Text, d: Text, tol: Text,
                   eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None, *,
-                  cost: Cost | None = None, what: str = "this run",
-                  more: Sequence[tuple[str, object, Cost, str]] = ()) -> Setting:
+                  checks: Sequence[Check] = ()) -> Setting:
     """Turn the command-line text into a validated Setting (errors name the option).
 
-    With ``cost``, the memory estimate is checked against the cap before the geometry's
-    arrays exist (for feature files, once their shape is known)."""
+    With ``checks`` (the library's guards of what the command will run), what is out of
+    reach is refused before the geometry's arrays exist (for feature files, once their
+    shape is known); the library's errors then name this command's options (the names
+    are registered with :func:`options.name_parameters`)."""
     files = features is not None or ood is not None
     chosen = [name for name, given in (("--gamma", gamma is not None),
                                        ("--theta", theta is not None),
@@ -122,21 +105,40 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
         raise InputError("--K", "nothing", f"{chosen[0]} needs the number of features, "
                          "e.g. --K 4")
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
-    if cost is not None and chosen[0] != "--features/--ood":
-        count = k_value if k_value is not None else len(options.numbers("--gamma", gamma))
-        source = ("--K", K) if k_value is not None else ("--gamma", f"{count} values")
+    options.name_parameters({"d": ("--d", d)})
+    if checks and chosen[0] != "--features/--ood":
+        values = options.numbers("--gamma", gamma) if chosen[0] == "--gamma" else None
+        count = k_value if k_value is not None else len(values)
+        if k_value is not None:
+            options.name_parameters({"K": ("--K", K)})
+        else:
+            options.name_parameters({"K": ("--gamma", f"{count} values"),
+                                     "lower K": "give fewer --gamma values"})
         if count >= 2:   # fewer: the geometry below says what it needs
-            check_cost(cost, what, count, source, d_value, d, protocol, more)
+            diagonal = np.array(values) if values is not None and _in_range(values) else None
+            for check in checks:
+                check(count, d_value, protocol, diagonal=diagonal)
+    if checks and chosen[0] == "--features/--ood" and features is not None:
+        shape = geo.feature_shape(features)   # a .npy's header: refuse before reading it
+        if shape is not None and len(shape) == 2 and shape[1] >= 2:
+            options.name_parameters({"K": ("--features", f"{shape[1]} features")})
+            for check in checks:
+                check(shape[1], None, protocol)
     try:
         geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol)
     except InputError as err:
         if err.what != "d":
             raise
         raise InputError("--d", d, err.accepted) from None
-    if cost is not None and chosen[0] == "--features/--ood":
-        check_cost(cost, what, geometry.K, ("--features", f"{geometry.K} features"), None, d,
-                   protocol, more)
+    if checks and chosen[0] == "--features/--ood":
+        options.name_parameters({"K": ("--features", f"{geometry.K} features")})
+        for check in checks:
+            check(geometry.K, None, protocol)
     return Setting(geometry, protocol)
+
+
+def _in_range(values: list[float]) -> bool:
+    return all(-1.0 <= g <= 1.0 for g in values)
 
 
 def _geometry(kind: str, gamma: Text, theta: Text, K: int | None, features: Text,

@@ -4,6 +4,7 @@ theory (``--compare``)."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from enum import Enum
 from typing import Annotated, Optional
 
@@ -12,8 +13,8 @@ import typer
 
 from .. import limits
 from ..errors import InputError
-from . import app, options
-from .predict import predict_cost
+from . import options
+from .app import app
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
                               NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
 
@@ -45,7 +46,7 @@ def render(report, rows: int, comparison=None) -> None:
     from rich.table import Table
 
     from ..geometry import describe_text as describe_geometry
-    from .console import make_console, say
+    from ..console import make_console, say
     from .render import fmt
 
     from rich.markup import escape
@@ -185,7 +186,7 @@ def simulate(
     prompt_options = {"--N": N, "--batch": batch, "--seed": seed, "--holdout": holdout}
     geometry = (gamma, theta, K, mean_query, orthogonal, features, ood, d, tol, eps, eta, eta_ft,
                 max_steps)
-    extra = (lambda n, dim, p: predict_cost(n, dim, p)) if compare else (lambda n, dim, p: 0.0)
+    also = [limits.check_predict] if compare else []     # the theory runs after it
     if simulator is Simulator.population:
         given = [(name, repr(v)) for name, v in prompt_options.items() if v is not None]
         given += [("--fixed-sample", "the flag")] if fixed_sample else []
@@ -194,10 +195,7 @@ def simulate(
             raise InputError(given[0][0], given[0][1], "only --simulator prompts takes "
                              "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
         from ..simulate import simulate_population
-        setting = build_setting(*geometry, what="simulate (every iterate Q, d × d)",
-                                cost=lambda n, dim, p: limits.population_bytes(
-                                    n, dim or 2 * n, p.eps, p.eta, p.eta_ft, p.max_steps)
-                                + extra(n, dim, p))
+        setting = build_setting(*geometry, checks=[limits.check_population, *also])
         report = simulate_population(setting)
     else:
         if holdout is not None and stop is not Stop.heldout:
@@ -207,17 +205,9 @@ def simulate(
         n_holdout = options.integer("--holdout", holdout, 2) or 4096
         root_seed = options.integer("--seed", seed, 0) or 0
 
-        def cost(n, dim, p, tokens=n_tokens, prompts=n_batch, held=n_holdout):
-            return limits.prompts_bytes(n, dim or 2 * n, tokens, prompts, held, p.eps, p.eta,
-                                        p.eta_ft, p.max_steps, stop is Stop.heldout) \
-                + extra(n, dim, p)
-        more = [("--N", N, lambda n, dim, p: cost(n, dim, p, tokens=1), "lower --N"),
-                ("--batch", batch, lambda n, dim, p: cost(n, dim, p, prompts=1),
-                 "lower --batch"),
-                ("--holdout", holdout, lambda n, dim, p: cost(n, dim, p, held=1),
-                 "lower --holdout")]
-        setting = build_setting(*geometry, what="simulate -s prompts (batches of N tokens "
-                                "in d dimensions)", cost=cost, more=more)
+        setting = build_setting(*geometry, checks=[
+            partial(limits.check_prompts, N=n_tokens, batch=n_batch, holdout=n_holdout,
+                    heldout=stop is Stop.heldout), *also])
         if n_holdout < setting.K:
             raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts

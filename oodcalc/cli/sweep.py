@@ -27,7 +27,8 @@ import typer
 from .. import limits
 from ..errors import InputError
 from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS
-from . import app, options
+from . import options
+from .app import app
 
 Text = Optional[str]
 #: Show a progress bar (on a terminal) from this many configurations on.
@@ -151,20 +152,12 @@ def _product(counts) -> int:
 
 
 def _check_size(planned, option: str, workers: int) -> None:
-    """At most MAX_ROWS configurations, and their memory within the cap."""
-    rows = sum(n for _, n, _ in planned)
-    if rows > limits.MAX_ROWS:
-        raise InputError(option, f"{rows:,} configurations", f"at most {limits.MAX_ROWS:,} in "
-                         "one sweep; split it or coarsen an axis")
+    """The library's guard of a sweep's size, before any grid is built."""
     by_K: dict[int, int] = {}
     for k, n, _ in planned:
         by_K[k] = by_K.get(k, 0) + n
-    estimate = limits.sweep_bytes(by_K, workers)
-    culprits = [("--workers", str(workers), limits.sweep_bytes(by_K), "use fewer --workers")]
-    culprits.append((option, f"{rows:,} configurations of K up to {max(by_K)}", 0.0,
-                     "coarsen an axis or split the sweep"))
-    limits.refuse_over_cap(estimate, "the sweep (every configuration's row until written)",
-                           culprits if workers > 1 else culprits[1:])
+    options.name_parameters({"rows": option})
+    limits.check_rows(by_K, workers)
 
 
 SCHEDULER = re.compile(r"^[a-z][a-z0-9+]*://[^\s/]+:\d{1,5}$")

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import app
+from .app import app
 
 
 #: The table's columns: one line per row when that fits the width (only the claim's

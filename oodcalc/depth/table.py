@@ -329,7 +329,7 @@ def show(table: DepthTable, console=None) -> None:
     from rich.table import Table
 
     if console is None:
-        from ..cli.console import make_console
+        from ..console import make_console
         console = make_console()          # piped: wide and never cut (as every command)
     console.print("[bold]oodcalc reproduce depth[/bold]")
     console.print(header(table), style="dim")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import limits
 from ..errors import ComputationError
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, directions, trend
 from ..setting import Setting
@@ -77,6 +78,9 @@ def simulate_population(setting: Setting) -> Report:
 
     Raises
     ------
+    InputError
+        Before any work, if its iterates would not fit the memory cap
+        (:func:`oodcalc.limits.check_population`).
     ComputationError
         If a phase does not meet the stopping rule within ``protocol.max_steps``.
 
@@ -90,6 +94,7 @@ def simulate_population(setting: Setting) -> Report:
     (True, True)
     """
     geo, proto = setting.geometry, setting.protocol
+    limits.check_population(geo.K, geo.d, proto)       # every iterate Q: refused first
     V, U, K = geo.V, geo.U, geo.K
     pre_path: list = []
     ft_path: list = []

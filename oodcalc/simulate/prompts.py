@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import limits
 from ..errors import ComputationError, InputError
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
 from ..setting import Setting
@@ -220,6 +221,8 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     geo, proto = setting.geometry, setting.protocol
     V, U, K = geo.V, geo.U, geo.K
     check_simulation_inputs(N, batch, stop, holdout, K)
+    limits.check_prompts(K, geo.d, proto, N=N, batch=batch, holdout=holdout,
+                         heldout=stop == "heldout")
     pre_rng, ft_rng, hold_rng = phase_generators(seed)
     balanced = np.repeat(np.arange(K), holdout // K)
     hold_v = hold_u = None

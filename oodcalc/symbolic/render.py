@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import re
 
+from typing import Any
+
 import sympy as sp
 
-from .core import Derivation
+#: A :class:`~oodcalc.symbolic.core.Derivation`, read by its fields (id, title, steps,
+#: checks, scope, findings, level): this module sits below core.py, whose Jupyter repr
+#: calls it, and does not import it.
+Derivation = Any
 
 FORMATS = ("text", "markdown", "latex")
 
