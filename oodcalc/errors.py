@@ -23,6 +23,7 @@ API_NAMES = {
     "K": "the geometry's K", "d": "the geometry's d",
     "eps": "Protocol.eps", "eta": "Protocol.eta", "eta_ft": "Protocol.eta_ft",
     "max_steps": "Protocol.max_steps", "sweep_max_steps": "max_steps",
+    "eps_ft": "Protocol.eps_ft", "ft_steps": "Protocol.ft_steps",
 }
 
 _PLACEHOLDER = re.compile("⟦([^⟦⟧]+)⟧")

@@ -201,10 +201,12 @@ def _min_margin_diagonal(gamma: np.ndarray, alpha: float, beta: float) -> tuple[
 
 def finetune_log_steps(K: int, eps: float, eta_ft: float, *,
                        diagonal: np.ndarray | None = None,
-                       M: np.ndarray | None = None) -> tuple[float, int, float]:
+                       M: np.ndarray | None = None,
+                       eps_ft: float | None = None) -> tuple[float, int, float]:
     """Natural log of the estimated fine-tuning steps from the pretrained logits at the
     threshold α* (``Z^(T1)`` is within one GD step of them), before pretraining has run:
-    ``(log steps, the slowest OOD column, its effective margin)``.
+    ``(log steps, the slowest OOD column, its effective margin)``. ``eps`` is
+    pretraining's (it sets α*), ``eps_ft`` fine-tuning's (default ``eps``).
 
     Give ``diagonal`` (``diag M`` when ``M = VᵀU`` is diagonal: parallel shifts,
     rotations, orthogonal subspaces; no K × K array is formed) or ``M``."""
@@ -218,7 +220,8 @@ def finetune_log_steps(K: int, eps: float, eta_ft: float, *,
         margins = effective_margins(M.T @ z @ M)
         worst = int(np.argmin(margins))
         margin = float(margins[worst])
-    return log_steps_from_margin(K, eps, eta_ft, margin), worst, margin
+    return (log_steps_from_margin(K, eps if eps_ft is None else eps_ft, eta_ft, margin),
+            worst, margin)
 
 
 # --- time: the fine-tuning engines --------------------------------------------------------
@@ -267,19 +270,22 @@ def predict_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
 
 
 def population_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
-                     max_steps: int) -> float:
-    """``simulate_population``: every iterate ``Q`` (d × d) of both phases."""
-    steps = steps_held(K, eps, eta, max_steps) + steps_held(K, eps, eta_ft, max_steps)
+                     max_steps: int, ft_steps: int | None = None) -> float:
+    """``simulate_population``: every iterate ``Q`` (d × d) of both phases (fine-tuning
+    for exactly ``ft_steps`` steps when given)."""
+    steps = steps_held(K, eps, eta, max_steps) + (
+        steps_held(K, eps, eta_ft, max_steps) if ft_steps is None else ft_steps + 1)
     return BASE_BYTES + geometry_bytes(d, K) + d * d * FLOAT * (steps + 10)
 
 
 def prompts_bytes(K: int, d: int, N: int, batch: int, holdout: int, eps: float, eta: float,
-                  eta_ft: float, max_steps: int, heldout: bool) -> float:
+                  eta_ft: float, max_steps: int, heldout: bool,
+                  ft_steps: int | None = None) -> float:
     """``simulate_prompts``: a batch of prompts (tokens d-dimensional, a few temporaries
     of it), the held-out samples, and every iterate ``Q`` of both phases."""
     prompts = 4.0 * batch * N * d * FLOAT
     held = 2 * 4.0 * holdout * N * d * FLOAT if heldout else 0.0
-    return population_bytes(K, d, eps, eta, eta_ft, max_steps) + prompts + held
+    return population_bytes(K, d, eps, eta, eta_ft, max_steps, ft_steps) + prompts + held
 
 
 def sweep_row_bytes(K: int) -> float:

@@ -159,6 +159,10 @@ def refuse_over_cap(estimate: float, what: str,
 def steps_culprit(K: int, protocol) -> tuple[str, object, float, str]:
     """Which parameter sets the steps a phase runs: the cap, or the stopping rule."""
     eta = min(protocol.eta, protocol.eta_ft)
+    if protocol.ft_steps is not None and \
+            protocol.ft_steps >= estimates.pretrain_steps(K, protocol.eps, protocol.eta):
+        return (param("ft_steps"), str(protocol.ft_steps), 0.0,
+                param("ft_steps", "lower"))
     if estimates.pretrain_steps(K, protocol.eps, eta) > protocol.max_steps:
         return param("max_steps"), str(protocol.max_steps), 0.0, param("max_steps", "lower")
     return (param("eps"), f"{protocol.eps:g}", 0.0,
@@ -169,6 +173,7 @@ class _OneStep:
     def __init__(self, protocol) -> None:
         self.eps, self.eta, self.eta_ft, self.max_steps = (protocol.eps, protocol.eta,
                                                            protocol.eta_ft, 1)
+        self.ft_steps = None if protocol.ft_steps is None else 1
 
 
 def check_memory(cost, what: str, K: int, d: int | None, protocol,
@@ -214,8 +219,12 @@ def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> 
         return
     if diagonal is not None and np.all(np.asarray(diagonal) == diagonal[0]):
         return
-    log_t2, _, _ = estimates.finetune_log_steps(K, protocol.eps, protocol.eta_ft,
-                                                diagonal=diagonal, M=M)
+    if protocol.ft_steps is not None:
+        log_t2 = math.log(protocol.ft_steps)
+    else:
+        log_t2, _, _ = estimates.finetune_log_steps(K, protocol.eps, protocol.eta_ft,
+                                                    diagonal=diagonal, M=M,
+                                                    eps_ft=protocol.eps_ft)
     fast = diagonal is not None and compiled.available()
     check_finetune_work(K, protocol, log_t2, "compiled" if fast else "numpy",
                         faster=diagonal is not None and not fast)
@@ -224,7 +233,7 @@ def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> 
 def check_population(K: int, d: int | None, protocol, *, diagonal=None) -> None:
     """``simulate_population``'s memory: every iterate Q (d × d) of both phases."""
     check_memory(lambda k, dim, p: estimates.population_bytes(
-        k, _d(dim, k), p.eps, p.eta, p.eta_ft, p.max_steps),
+        k, _d(dim, k), p.eps, p.eta, p.eta_ft, p.max_steps, p.ft_steps),
         f"{param('simulate_population')} (every iterate Q, d × d)", K, d, protocol)
 
 
@@ -233,7 +242,7 @@ def check_prompts(K: int, d: int | None, protocol, *, N: int, batch: int, holdou
     """``simulate_prompts``' memory: batches of N tokens in d dimensions, every iterate Q."""
     def cost(k, dim, p, tokens=N, prompts=batch, held=holdout):
         return estimates.prompts_bytes(k, _d(dim, k), tokens, prompts, held, p.eps, p.eta,
-                                       p.eta_ft, p.max_steps, heldout)
+                                       p.eta_ft, p.max_steps, heldout, p.ft_steps)
     more = [(param("N"), N, cost(K, d, protocol, tokens=1), param("N", "lower")),
             (param("batch"), batch, cost(K, d, protocol, prompts=1), param("batch", "lower"))]
     if heldout:
@@ -382,7 +391,17 @@ def check_finetune_work(K: int, protocol, log_t2: float, engine: str,
     hint = '; pip install "oodcalc[fast]" runs it about 10× faster' if faster else ""
     raise ComputationError(
         f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
-        f"{K}×{K} logits (K = {K}, eps = {protocol.eps:g}, eta_ft = {protocol.eta_ft:g}), "
+        f"{K}×{K} logits (K = {K}, {_finetune_words(protocol)}), "
         f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e} (about {hours:,.0f} h "
         f"with the {estimates.ENGINES[engine]}{hint}); {param('K', 'lower')} or "
-        f"{param('eps', 'raise')}")
+        + (f"{param('ft_steps', 'lower')}" if protocol.ft_steps is not None
+           else f"{param('eps_ft' if protocol.eps_ft != protocol.eps else 'eps', 'raise')}"))
+
+
+def _finetune_words(protocol) -> str:
+    """Fine-tuning's protocol as the messages name it."""
+    if protocol.ft_steps is not None:
+        return f"{protocol.ft_steps} steps, eta_ft = {protocol.eta_ft:g}"
+    eps = (f"eps = {protocol.eps:g}" if protocol.eps_ft == protocol.eps
+           else f"eps_ft = {protocol.eps_ft:g}")
+    return f"{eps}, eta_ft = {protocol.eta_ft:g}"

@@ -223,20 +223,27 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
               at_alpha_star={"alpha": np.diag(closed), "beta": off_diagonal(closed),
                              "error": conditional_errors(closed)})
 
-    # 3. Fine-tuning on U, with the source view followed at every step.
-    column_logs = estimates.column_log_steps(z_ood0, proto.eps, proto.eta_ft)
-    worst = int(np.argmax(column_logs))
-    log_t2 = float(column_logs[worst])
-    cause = ""
-    if warnings:
-        cause = (f", because pretraining overshot α* (--eta {proto.eta:g}; "
-                 f"{estimates.resolving_eta(K, proto.eps):.3g} or less resolves it)")
-    margin = float(estimates.effective_margins(z_ood0)[worst])
-    cap2 = phase_cap(proto.max_steps, proto.auto_steps, log_t2, "fine-tuning",
-                     f"K = {K}, eps = {proto.eps:g}, eta_ft = {proto.eta_ft:g}; the slowest "
-                     f"OOD feature u{worst + 1} starts at margin {margin:.4g}{cause}",
-                     param("eta", "lower") if cause
-                     else f"raise {param('eps')} or {param('eta_ft')}")
+    # 3. Fine-tuning on U, with the source view followed at every step: until the rule
+    # holds at eps_ft, or for exactly ft_steps steps (the rule never holds at NEVER).
+    if proto.ft_steps is not None:
+        cap2 = proto.ft_steps
+        log_t2 = math.log(cap2)
+    else:
+        column_logs = estimates.column_log_steps(z_ood0, proto.eps_ft, proto.eta_ft)
+        worst = int(np.argmax(column_logs))
+        log_t2 = float(column_logs[worst])
+        cause = ""
+        if warnings:
+            cause = (f", because pretraining overshot α* (--eta {proto.eta:g}; "
+                     f"{estimates.resolving_eta(K, proto.eps):.3g} or less resolves it)")
+        margin = float(estimates.effective_margins(z_ood0)[worst])
+        eps_name = "eps" if proto.eps_ft == proto.eps else "eps_ft"
+        cap2 = phase_cap(proto.max_steps, proto.auto_steps, log_t2, "fine-tuning",
+                         f"K = {K}, {eps_name} = {proto.eps_ft:g}, eta_ft = "
+                         f"{proto.eta_ft:g}; the slowest OOD feature u{worst + 1} starts at "
+                         f"margin {margin:.4g}{cause}",
+                         param("eta", "lower") if cause
+                         else f"raise {param(eps_name)} or {param('eta_ft')}")
     t2_expected = math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0
     path = _finetune_path(M, K, proto, log_t2)
 
@@ -334,10 +341,10 @@ def _finetune_ray(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetune
     own0, other0 = float(z_ood0[0, 0]), float(z_ood0[1, 0])
     a1, b1 = float(z1[0, 0]), float(z1[1, 0])
     _report(progress, "fine-tuning", 0, expected)
-    ray = descend_ray(own0, other0, K, proto.eta_ft, proto.eps, cap,
+    ray = descend_ray(own0, other0, K, proto.eta_ft, proto.finetune_stop, cap,
                       stride=_stride(K, expected, 2 / 3 / 2), expected_steps=expected,
                       source=(a1, b1, c * c))
-    if not ray.converged:
+    if not ray.converged and proto.ft_steps is None:
         raise ComputationError(_stuck(cap, K, proto, "rotation"))
     _report(progress, "fine-tuning", ray.steps, ray.steps)
     ood_path = _ray_trajectory(K, ray.path)
@@ -385,8 +392,8 @@ def _finetune_columns(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Fine
         if t % every == 0:
             _report(progress, "fine-tuning", t, expected)
 
-    ft = descend(z_ood0[None], proto.eta_ft, proto.eps, cap, observe=observe)
-    if not ft.converged[0]:
+    ft = descend(z_ood0[None], proto.eta_ft, proto.finetune_stop, cap, observe=observe)
+    if not ft.converged[0] and proto.ft_steps is None:
         raise ComputationError(_stuck(cap, K, proto, "K×K"))
     T2 = int(ft.steps[0])
     _report(progress, "fine-tuning", T2, T2)
@@ -400,8 +407,8 @@ def _finetune_recorded(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Fin
     """``_finetune_columns`` for short runs: one batched descent that records every step,
     then the source view of the whole trajectory at once (no work per step in Python)."""
     _report(progress, "fine-tuning", 0, expected)
-    ft = descend(z_ood0[None], proto.eta_ft, proto.eps, cap, record=True)
-    if not ft.converged[0]:
+    ft = descend(z_ood0[None], proto.eta_ft, proto.finetune_stop, cap, record=True)
+    if not ft.converged[0] and proto.ft_steps is None:
         raise ComputationError(_stuck(cap, K, proto, "K×K"))
     ood_path = ft.trajectory[:, 0]
     source_path = source_logits(z1, M, z_ood0, ood_path)
@@ -451,8 +458,8 @@ def _finetune_diagonal(z1, z_ood0, gamma, K, proto, cap, expected, progress) -> 
         above = np.empty((n, K), dtype=bool)
         start = -(-t // stride) * stride                      # first recorded step >= t
         snap = np.empty((max(0, (t + n - 1 - start) // stride + 1), K, K))
-        kernel(X, X0, Z1, gamma, rate, proto.eps, t, n, update_last, above, first, prev,
-               rises, falls, TREND_TOL, snap, start, stride)
+        kernel(X, X0, Z1, gamma, rate, proto.finetune_stop, t, n, update_last, above, first,
+               prev, rises, falls, TREND_TOL, snap, start, stride)
         return above, start, snap
 
     def offer(start: int, snap: np.ndarray) -> None:
@@ -476,6 +483,8 @@ def _finetune_diagonal(z1, z_ood0, gamma, K, proto, cap, expected, progress) -> 
             X[...], prev[...], rises[...], falls[...] = saved
             above, start, snap = advance(t, i + 1, False)
             T2 = t + i
+        elif last_block and proto.ft_steps is not None:        # ran its fixed steps
+            T2 = cap
         elif last_block:
             raise ComputationError(_stuck(cap, K, proto, "K×K"))
         else:
@@ -490,7 +499,8 @@ def _finetune_diagonal(z1, z_ood0, gamma, K, proto, cap, expected, progress) -> 
 
 
 def _stuck(cap: int, K: int, proto, path: str) -> str:
-    return (f"fine-tuning did not meet the stopping rule (every e_k <= eps) within "
-            f"max_steps = {cap} for K = {K}, eps = {proto.eps:g}, eta_ft = "
-            f"{proto.eta_ft:g}; {param('max_steps', 'raise')}, {param('eps', 'raise')} or "
-            "change the step size")
+    eps_name = "eps" if proto.eps_ft == proto.eps else "eps_ft"
+    return (f"fine-tuning did not meet the stopping rule (every e_k <= {eps_name}) within "
+            f"max_steps = {cap} for K = {K}, {eps_name} = {proto.eps_ft:g}, eta_ft = "
+            f"{proto.eta_ft:g}; {param('max_steps', 'raise')}, {param(eps_name, 'raise')} "
+            "or change the step size")

@@ -237,6 +237,19 @@ class Report:
         """Forgetting ``F = L^(tr)(after) − L^(tr)(before) = Σ_k F_k`` (> 0: forgetting)."""
         return float(sum(f.F_k for f in self.forgetting))
 
+    def forgetting_curve(self) -> dict[str, np.ndarray] | None:
+        """``F_k`` and ``F`` along fine-tuning: ``{"steps": (T,), "F_k": (T, K), "F": (T,)}``
+        at the kept steps (every step when they fit, evenly strided snapshots otherwise;
+        the last is ``T2``), from ``trajectories["finetune_source_loss"]``; None without it."""
+        loss = self.trajectories.get("finetune_source_loss")
+        if loss is None:
+            return None
+        loss = np.asarray(loss)
+        steps = self.trajectories.get("finetune_steps")
+        steps = np.arange(len(loss)) if steps is None else np.asarray(steps)
+        F_k = loss - loss[0]
+        return {"steps": steps, "F_k": F_k, "F": F_k.sum(axis=1)}
+
     def _repr_markdown_(self) -> str:
         from .display import to_markdown
         return to_markdown(self)
@@ -274,6 +287,20 @@ class Report:
                 for name, value in self.trajectories.items()}
         return out
 
+    def _curve_json(self) -> dict[str, Any] | None:
+        """The forgetting curve for the JSON: at most ``CURVE_POINTS`` of the kept steps
+        (evenly spaced, the first and last always), ``F_k`` only up to
+        ``FULL_MATRIX_K`` features (``arrays()`` has every one)."""
+        curve = self.forgetting_curve()
+        if curve is None:
+            return None
+        n = len(curve["steps"])
+        keep = np.unique(np.linspace(0, n - 1, min(n, CURVE_POINTS)).round().astype(int))
+        out = {"steps": curve["steps"][keep], "F": curve["F"][keep]}
+        if curve["F_k"].shape[1] <= FULL_MATRIX_K:
+            out["F_k"] = curve["F_k"][keep]
+        return out
+
     def _tree(self) -> dict[str, Any]:
         """The JSON form before ``jsonable``, its dicts fresh copies (safe to edit)."""
         per_feature = [{"k": f.k, "regime": f.regime, "condition": f.condition,
@@ -289,7 +316,8 @@ class Report:
             "pretrain": self.pretrain.to_dict(),
             "ood": self.ood.to_dict(),
             "finetune": self.finetune.to_dict(),
-            "forgetting": {"F": self.F, "per_feature": per_feature},
+            "forgetting": {"F": self.F, "per_feature": per_feature,
+                           **({"curve": curve} if (curve := self._curve_json()) else {})},
             "warnings": list(self.warnings),
             "run": self.run,
         })
@@ -304,6 +332,8 @@ def _copy_dicts(tree: Any) -> Any:
 #: ``Report.to_dict`` gives K × K matrices in full up to this K; above it, a summary of
 #: each (a K = 1024 report would otherwise print about 200 MB of JSON).
 FULL_MATRIX_K = 16
+#: Points of the forgetting curve in the JSON (the API and ``--arrays`` keep every one).
+CURVE_POINTS = 1000
 
 
 def matrix_summary(matrix: Any) -> dict[str, Any]:

@@ -7,12 +7,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .errors import InputError
 from .geometry import Geometry
 
 DEFAULT_EPS = 0.01
 DEFAULT_ETA = 0.1
 DEFAULT_MAX_STEPS = 1_000_000
+#: A stopping level no error meets (every e_k >= 0): fine-tuning for ``ft_steps`` steps.
+NEVER = -1.0
 
 
 def check_positive(value: Any, name: str) -> float:
@@ -28,12 +32,14 @@ def check_positive(value: Any, name: str) -> float:
 @dataclass(frozen=True)
 class Protocol:
     """How both phases train: full-batch gradient descent from ``Q = 0``, each phase
-    stopping at the first step with every ``e_k <= eps`` (``L_k <= eps/K``).
+    stopping at the first step with every ``e_k <= eps`` (``L_k <= eps/K``); fine-tuning
+    may instead stop at its own ``eps_ft`` or run exactly ``ft_steps`` steps.
 
     Parameters
     ----------
     eps : float, default 0.01
-        The stopping rule's ε (> 0), the same in both phases.
+        The stopping rule's ε (> 0): pretraining's, and fine-tuning's unless ``eps_ft``
+        or ``ft_steps`` is given.
     eta : float, default 0.1
         Step size of pretraining on V (> 0).
     eta_ft : float, optional
@@ -48,6 +54,11 @@ class Protocol:
         ``describe()`` records what was asked (``"auto"`` or the integer: rerunning with
         it gives the same numbers); the cap each phase ran under is in the report
         (``Report.run["max_steps"]``).
+    eps_ft : float, optional
+        Fine-tuning's own ε (> 0); defaults to ``eps``.
+    ft_steps : int, optional
+        Fine-tune exactly this many steps (>= 1), with no stopping rule (not with
+        ``eps_ft``); ``max_steps`` then caps pretraining only.
 
     A bad value raises :class:`~oodcalc.errors.InputError` naming the parameter.
 
@@ -55,13 +66,17 @@ class Protocol:
     -------
     >>> from oodcalc import Protocol
     >>> Protocol(eps=1e-3, eta=0.5)
-    Protocol(eps=0.001, eta=0.5, eta_ft=0.5, max_steps=1000000, auto_steps=True)
+    Protocol(eps=0.001, eta=0.5, eta_ft=0.5, max_steps=1000000, eps_ft=0.001, ft_steps=None, auto_steps=True)
+    >>> Protocol(ft_steps=2000).finetune_rule
+    'exactly 2000 steps'
     """
 
     eps: float = DEFAULT_EPS
     eta: float = DEFAULT_ETA
     eta_ft: float | None = None
     max_steps: int | str | None = None
+    eps_ft: float | None = None
+    ft_steps: int | None = None
     auto_steps: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
@@ -77,10 +92,38 @@ class Protocol:
             object.__setattr__(self, "max_steps", steps)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InputError("max_steps", steps, 'expected an integer >= 1 or "auto"')
+        n = self.ft_steps
+        if n is not None:
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+                raise InputError("ft_steps", n, "expected an integer >= 1")
+            if self.eps_ft is not None:
+                raise InputError("eps_ft", self.eps_ft, "give eps_ft or ft_steps, not both "
+                                 "(a fixed number of steps has no stopping rule)")
+            object.__setattr__(self, "ft_steps", int(n))
+        eps_ft = self.eps if self.eps_ft is None else check_positive(self.eps_ft, "eps_ft")
+        object.__setattr__(self, "eps_ft", eps_ft)
+
+    @property
+    def finetune_stop(self) -> float:
+        """The ε fine-tuning stops at: ``eps_ft``, or :data:`NEVER` with ``ft_steps``."""
+        return NEVER if self.ft_steps is not None else self.eps_ft
+
+    @property
+    def finetune_cap(self) -> int:
+        """Fine-tuning's step cap: ``ft_steps``, else ``max_steps``."""
+        return self.max_steps if self.ft_steps is None else self.ft_steps
+
+    @property
+    def finetune_rule(self) -> str:
+        """How fine-tuning stops, in words."""
+        if self.ft_steps is not None:
+            return f"exactly {self.ft_steps} steps"
+        return f"every e_k <= {self.eps_ft:g}"
 
     def describe(self) -> dict[str, Any]:
         return {"eps": self.eps, "eta": self.eta, "eta_ft": self.eta_ft,
-                "max_steps": "auto" if self.auto_steps else self.max_steps}
+                "max_steps": "auto" if self.auto_steps else self.max_steps,
+                "eps_ft": self.eps_ft, "ft_steps": self.ft_steps}
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ from .geometry import Geometry, check_K
 from .io import write_atomic
 from .model import conditional_errors
 from .report import directions
-from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, check_positive
+from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, NEVER, Protocol, \
+    check_positive
 
 #: Rows per chunk when no executor is given (bounds memory; one chunk is one batch).
 SERIAL_CHUNK = 1 << 17
@@ -273,9 +274,9 @@ class Chunk:
     stop: int
     M: np.ndarray          # (B, K, K)
     z1: np.ndarray         # (B, K, K) pretrained logits of each row
-    eps: np.ndarray
+    eps: np.ndarray        # fine-tuning's stopping level per row (NEVER: fixed steps)
     eta_ft: np.ndarray
-    max_steps: int
+    max_steps: int         # fine-tuning's cap (with NEVER: exactly this many steps)
     seed: np.random.SeedSequence
     gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and its sign
     compiled: bool = False            # general columns by the Numba kernel (whole sweep)
@@ -298,7 +299,8 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
     first = np.where(ft.steps[:, None] > 0,
                      first_step_change(chunk.z1, chunk.M, chunk.eta_ft) / K, 0.0)
-    columns = {"T2": ft.steps, "converged_finetune": ft.converged,
+    fixed = chunk.eps < 0                      # NEVER: ran its fixed number of steps
+    columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed,
                "ood_loss": ood_loss, "F_k": after - before, "first_step_k": first,
                "initial_direction_k": directions(first)}
     if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
@@ -473,14 +475,20 @@ def _check_pretraining(grid: Grid, max_steps: int) -> None:
                              f"eps = {worst[1]:g}, eta = {worst[2]:g}")
 
 
-def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int) -> None:
+def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float | None,
+                      ft_steps: int | None) -> None:
     """The same for fine-tuning, from each row's OOD logits at T1 (its slowest column),
-    a block of rows at a time."""
+    a block of rows at a time (with ``ft_steps``: those steps)."""
+    if ft_steps is not None:
+        limits.check_sweep_steps(grid.K, math.log(ft_steps), ft_steps, "fine-tuning",
+                                 f"ft_steps = {ft_steps}")
+        return
     worst = (-math.inf, 0.0, 0.0)
     for start in range(0, len(grid), ESTIMATE_CHUNK):
         rows = slice(start, start + ESTIMATE_CHUNK)
         margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows])).min(axis=-1)
-        keys = np.stack([grid.eps[rows], grid.eta_ft[rows]], axis=1)
+        eps = grid.eps[rows] if eps_ft is None else np.full(len(grid.eps[rows]), eps_ft)
+        keys = np.stack([eps, grid.eta_ft[rows]], axis=1)
         pairs, inverse = np.unique(keys, axis=0, return_inverse=True)
         lowest = np.full(len(pairs), np.inf)
         np.minimum.at(lowest, inverse.ravel(), margins)
@@ -502,13 +510,22 @@ def _compiled_pays(grids: list[Grid], pretrained) -> bool:
     return work >= compiled.PAYS_FROM_WORK and compiled.available()
 
 
+def _finetune_eps(eps: np.ndarray, eps_ft: float | None, ft_steps: int | None
+                  ) -> np.ndarray:
+    """Fine-tuning's stopping level per row: NEVER (fixed steps), ``eps_ft``, or ``eps``."""
+    if ft_steps is not None:
+        return np.full(len(eps), NEVER)
+    return eps if eps_ft is None else np.full(len(eps), float(eps_ft))
+
+
 def _chunks(n: int, size: int) -> list[tuple[int, int]]:
     return [(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
           executor: cf.Executor | None = None, chunk_size: int | None = None,
-          seed: int = 0, progress: Callable[[int, int], None] | None = None) -> SweepResult:
+          seed: int = 0, progress: Callable[[int, int], None] | None = None,
+          eps_ft: float | None = None, ft_steps: int | None = None) -> SweepResult:
     """Run every configuration of ``grids`` to the stopping rule, batched and exact.
 
     Each row is what :func:`oodcalc.predict` computes for one configuration (T1, T2, OOD
@@ -533,6 +550,11 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
         Root of the per-chunk ``SeedSequence.spawn``; recorded in every row.
     progress : callable, keyword-only, optional
         ``progress(done, total)``, called as configurations finish fine-tuning.
+    eps_ft : float, keyword-only, optional
+        Fine-tuning's own ε for every row (default: each row's ``eps``).
+    ft_steps : int, keyword-only, optional
+        Fine-tune every row exactly this many steps, with no stopping rule (not with
+        ``eps_ft``); ``max_steps`` then caps pretraining only.
 
     Raises
     ------
@@ -569,6 +591,8 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError("seed", seed, "expected an integer >= 0")
     max_steps, seed = int(max_steps), int(seed)
+    rule = Protocol(eps_ft=eps_ft, ft_steps=ft_steps)    # validates the pair
+    ft_cap = rule.finetune_cap if ft_steps is not None else max_steps
     total = sum(len(g) for g in grids)
     by_K: dict[int, int] = {}
     for g in grids:
@@ -585,14 +609,15 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     pretrained, tasks = [], []
     for gi, grid in enumerate(grids):
         z1, T1, ok = _pretrain(grid, max_steps)
-        _check_finetuning(grid, z1, max_steps)   # before any row fine-tunes
+        _check_finetuning(grid, z1, max_steps, eps_ft, ft_steps)  # before any row moves
         pretrained.append((T1, ok))
         for start, stop in _chunks(len(grid), chunk_size):
             tasks.append((gi, start, stop, z1))
     seeds = np.random.SeedSequence(seed).spawn(len(tasks))
     fast = _compiled_pays(grids, pretrained)
     chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
-                    grids[gi].eps[start:stop], grids[gi].eta_ft[start:stop], max_steps, s,
+                    _finetune_eps(grids[gi].eps[start:stop], eps_ft, ft_steps),
+                    grids[gi].eta_ft[start:stop], ft_cap, s,
                     None if grids[gi].gamma is None else grids[gi].gamma[start:stop], fast)
               for (gi, start, stop, z1), s in zip(tasks, seeds)]
     owner = [gi for gi, *_ in tasks]
@@ -633,9 +658,11 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
             for future in futures:
                 future.cancel()
 
-    tables = [_table(grid, T1, ok, part, max_steps, seed)
+    tables = [_table(grid, T1, ok, part, max_steps, seed, rule.ft_steps,
+                     None if eps_ft is None else rule.eps_ft)
               for grid, (T1, ok), part in zip(grids, pretrained, parts)]
-    meta = {"seed": seed, "max_steps": max_steps, "chunks": len(chunks),
+    meta = {"seed": seed, "max_steps": max_steps, "eps_ft": eps_ft, "ft_steps": ft_steps,
+            "chunks": len(chunks),
             "engine": "compiled per-column kernel (Numba) for general columns" if fast
             else "NumPy",
             "chunk_size": chunk_size, "rows": total,
@@ -647,7 +674,8 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     return SweepResult(_concat(tables), meta)
 
 
-def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int) -> dict[str, np.ndarray]:
+def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
+           ft_steps: int | None, eps_ft: float | None) -> dict[str, np.ndarray]:
     B, K = len(grid), grid.K
     cols: dict[str, np.ndarray] = {
         "geometry": np.full(B, grid.geometry, dtype=object),
@@ -658,7 +686,12 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int) -> dict[str,
         cols |= {f"gamma_{k + 1}": grid.gamma[:, k] for k in range(K)}
     cols |= dict(grid.params)
     cols |= {"eps": grid.eps, "eta": grid.eta, "eta_ft": grid.eta_ft,
-             "max_steps": np.full(B, max_steps, dtype=np.int64),
+             "max_steps": np.full(B, max_steps, dtype=np.int64)}
+    if ft_steps is not None:
+        cols["ft_steps"] = np.full(B, ft_steps, dtype=np.int64)
+    else:   # fine-tuning's ε: each row's eps unless eps_ft was given
+        cols["eps_ft"] = grid.eps if eps_ft is None else np.full(B, eps_ft)
+    cols |= {
              "seed": np.full(B, seed, dtype=np.int64),
              "T1": T1, "T2": part["T2"],
              "converged": pre_ok & part["converged_finetune"],
@@ -679,7 +712,7 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int) -> dict[str,
 
 
 _ORDER = ("geometry", "K", "d", "gamma_", "theta", "geometry_index", "eps", "eta",
-          "eta_ft", "max_steps", "seed", "T1", "T2", "converged", "converged_pretrain",
+          "eta_ft", "max_steps", "eps_ft", "ft_steps", "seed", "T1", "T2", "converged", "converged_pretrain",
           "converged_finetune", "ood_loss", "F", "F_", "first_step_", "initial_direction_",
           "regime_", "D_", "D_direction_")
 

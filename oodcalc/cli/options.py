@@ -20,7 +20,8 @@ from ..limits import MAX_INT
 #: Options that name a library parameter the same way in every command.
 OPTION_NAMES: dict[str, str | tuple[str, object]] = {
     "K": "--K", "d": "--d", "eps": "--eps", "eta": "--eta", "eta_ft": "--eta-ft",
-    "max_steps": "--max-steps", "sweep_max_steps": "--max-steps", "N": "--N", "batch": "--batch", "holdout": "--holdout",
+    "max_steps": "--max-steps", "sweep_max_steps": "--max-steps", "eps_ft": "--eps-ft",
+    "ft_steps": "--ft-steps", "N": "--N", "batch": "--batch", "holdout": "--holdout",
     "workers": "--workers", "predict": "predict", "simulate_population": "simulate",
     "simulate_prompts": "simulate -s prompts",
 }

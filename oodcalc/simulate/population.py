@@ -38,9 +38,10 @@ def errors_and_gradient(Q: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.nd
 def train(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
           phase: str, watch: np.ndarray | None = None,
           snapshots: list | None = None) -> tuple[np.ndarray, int, list]:
-    """GD on ``Q`` until every ``e_k <= eps``; returns the final Q, the step count and,
-    if ``watch`` features are given, their errors at every step. If ``snapshots`` is a
-    list, a copy of every iterate ``Q^(t)`` (t = 0 .. stop) is appended to it."""
+    """GD on ``Q`` until every ``e_k <= eps`` (a negative ``eps``, ``setting.NEVER``:
+    exactly ``max_steps`` steps); returns the final Q, the step count and, if ``watch``
+    features are given, their errors at every step. If ``snapshots`` is a list, a copy of
+    every iterate ``Q^(t)`` (t = 0 .. stop) is appended to it."""
     Q = Q.copy()
     watched = []
     for t in range(max_steps + 1):
@@ -49,7 +50,7 @@ def train(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
             watched.append(errors_and_gradient(Q, watch)[0])
         if snapshots is not None:
             snapshots.append(Q.copy())
-        if np.all(errors <= eps):
+        if np.all(errors <= eps) or (eps < 0 and t == max_steps):
             return Q, t, watched
         if t < max_steps:
             Q -= eta * grad
@@ -103,8 +104,9 @@ def simulate_population(setting: Setting) -> Report:
     z1 = V.T @ Q1 @ V
     errors_v, _, _ = errors_and_gradient(Q1, V)
     errors_u, attn_u, _ = errors_and_gradient(Q1, U)
-    Q2, T2, source_errors = train(Q1, U, proto.eta_ft, proto.eps, proto.max_steps,
-                                  "fine-tuning", watch=V, snapshots=ft_path)
+    Q2, T2, source_errors = train(Q1, U, proto.eta_ft, proto.finetune_stop,
+                                  proto.finetune_cap, "fine-tuning", watch=V,
+                                  snapshots=ft_path)
     source_loss = np.array(source_errors) / K
     first = source_loss[1] - source_loss[0] if T2 > 0 else np.zeros(K)   # no step: T2 = 0
     first_directions = directions(first)

@@ -124,7 +124,8 @@ class Phase:
 def train_on_prompts(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
                      phase: str, rng: np.random.Generator, N: int, batch: int,
                      resample: bool, heldout: Prompts | None) -> Phase:
-    """GD on the sampled loss until the stopping rule holds (see the module docstring)."""
+    """GD on the sampled loss until the stopping rule holds (see the module docstring);
+    a negative ``eps`` (``setting.NEVER``) runs exactly ``max_steps`` steps."""
     K = F.shape[1]
     Q = Q.copy()
     fixed = None if resample else sample_prompts(F, N, batch, rng)
@@ -138,7 +139,7 @@ def train_on_prompts(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_s
         prompts = fixed if fixed is not None else sample_prompts(F, N, batch, rng)
         loss, grad, _ = sampled_loss_and_gradient(Q, prompts)
         losses.append(loss)
-        if np.all(errors <= eps):
+        if np.all(errors <= eps) or (eps < 0 and t == max_steps):
             return Phase(Q, t, path, losses)
         if t < max_steps:
             Q -= eta * grad
@@ -234,8 +235,8 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
                            proto.max_steps, "pretraining", pre_rng,
                            N, batch, resample, hold_v)
     Q1 = pre.Q
-    ft = train_on_prompts(Q1, U, proto.eta_ft, proto.eps, proto.max_steps, "fine-tuning",
-                          ft_rng, N, batch, resample, hold_u)
+    ft = train_on_prompts(Q1, U, proto.eta_ft, proto.finetune_stop, proto.finetune_cap,
+                          "fine-tuning", ft_rng, N, batch, resample, hold_u)
     Q2 = ft.Q
 
     def project(F, path):
