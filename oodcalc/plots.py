@@ -236,9 +236,11 @@ def phase_diagram_k2(n: int = 201, protocol: Protocol | None = None, **sweep_opt
 K3_VERDICT_COLORS = {"backward-transfer": "#4575b4", "undetermined": "#d9d9d9",
                      "forgetting": "#d73027", "unaffected": "#ffffbf"}
 K3_DIRECTION_COLORS = {"falling": "#4575b4", "flat": "#ffffbf", "rising": "#d73027"}
-K3_CLASS_COLORS = ("#f4f4f4", "#ff7f00", "#984ea3", "#4daf4a", "#a65628", "#e7298a",
-                   "#377eb8", "#ffff33", "#999999", "#66c2a5", "#fc8d62", "#8da0cb",
-                   "#e78ac3", "#a6d854", "#ffd92f", "#e5c494")
+#: Colour of each combination of rules contradicting the sign of F_1, indexed by the bit mask
+#: (1: paper, 2: corrected, 4: sign D_1, 8: first step); the explorer page uses the same.
+K3_CLASS_COLORS = ("#f4f4f4", "#ff7f00", "#377eb8", "#984ea3", "#a65628", "#fdbf6f",
+                   "#1f78b4", "#6a3d9a", "#999999", "#ffff33", "#a6cee3", "#cab2d6",
+                   "#e7298a", "#4daf4a", "#b2df8a", "#000000")
 
 
 def phase_k3(maps):
@@ -258,11 +260,11 @@ def phase_k3(maps):
         for i, rule in enumerate(RULES):
             b |= s.disagrees(rule).astype(np.int64) << i
         bits.append(b)
-    present = np.unique(np.concatenate([[0]] + [b.ravel() for b in bits]))[:len(K3_CLASS_COLORS)]
+    present = np.unique(np.concatenate([[0]] + [b.ravel() for b in bits]))
     class_names = ["no rule contradicts the sign of F_1" if c == 0 else
                    "contradicted by: " + ", ".join(SHORT[r] for i, r in enumerate(RULES)
                                                    if c >> i & 1) for c in present]
-    class_map = ListedColormap(list(K3_CLASS_COLORS[:len(present)]))
+    class_map = ListedColormap([K3_CLASS_COLORS[c] for c in present])
     verdict_map = ListedColormap(list(K3_VERDICT_COLORS.values()))
     direction_map = ListedColormap(list(K3_DIRECTION_COLORS.values()))
     verdict_index = {n: i for i, n in enumerate(K3_VERDICT_COLORS)}
@@ -330,8 +332,8 @@ def phase_k3(maps):
                            for n, c in K3_DIRECTION_COLORS.items()],
                   title="signs (D_1, first step, F_1)", loc="upper left",
                   bbox_to_anchor=(0.31, 0.95), fontsize=8, title_fontsize=8.5)
-    legend.legend(handles=[Patch(facecolor=K3_CLASS_COLORS[i], edgecolor="grey", label=n)
-                           for i, n in enumerate(class_names)],
+    legend.legend(handles=[Patch(facecolor=K3_CLASS_COLORS[c], edgecolor="grey", label=n)
+                           for c, n in zip(present, class_names)],
                   title="last panel", loc="upper left", bbox_to_anchor=(0.56, 0.95),
                   fontsize=8, title_fontsize=8.5)
     return fig

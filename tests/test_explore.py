@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -25,9 +24,27 @@ from oodcalc.cli import main
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser",
                                                  "google-chrome", "chrome")
                  if shutil.which(name)), None)
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="Chromium not found (apt-get install chromium; .ci/run "
-    "installs it): the browser tests of the explorer page skip")
+
+
+def _chromium_problem() -> str | None:
+    """Why headless Chromium cannot be had here (None: it runs)."""
+    if CHROMIUM is None:
+        return ("Chromium not found (apt-get install chromium; .ci/run installs it): the "
+                "browser tests of the explorer page skip")
+    try:
+        done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                               "--dump-dom", "data:text/html,<p id=x>ok</p>"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"Chromium ({CHROMIUM}) does not start headless: {err}"
+    if done.returncode != 0 or "ok" not in done.stdout:
+        return (f"Chromium ({CHROMIUM}) does not run headless here (exit {done.returncode}: "
+                f"{done.stderr.strip()[-200:]})")
+    return None
+
+
+PROBLEM = _chromium_problem()
+needs_chromium = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 
 
 @pytest.fixture(scope="module")
