@@ -132,6 +132,7 @@ def compare(js: dict, report, where: str) -> None:
     assert abs(js["F"] - report.F) <= 1e-12, where
     assert js["regime"] == [f.regime for f in report.forgetting], where
     assert js["trend"] == [f.trend for f in report.forgetting], where
+    assert js["theorem_holds"] == [f.theorem_holds for f in report.forgetting], where
     assert js["initial_direction"] == [f.initial_direction for f in report.forgetting], where
     assert js["D_k_direction"] == [f.D_k_direction for f in report.forgetting], where
     assert np.allclose(js["D_k"], [f.D_k for f in report.forgetting], rtol=1e-9, atol=1e-15)

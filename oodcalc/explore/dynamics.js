@@ -414,6 +414,9 @@ const OOD = (function () {
     result.condition = paper.map((r) => r.condition);
     result.corrected_regime = corr.map((r) => r.regime);
     result.corrected_condition = corr.map((r) => r.condition);
+    const expected = { "forgetting": "rising", "backward-transfer": "falling", "unaffected": "flat" };
+    result.theorem_holds = result.regime.map((r, k) =>    // report.FeatureForgetting.theorem_holds
+      expected[r] === undefined ? null : trend[k] === expected[r]);
     result.ms = performance.now() - started;
     if (record) result.paths = { pre: preSnaps, ft: ftSnaps, z1, z0, gamma: gamma.slice() };
     return result;

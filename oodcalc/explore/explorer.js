@@ -533,8 +533,15 @@
       cell(tr, `${res.initial_direction[k]} ${signed(res.first_step[k], 3)}`, `first_step.${k + 1}`, res.first_step[k], "dir " + res.initial_direction[k]);
       cell(tr, `${signed(res.D_k[k], 4)} ${res.D_k_agrees[k] ? "✓" : "✗"}`, `D_k.${k + 1}`, res.D_k[k], "dir " + res.D_k_direction[k]);
       cell(tr, signed(res.F_k[k]), `F_k.${k + 1}`, res.F_k[k], res.F_k[k] > 0 ? "dir rising" : res.F_k[k] < 0 ? "dir falling" : "dir flat");
-      cell(tr, res.trend[k], `trend.${k + 1}`, res.trend[k]);
+      const tc = cell(tr, res.trend[k] + (res.theorem_holds[k] === false ? " ✗" : ""), `trend.${k + 1}`, res.trend[k]);
+      if (res.theorem_holds[k] === false) tc.title = "the exact trajectory contradicts the paper's verdict";
       table.append(tr);
+    }
+    if (res.theorem_holds.includes(false)) {
+      const tr = document.createElement("tr"), td = document.createElement("td");
+      td.colSpan = 8; td.className = "condition";
+      td.textContent = "✗ the exact trajectory contradicts the paper's verdict: for K > 2 its condition is not sufficient.";
+      tr.append(td); table.append(tr);
     }
   }
 
