@@ -169,9 +169,11 @@ def slices(gamma1: Sequence[float] = DEFAULT_GAMMA1, n: int = DEFAULT_GRID,
     """The K = 3 slices at each ``γ_1`` over an ``n × n`` grid of ``(γ_2, γ_3) ∈ [−1, 1]²``,
     computed in one sweep (``sweep_options`` go to :func:`oodcalc.sweep.sweep`).
 
-    >>> s = slices([0.5], n=5)[0]
-    >>> s.verdicts["paper"][0, 0], s.F_sign[0, 0]     # γ = (0.5, −1, −1)
+    >>> s = slices([0.5], n=21)[0]          # axis −1, −0.9, ..., 1
+    >>> s.verdicts["paper"][1, 1], int(s.F_sign[1, 1])    # γ = (0.5, −0.9, −0.9): claim 8b
     ('forgetting', -1)
+    >>> s.fractions()["corrected"]["disagrees"]
+    0.0
     """
     from .sweep import gamma_grid, sweep
     gamma1 = check_gamma1(gamma1)
