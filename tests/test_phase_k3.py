@@ -92,3 +92,9 @@ def test_sweep_has_the_corrected_regime():
     for b in range(len(gamma)):
         assert [result[f"corrected_regime_{k}"][b] for k in (1, 2, 3)] == \
             [r.regime for r in theory.corrected_regimes(gamma[b])]
+
+
+def test_the_module_examples_run():
+    import doctest
+    failures, tried = doctest.testmod(k3maps, optionflags=doctest.ELLIPSIS)
+    assert tried and not failures
