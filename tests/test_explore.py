@@ -131,6 +131,7 @@ def compare(js: dict, report, where: str) -> None:
     assert np.allclose(js["F_k"], F_k, rtol=0, atol=1e-12), (where, js["F_k"], F_k)
     assert abs(js["F"] - report.F) <= 1e-12, where
     assert js["regime"] == [f.regime for f in report.forgetting], where
+    assert js["condition"] == [f.condition for f in report.forgetting], where
     assert js["trend"] == [f.trend for f in report.forgetting], where
     assert js["theorem_holds"] == [f.theorem_holds for f in report.forgetting], where
     assert js["initial_direction"] == [f.initial_direction for f in report.forgetting], where

@@ -184,27 +184,22 @@ const OOD = (function () {
     return (K - 1) / K * s;
   }
 
-  // Python's format(x, ".4g") / "+.4g", enough for the verdicts' conditions.
+  // Python's format(x, ".4g") (or "+.4g"), enough for the verdicts' conditions.
   function fmtG(x, digits, plus) {
     let s;
     if (x === 0) s = Object.is(x, -0) ? "-0" : "0";
     else {
-      const exp = Math.floor(Math.log10(Math.abs(x)));
-      let p = Number(x).toPrecision(digits);
-      const e2 = Number(p).toExponential().split("e")[1];
-      const expo = Number(e2);
-      if (expo < -4 || expo >= digits) {
-        p = Number(x).toExponential(digits - 1);
-        let [mant, ex] = p.split("e");
+      const exponent = Number(Number(x).toExponential(digits - 1).split("e")[1]);
+      if (exponent < -4 || exponent >= digits) {
+        let [mant, ex] = Number(x).toExponential(digits - 1).split("e");
         if (mant.includes(".")) mant = mant.replace(/0+$/, "").replace(/\.$/, "");
         const sign = ex[0] === "-" ? "-" : "+";
         ex = ex.replace(/^[+-]/, "");
         s = mant + "e" + sign + (ex.length < 2 ? "0" + ex : ex);
       } else {
-        if (p.includes(".")) p = p.replace(/0+$/, "").replace(/\.$/, "");
-        s = p;
+        s = Number(x).toPrecision(digits);
+        if (s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
       }
-      void exp;
     }
     if (plus && !s.startsWith("-")) s = "+" + s;
     return s;
