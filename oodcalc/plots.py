@@ -240,3 +240,120 @@ def phase_diagram_k2(n: int = 201, protocol: Protocol | None = None, **sweep_opt
     F = result.grid("F").reshape(n, n)
     F_k = np.stack([result.grid(f"F_{k}").reshape(n, n) for k in (1, 2)], axis=-1)
     return phase_diagram(F, F_k, axis, axis, protocol)
+
+
+# --- K = 3 slices of claim 8 for feature 1 --------------------------------------------
+
+K3_VERDICT_COLORS = {"backward-transfer": "#4575b4", "undetermined": "#d9d9d9",
+                     "forgetting": "#d73027", "unaffected": "#ffffbf"}
+K3_DIRECTION_COLORS = {"falling": "#4575b4", "flat": "#ffffbf", "rising": "#d73027"}
+#: Colour of each combination of rules contradicting the sign of F_1, indexed by the bit mask
+#: (1: paper, 2: corrected, 4: sign D_1, 8: first step); the explorer page uses the same.
+K3_CLASS_COLORS = ("#f4f4f4", "#ff7f00", "#377eb8", "#984ea3", "#a65628", "#fdbf6f",
+                   "#1f78b4", "#6a3d9a", "#999999", "#ffff33", "#a6cee3", "#cab2d6",
+                   "#e7298a", "#4daf4a", "#b2df8a", "#000000")
+
+
+def phase_k3(maps):
+    """K = 3, feature 1: per slice (fixed γ_1, γ_2 across, γ_3 up) the paper's verdict, the
+    corrected condition, the sign of D_1, the exact first step, the exact sign of F_1 and
+    where the first four contradict it (:mod:`oodcalc.k3maps`); claim 8b's counterexamples
+    are starred where a slice goes through them."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+    from .k3maps import LABELS, RULES, SHORT
+    maps = list(maps)
+    # the disagreement classes over every slice together, so that one legend serves all
+    bits = []
+    for s in maps:
+        b = np.zeros(s.F_sign.shape, dtype=np.int64)
+        for i, rule in enumerate(RULES):
+            b |= s.disagrees(rule).astype(np.int64) << i
+        bits.append(b)
+    present = np.unique(np.concatenate([[0]] + [b.ravel() for b in bits]))
+    class_names = ["no rule contradicts the sign of F_1" if c == 0 else
+                   "contradicted by: " + ", ".join(SHORT[r] for i, r in enumerate(RULES)
+                                                   if c >> i & 1) for c in present]
+    class_map = ListedColormap([K3_CLASS_COLORS[c] for c in present])
+    verdict_map = ListedColormap(list(K3_VERDICT_COLORS.values()))
+    direction_map = ListedColormap(list(K3_DIRECTION_COLORS.values()))
+    verdict_index = {n: i for i, n in enumerate(K3_VERDICT_COLORS)}
+    direction_index = {n: i for i, n in enumerate(K3_DIRECTION_COLORS)}
+
+    fig = plt.figure(figsize=(12.5, 8.4 * len(maps) + 1.3), layout="constrained")
+    rows = fig.subfigures(len(maps) + 1, 1, height_ratios=[8.4] * len(maps) + [1.3],
+                          hspace=0.04)
+    for s, b, sub in zip(maps, bits, rows[:-1]):
+        fractions = s.fractions()
+        extent = (s.axis[0], s.axis[-1], s.axis[0], s.axis[-1])
+        axes = sub.subplots(2, 3)
+        panels = []
+        for rule in ("paper", "corrected"):
+            panels.append((rule, np.vectorize(verdict_index.get, otypes=[float])(s.verdicts[rule]),
+                           verdict_map, len(K3_VERDICT_COLORS)))
+        for rule in ("D_sign", "first_step"):
+            panels.append((rule, np.vectorize(direction_index.get, otypes=[float])(s.verdicts[rule]),
+                           direction_map, len(K3_DIRECTION_COLORS)))
+        panels.append(("F_sign", (s.F_sign + 1).astype(float), direction_map, 3))
+        panels.append(("classes", np.searchsorted(present, b).astype(float), class_map,
+                       len(present)))
+        for ax, (name, image, cmap, n) in zip(axes.ravel(), panels):
+            shown = np.where(s.scored, image, np.nan) if name == "classes" else image
+            ax.imshow(shown, origin="lower", extent=extent, cmap=cmap, vmin=-0.5,
+                      vmax=n - 0.5, interpolation="nearest", aspect="equal")
+            if name in fractions:
+                f = fractions[name]
+                title = (f"{LABELS[name]}\ncontradicts F_1 on {100 * f['disagrees']:.2f} %"
+                         + (f", undecided on {100 * f['undecided']:.1f} %"
+                            if f["undecided"] else ""))
+            elif name == "F_sign":
+                title = (f"{LABELS[name]}\nF_1 > 0 on {100 * (s.F_sign > 0).mean():.1f} %, "
+                         f"< 0 on {100 * (s.F_sign < 0).mean():.1f} %")
+            else:
+                title = "where the rules contradict the exact sign of F_1"
+            ax.set_title(title, fontsize=9)
+            ax.axhline(0, color="black", lw=0.5, alpha=0.5)
+            ax.axvline(0, color="black", lw=0.5, alpha=0.5)
+            ax.plot([-1, 1], [-1, 1], color="black", lw=0.5, ls=":", alpha=0.5)
+            for c in s.counterexamples:
+                ax.plot(c[1], c[2], marker="*", ms=15, mfc="yellow", mec="black", mew=1.2)
+                ax.annotate("claim 8b", (c[1], c[2]), xytext=(6, 6), textcoords="offset points",
+                            fontsize=8, fontweight="bold")
+            ax.set_xlim(-1, 1)
+            ax.set_ylim(-1, 1)
+            ax.set_xticks([-1, -0.5, 0, 0.5, 1])
+            ax.set_yticks([-1, -0.5, 0, 0.5, 1])
+            ax.set_xlabel("γ2", fontsize=9)
+            ax.set_ylabel("γ3", fontsize=9)
+            ax.tick_params(labelsize=8)
+        not_scored = (~s.scored).sum()
+        note = (f"; {not_scored} point{'s' if not_scored != 1 else ''} without a fine-tuning "
+                "step (T2 = 0) not scored (blank in the last panel)" if not_scored else "")
+        sub.suptitle(f"K = 3, source feature 1, slice γ1 = {s.gamma1:g} "
+                     f"({len(s.axis)}×{len(s.axis)} points; {protocol_text(s.protocol)})"
+                     f"{note}", fontsize=10.5, fontweight="bold")
+    legend = rows[-1]
+    legend.legend(handles=[Patch(color=c, label=n) for n, c in K3_VERDICT_COLORS.items()],
+                  title="verdicts (paper, corrected)", loc="upper left",
+                  bbox_to_anchor=(0.02, 0.95), fontsize=8, title_fontsize=8.5, ncol=2)
+    legend.legend(handles=[Patch(color=c, label=n + (" (F_1 > 0)" if n == "rising" else
+                                                      " (F_1 < 0)" if n == "falling" else
+                                                      " (F_1 = 0)"))
+                           for n, c in K3_DIRECTION_COLORS.items()],
+                  title="signs (D_1, first step, F_1)", loc="upper left",
+                  bbox_to_anchor=(0.31, 0.95), fontsize=8, title_fontsize=8.5)
+    legend.legend(handles=[Patch(facecolor=K3_CLASS_COLORS[c], edgecolor="grey", label=n)
+                           for c, n in zip(present, class_names)],
+                  title="last panel", loc="upper left", bbox_to_anchor=(0.56, 0.95),
+                  fontsize=8, title_fontsize=8.5)
+    return fig
+
+
+def phase_k3_slices(gamma1=(1.0,), n: int = 201, protocol: Protocol | None = None,
+                    **sweep_options):
+    """Compute the slices with :func:`oodcalc.k3maps.slices` and draw them; returns
+    ``(figure, slices)``."""
+    from .k3maps import slices
+    maps = slices(gamma1, n, protocol, **sweep_options)
+    return phase_k3(maps), maps

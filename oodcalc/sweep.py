@@ -321,8 +321,9 @@ class SweepResult:
     first_step_1..first_step_K, initial_direction_1..initial_direction_K`` (the exact
     change of ``L_{v_k}`` over the first fine-tuning step and its direction, 0 and
     ``flat`` where ``T2 = 0``), then for parallel shifts and rotations ``regime_1..regime_K,
-    D_1..D_K, D_direction_1..D_direction_K`` (the paper's verdict, and claim 8c's
-    first-order criterion ``theory.first_step_D`` with its sign). Rows of smaller K
+    corrected_regime_1..corrected_regime_K, D_1..D_K, D_direction_1..D_direction_K`` (the
+    paper's verdict, the corrected sufficient condition ``theory.corrected_regimes``, and
+    claim 8c's first-order criterion ``theory.first_step_D`` with its sign). Rows of smaller K
     hold NaN (or "") in the columns of features they lack. ``shape`` is the product
     grid's shape when the sweep is one grid.
     """
@@ -706,6 +707,8 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
     if grid.gamma is not None:
         r = regimes(grid.gamma)
         cols |= {f"regime_{k + 1}": r[:, k] for k in range(K)}
+        r = theory.regime_names(grid.gamma, corrected=True)
+        cols |= {f"corrected_regime_{k + 1}": r[:, k] for k in range(K)}
         cols |= {f"D_{k + 1}": part["D_k"][:, k] for k in range(K)}
         cols |= {f"D_direction_{k + 1}": part["D_direction_k"][:, k] for k in range(K)}
     return cols
@@ -714,7 +717,7 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
 _ORDER = ("geometry", "K", "d", "gamma_", "theta", "geometry_index", "eps", "eta",
           "eta_ft", "max_steps", "eps_ft", "ft_steps", "seed", "T1", "T2", "converged", "converged_pretrain",
           "converged_finetune", "ood_loss", "F", "F_", "first_step_", "initial_direction_",
-          "regime_", "D_", "D_direction_")
+          "regime_", "corrected_regime_", "D_", "D_direction_")
 
 
 def _rank(name: str) -> tuple[int, int]:

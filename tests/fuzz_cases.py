@@ -106,6 +106,12 @@ OUT_PLOT = Pool(("out.png", "out.svg", "out.pdf", "out.PNG", "existing.png", "ad
                 ("out.txt", "out", "", ".", "adir", "adir/", "missing/out.png", "afile/out.png",
                  "a" * 300 + ".png", "/proc/version", "dangling.png", "fifo.png",
                  "device.png", "rodir/out.png", "-", "out.png/", " ", "\x00.png"))
+OUT_HTML = Pool(("out.html", "out.htm", "out.HTML", "adir/out.html"),
+                ("out.png", "out", "", ".", "adir", "adir/", "missing/out.html",
+                 "afile/out.html", "a" * 300 + ".html", "/proc/version", "fifo.csv",
+                 "rodir/out.html", "\x00.html"))
+GAMMA1 = Pool(("1", "0.5", "1,0.5", "-0.7", "0", "-0", " 0.25 "),
+              JUNK + ("1.5", "-1.01", "2,0", ",", "1,", "0.5;1"))
 OUT_SWEEP = Pool(("out.csv", "out.npz", "-", "existing.csv", "out.CSV", "link.csv"),
                  ("out.png", "out", "", ".", "adir", "missing/out.csv", "afile/out.csv",
                   "a" * 300 + ".csv", "/proc/version", "dangling.csv", "fifo.csv",
@@ -253,6 +259,11 @@ ENTRIES: tuple[Entry, ...] = (
                                      **PROTOCOL}, output="-o", weight=0.7),
     Entry(("plot", "phase-diagram"), {"-o": OUT_PLOT, "--grid": GRID, **PROTOCOL},
           output="-o"),
+    Entry(("plot", "phase-k3"), {"-o": OUT_PLOT, "--gamma1": GAMMA1, "--grid": GRID,
+                                 **PROTOCOL}, output="-o", prefix=("--grid", "4"), weight=0.5),
+    Entry(("explore",), {"-o": OUT_HTML, "--grid": GRID, "--k3-grid": GRID,
+                         "--gamma1": GAMMA1, **PROTOCOL}, output="-o",
+          prefix=("--grid", "5", "--k3-grid", "5", "--gamma1", "0.5"), weight=0.5),
     Entry(("plot",), {"ARG": Pool(("--help", "-h"), ("", "bogus"))}, weight=0.3),
     Entry(("reproduce",), {"-f": FORMAT_REPRO, "-o": OUT_TEXT, "--eps": EPS, "--eta": ETA,
                            "--eta-ft": ETA, "--prompts": PROMPTS, "--seed": SMALL_INT},

@@ -64,6 +64,8 @@ def test_the_wheel_holds_the_package_data_and_the_license(installed):
         names = z.namelist()
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "oodcalc/paper_figures.toml" in names
+    for asset in ("page.html", "page.css", "dynamics.js", "explorer.js"):   # oodcalc explore
+        assert f"oodcalc/explore/{asset}" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith(("tests/", "tools/", "benchmarks/")) for n in names)
     assert "License-Expression: MIT" in metadata
@@ -78,6 +80,7 @@ COMMANDS = [
     (["simulate", "--gamma", "1,-0.9"], "T1"),
     (["sweep", "--gamma", "1,-0.9", "-o", "sweep.csv"], None),
     (["plot", "losses", "--gamma", "1,-0.9", "-o", "losses.png"], None),
+    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "-o", "e.html"], None),
 ]
 
 

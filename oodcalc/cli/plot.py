@@ -131,6 +131,50 @@ def phase_diagram(
     draw(lambda: plots.phase_diagram_k2(n, protocol), output)
 
 
+Gamma1 = Annotated[str, typer.Option("--gamma1", metavar="G1[,G1...]",
+    help="γ_1 of each slice, in [-1, 1] (comma-separated: one block of panels per slice).")]
+K3Grid = Annotated[str, typer.Option("--grid", metavar="N",
+    help="N × N points of (γ2, γ3) over [-1, 1]² per slice.")]
+
+
+def k3_slices(gamma1: str, grid: str, protocol):
+    """Parse ``--gamma1`` and ``--grid``, check the cost, return ``(values, n)``."""
+    from ..k3maps import check_gamma1
+    values = check_gamma1(options.numbers("--gamma1", gamma1), "--gamma1")
+    n = options.integer("--grid", grid, 3, math.isqrt(limits.MAX_ROWS),
+                        f"N × N points: a sweep holds at most {limits.MAX_ROWS:,}")
+    if len(values) * n * n > limits.MAX_ROWS:
+        raise InputError("--grid", grid, f"{len(values)} slices × N × N must be at most "
+                         f"{limits.MAX_ROWS:,} configurations; lower --grid or give fewer "
+                         "--gamma1 values")
+    rows = len(values) * n * n
+    limits.refuse_over_cap(limits.sweep_bytes({3: rows}) + 8 * rows * limits.FLOAT * 4,
+                           "the K = 3 slices (N × N rows per slice and their images)",
+                           [("--grid", grid, 0.0, "lower --grid")])
+    return values, n
+
+
+@plot_app.command("phase-k3")
+def phase_k3(
+    output: Output,
+    gamma1: Gamma1 = "1",
+    grid: K3Grid = "201",
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+) -> None:
+    """K = 3, feature 1, slices at fixed γ1 over (γ2, γ3): the paper's verdict, the corrected
+    condition, sign D_1, the exact first step and the exact sign of F_1, where they disagree;
+    prints the area fractions."""
+    from .. import plots
+    from ..k3maps import fractions_table
+    protocol = build_protocol(eps, eta, eta_ft, max_steps)
+    values, n = k3_slices(gamma1, grid, protocol)
+    plots.check_output(output)
+    figure, maps = plots.phase_k3_slices(values, n, protocol)
+    written = plots.save(figure, output)
+    print(fractions_table(maps))
+    print(written)
+
+
 @plot_app.command("real-rotation")
 def real_rotation(
     output: Output,

@@ -1,0 +1,48 @@
+"""``oodcalc explore -o explorer.html``: one self-contained HTML page (maps computed here,
+a point's exact dynamics run in the browser)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .. import limits
+from ..errors import InputError
+from . import app, options
+from .setting_options import Eps, Eta, EtaFt, MaxSteps, build_protocol
+
+
+@app.command()
+def explore(
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FILE",
+        help="Where to write the page (.html; written atomically).")],
+    grid: Annotated[str, typer.Option("--grid", metavar="N",
+        help="K = 2 map: N × N points of (γ1, γ2) over [-1, 1]².")] = "201",
+    k3_grid: Annotated[str, typer.Option("--k3-grid", metavar="N",
+        help="K = 3 slices: N × N points of (γ2, γ3) per slice.")] = "101",
+    gamma1: Annotated[str, typer.Option("--gamma1", metavar="G1[,G1...]",
+        help="γ1 of each K = 3 slice, in [-1, 1].")] = "1,0.75,0.5,0.25,-0.7",
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+) -> None:
+    """Write one self-contained HTML page to explore the theory: the K = 2 and K = 3 maps,
+    and any point's exact dynamics run in the browser (no network needed).
+
+    Example: oodcalc explore -o explorer.html
+    """
+    from ..explore import MAX_GRID, MAX_SLICES, SUFFIXES, write_page
+    from ..io import check_output
+    from ..k3maps import check_gamma1
+    check_output(output, "--output", suffixes=SUFFIXES)
+    protocol = build_protocol(eps, eta, eta_ft, max_steps)
+    why = f"the page's size grows as N² (at most {MAX_GRID})"
+    n2 = options.integer("--grid", grid, 2, MAX_GRID, why)
+    n3 = options.integer("--k3-grid", k3_grid, 2, MAX_GRID, why)
+    slices = check_gamma1(options.numbers("--gamma1", gamma1), "--gamma1")
+    if len(slices) > MAX_SLICES:
+        raise InputError("--gamma1", gamma1, f"at most {MAX_SLICES} slices")
+    rows = {2: n2 * n2, 3: len(slices) * n3 * n3}
+    limits.refuse_over_cap(limits.sweep_bytes(rows) + 16 * sum(rows.values()) * limits.FLOAT,
+                           "the explorer's maps (one sweep per map)",
+                           [("--grid", grid, 0.0, "lower --grid or --k3-grid")])
+    print(write_page(output, n2, n3, slices, protocol))

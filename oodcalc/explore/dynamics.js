@@ -1,0 +1,431 @@
+// The exact logit dynamics of oodcalc (oodcalc/dynamics.py, oodcalc/predict.py,
+// oodcalc/theory.py), ported to plain JavaScript for the explorer page.
+//
+// Same model, same conventions (L = Σ e_k / K, full-batch GD from Q = 0, both phases stop
+// at the first step where every e_k <= ε), and the same floating-point operations in the
+// same order as the Python code where they decide a result:
+//   - pretraining: dynamics.ray_step_loop (the symmetric ray, one scalar recurrence);
+//   - fine-tuning with every γ equal (M = cI): the same ray loop, with the source column;
+//   - any other parallel shift: dynamics._Batch (the K×K descent: softmax down each column
+//     with the max subtracted, e_k = ½ Σ_n r², the step x -= ((r − Σ a r) a) η/K);
+//   - source logits Z1 + (γ_n (z − z0)) γ_k (claim 7), per-feature loss e_k / K;
+//   - D_k, the paper's verdict and the corrected one as in theory.py.
+// Only Math.exp may differ from the C library's exp in the last bit, so T1 and T2 come out
+// identical and F_k agrees to rounding (the tests compare both with `oodcalc predict`).
+"use strict";
+
+const OOD = (function () {
+  const TREND_TOL = 1e-15;     // report.TREND_TOL
+  const ZERO_TOL = 1e-12;      // theory.ZERO_TOL
+  const FLAT_RTOL = 1e-12;     // theory.FLAT_RTOL
+  const SNAPSHOTS = 1200;      // points kept per phase for the charts
+
+  // Every `stride`-th step, halving the kept points (and doubling the stride) whenever
+  // more than `limit` are held, as predict._Snapshots does.
+  class Snapshots {
+    constructor(limit) { this.stride = 1; this.limit = limit; this.steps = []; this.items = []; }
+    offer(t, make) {
+      if (t % this.stride !== 0) return;
+      this.steps.push(t);
+      this.items.push(make());
+      if (this.items.length > this.limit) {
+        this.steps = this.steps.filter((_, i) => i % 2 === 0);
+        this.items = this.items.filter((_, i) => i % 2 === 0);
+        this.stride *= 2;
+      }
+    }
+    close(t, make) {
+      if (!this.steps.length || this.steps[this.steps.length - 1] !== t) {
+        this.steps.push(t);
+        this.items.push(make());
+      }
+    }
+  }
+
+  // e_k of every column of a K×K matrix z (column-major: z[k*K + n] = z[n, k]), as
+  // model.conditional_errors: softmax down the column, max subtracted, ½ Σ_n r_n².
+  function columnErrors(z, K, out, w) {
+    for (let k = 0; k < K; k++) {
+      const o = k * K;
+      let mx = z[o];
+      for (let n = 1; n < K; n++) if (z[o + n] > mx) mx = z[o + n];
+      let s = 0;
+      for (let n = 0; n < K; n++) { w[n] = Math.exp(z[o + n] - mx); s += w[n]; }
+      let e = 0;
+      for (let n = 0; n < K; n++) {
+        const r = w[n] / s - (n === k ? 1.0 : 0.0);
+        e += r * r;
+      }
+      out[k] = 0.5 * e;
+    }
+    return out;
+  }
+
+  // The symmetric ray (dynamics.ray_step_loop): own logit `own`, K−1 others `other`.
+  // With `source` = [own, other, scale] the source column src + scale·(logits − start) is
+  // followed: its loss e/K at the first and last step, and whether it rose or fell.
+  function rayLoop(own, other, K, eta, eps, maxSteps, source, snaps, onStep) {
+    const m = K - 1.0;
+    const rate = eta / K;
+    const own0 = own, other0 = other;
+    const srcOwn = source ? source[0] : own, srcOther = source ? source[1] : other;
+    const scale = source ? source[2] : 0.0;
+    let prev = 0.0, first = 0.0, rises = false, falls = false, t = 0, e = 0.0;
+    for (;;) {
+      const top = own >= other ? own : other;
+      const wo = Math.exp(own - top);
+      const wb = Math.exp(other - top);
+      const total = wo + m * wb;
+      const p = wo / total;
+      const q = wb / total;
+      const r = p - 1.0;
+      e = 0.5 * (r * r + m * q * q);
+      if (source) {
+        const so = srcOwn + scale * (own - own0);
+        const sb = srcOther + scale * (other - other0);
+        const stop = so >= sb ? so : sb;
+        const sw = Math.exp(so - stop);
+        const sv = Math.exp(sb - stop);
+        const stotal = sw + m * sv;
+        const sr = sw / stotal - 1.0;
+        const sq = sv / stotal;
+        const loss = 0.5 * (sr * sr + m * sq * sq) / K;
+        if (t === 0) first = loss;
+        else if (loss - prev > 1e-15) rises = true;
+        else if (prev - loss > 1e-15) falls = true;
+        prev = loss;
+      }
+      if (snaps) { const o = own, b = other, ee = e; snaps.offer(t, () => [o, b, ee]); }
+      if (onStep) onStep(t);
+      if (e <= eps || t >= maxSteps) break;
+      const S = p * r + m * q * q;
+      own -= (r - S) * p * rate;
+      other -= (q - S) * q * rate;
+      t += 1;
+    }
+    if (snaps) { const o = own, b = other, ee = e; snaps.close(t, () => [o, b, ee]); }
+    return { own, other, steps: t, converged: e <= eps, first, last: prev,
+             trend: rises && falls ? "non-monotone" : rises ? "rising" : falls ? "falling" : "flat" };
+  }
+
+  function rayLogits(K, own, other) {
+    const z = new Float64Array(K * K).fill(other);
+    for (let k = 0; k < K; k++) z[k * K + k] = own;
+    return z;
+  }
+
+  // OOD logits of Q = V Z1 Vᵀ for M = diag(γ): (γ_n z1[n,k]) γ_k (dynamics.ood_start).
+  function oodStart(z1, gamma, K) {
+    const z = new Float64Array(K * K);
+    for (let k = 0; k < K; k++)
+      for (let n = 0; n < K; n++) z[k * K + n] = gamma[n] * z1[k * K + n] * gamma[k];
+    return z;
+  }
+
+  // Source logits Z1 + (γ_n (z − z0)) γ_k (dynamics.source_logits, claim 7).
+  function sourceLogits(z1, gamma, z0, z, K, out) {
+    for (let k = 0; k < K; k++)
+      for (let n = 0; n < K; n++) {
+        const i = k * K + n;
+        out[i] = z1[i] + gamma[n] * (z[i] - z0[i]) * gamma[k];
+      }
+    return out;
+  }
+
+  // The K×K descent of dynamics._Batch for one configuration. `observe(t, x, e)` sees the
+  // logits and errors at every step before the stopping rule is applied.
+  function descend(z0, K, eta, eps, maxSteps, observe) {
+    const x = Float64Array.from(z0);
+    const a = new Float64Array(K * K), r = new Float64Array(K * K);
+    const e = new Float64Array(K), S = new Float64Array(K);
+    const rate = eta / K;
+    let t = 0, done = false;
+    for (;;) {
+      done = true;
+      for (let k = 0; k < K; k++) {
+        const o = k * K;
+        let mx = x[o];
+        for (let n = 1; n < K; n++) if (x[o + n] > mx) mx = x[o + n];
+        let s = 0;
+        for (let n = 0; n < K; n++) { a[o + n] = Math.exp(x[o + n] - mx); s += a[o + n]; }
+        let ek = 0;
+        for (let n = 0; n < K; n++) {
+          a[o + n] = a[o + n] / s;
+          const rn = n === k ? a[o + n] - 1.0 : a[o + n];
+          r[o + n] = rn;
+          ek += rn * rn;
+        }
+        ek *= 0.5;
+        e[k] = ek;
+        if (!(ek <= eps)) done = false;
+      }
+      if (observe) observe(t, x, e);
+      if (done || t >= maxSteps) break;
+      for (let k = 0; k < K; k++) {
+        const o = k * K;
+        let sk = 0;
+        for (let n = 0; n < K; n++) sk += a[o + n] * r[o + n];
+        S[k] = sk;
+      }
+      for (let k = 0; k < K; k++) {
+        const o = k * K, sk = S[k];
+        for (let n = 0; n < K; n++) x[o + n] -= (r[o + n] - sk) * a[o + n] * rate;
+      }
+      t += 1;
+    }
+    return { z: x, steps: t, converged: done };
+  }
+
+  // --- closed forms (theory.py) ----------------------------------------------------------
+
+  function alphaStar(K, eps) {
+    const delta = Math.sqrt(2.0 * eps * (K - 1) / K);
+    const s = delta >= 1.0 ? 0.0 : Math.max(0.0, Math.log((K - 1) * (1.0 - delta) / delta));
+    return (K - 1) / K * s;
+  }
+
+  // Python's format(x, ".4g") (or "+.4g"), enough for the verdicts' conditions.
+  function fmtG(x, digits, plus) {
+    let s;
+    if (x === 0) s = Object.is(x, -0) ? "-0" : "0";
+    else {
+      const exponent = Number(Number(x).toExponential(digits - 1).split("e")[1]);
+      if (exponent < -4 || exponent >= digits) {
+        let [mant, ex] = Number(x).toExponential(digits - 1).split("e");
+        if (mant.includes(".")) mant = mant.replace(/0+$/, "").replace(/\.$/, "");
+        const sign = ex[0] === "-" ? "-" : "+";
+        ex = ex.replace(/^[+-]/, "");
+        s = mant + "e" + sign + (ex.length < 2 ? "0" + ex : ex);
+      } else {
+        s = Number(x).toPrecision(digits);
+        if (s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
+      }
+    }
+    if (plus && !s.startsWith("-")) s = "+" + s;
+    return s;
+  }
+
+  // theory.regime_names and the condition text of theory._regimes.
+  function regimes(gamma, corrected) {
+    const K = gamma.length, factor = corrected ? K - 1 : 1;
+    const out = [];
+    for (let k = 0; k < K; k++) {
+      let m0 = -1, m1 = -1, pmax = -Infinity, pmin = Infinity;
+      for (let m = 0; m < K; m++) {
+        if (m === k) continue;
+        const prod = gamma[k] * gamma[m];
+        if (prod > pmax) { pmax = prod; m0 = m; }
+        if (prod < pmin) { pmin = prod; m1 = m; }
+      }
+      const lhs0 = -pmax, lhs1 = -pmin, square = gamma[k] ** 2;
+      let unaffected = Math.abs(gamma[k]) <= ZERO_TOL;
+      if (K === 2) unaffected = unaffected || Math.abs(square - lhs0) <= ZERO_TOL;
+      let regime = "undetermined";
+      if (lhs1 < square) regime = "backward-transfer";
+      if (lhs0 > factor * square) regime = "forgetting";
+      if (unaffected) regime = "unaffected";
+      const c0 = -gamma[k] * gamma[m0], c1 = -gamma[k] * gamma[m1];
+      const g0 = `−γ${k + 1}·γ${m0 + 1} = ${fmtG(c0, 4, true)}`;
+      const g1 = `−γ${k + 1}·γ${m1 + 1} = ${fmtG(c1, 4, true)}`;
+      const sq = `γ${k + 1}² = ${fmtG(square, 4)}`;
+      const threshold = factor === 1 ? sq : `${factor}·γ${k + 1}² = ${fmtG(factor * square, 4)}`;
+      const condition = {
+        "unaffected": `${g0} = ${sq}: source margins of v${k + 1} cannot move`,
+        "forgetting": `${g0} > ${threshold}`,
+        "backward-transfer": `${g1} < ${sq}`,
+        "undetermined": factor === 1 ? `${g0} <= ${sq} <= ${g1}`
+          : `${g0} <= ${threshold}, ${g1} >= ${sq}`,
+      }[regime];
+      out.push({ regime, condition, m0: m0 + 1, m1: m1 + 1 });
+    }
+    return out;
+  }
+
+  // theory.first_step_terms: D_k and the magnitudes it is made of.
+  function firstStepTerms(gamma, zOod, K) {
+    const a = new Float64Array(K * K), w = new Float64Array(K);
+    for (let k = 0; k < K; k++) {
+      const o = k * K;
+      let mx = zOod[o];
+      for (let n = 1; n < K; n++) if (zOod[o + n] > mx) mx = zOod[o + n];
+      let s = 0;
+      for (let n = 0; n < K; n++) { w[n] = Math.exp(zOod[o + n] - mx); s += w[n]; }
+      for (let n = 0; n < K; n++) a[o + n] = w[n] / s;
+    }
+    const D = new Float64Array(K), scale = new Float64Array(K);
+    for (let k = 0; k < K; k++) {
+      const o = k * K, ak = a[o + k];
+      let sumSq = 0;
+      for (let n = 0; n < K; n++) sumSq += a[o + n] * a[o + n];
+      let cross = 0, crossAbs = 0, shareSum = 0, sizeSum = 0;
+      for (let n = 0; n < K; n++) {
+        let share = a[o + n] * (a[o + n] + ak - sumSq);
+        let size = a[o + n] * (a[o + n] + ak + sumSq);
+        if (n === k) { share = 0.0; size = 0.0; }
+        const c = gamma[n] * gamma[k];
+        cross += c * share;
+        crossAbs += Math.abs(c) * size;
+        shareSum += share;
+        sizeSum += size;
+      }
+      const square = gamma[k] ** 2;
+      D[k] = -cross - (K - 1) * square * shareSum;
+      scale[k] = crossAbs + (K - 1) * square * sizeSum;
+    }
+    return { D, scale };
+  }
+
+  function direction(change) {       // report.directions
+    return Math.abs(change) <= TREND_TOL ? "flat" : change > 0 ? "rising" : "falling";
+  }
+
+  function trendName(rises, falls) {
+    return rises && falls ? "non-monotone" : rises ? "rising" : falls ? "falling" : "flat";
+  }
+
+  // --- one point: what `oodcalc predict --gamma ...` computes ---------------------------
+
+  const LIMITS = { pretrainSteps: 2e7, finetuneWork: 2e8, maxSteps: 1e7 };
+
+  function run(gamma, eps, eta, etaFt, options) {
+    options = options || {};
+    const record = options.record !== false;
+    const K = gamma.length;
+    const started = performance.now();
+    const maxSteps = options.maxSteps || LIMITS.maxSteps;
+    const result = { K, gamma: gamma.slice(), eps, eta, eta_ft: etaFt };
+
+    // 1. pretraining: the ray's scalar recurrence from Q = 0
+    const preSnaps = record ? new Snapshots(SNAPSHOTS) : null;
+    const ray = rayLoop(0.0, 0.0, K, eta, eps, Math.min(maxSteps, LIMITS.pretrainSteps),
+                        null, preSnaps, null);
+    if (!ray.converged) {
+      result.error = `pretraining did not meet the stopping rule within ${ray.steps} steps ` +
+        "(the page's budget); run the command below";
+      result.ms = performance.now() - started;
+      return result;
+    }
+    const z1 = rayLogits(K, ray.own, ray.other);
+    result.T1 = ray.steps;
+    result.alpha = ray.own;
+    result.beta = ray.other;
+    result.alpha_star = alphaStar(K, eps);
+    const w = new Float64Array(K);
+    const eSrc0 = columnErrors(z1, K, new Float64Array(K), w);
+    result.pretrain_error = eSrc0[0];
+
+    // 2. OOD logits at T1 (claim 5)
+    const z0 = oodStart(z1, gamma, K);
+    const eOod0 = columnErrors(z0, K, new Float64Array(K), w);
+    result.ood_error = Array.from(eOod0);
+    result.ood_loss = eOod0.reduce((s, x) => s + x, 0) / K;
+    let bound = Infinity;
+    for (let k = 0; k < K; k++)
+      for (let n = 0; n < K; n++) if (n !== k) bound = Math.min(bound, Math.exp(-z0[k * K + n]));
+    result.step_size_bound = bound;
+
+    // 3. fine-tuning on U, the source view followed at every step
+    const onRay = gamma.every((g) => g === gamma[0]);
+    const ftSnaps = record ? new Snapshots(SNAPSHOTS) : null;
+    const src = new Float64Array(K * K), eSrc = new Float64Array(K), eOod = new Float64Array(K);
+    let T2, before, after, trend, zEnd;
+    if (onRay) {
+      const c = gamma[0];
+      const r2 = rayLoop(z0[0], z0[1], K, etaFt, eps, maxSteps, [z1[0], z1[1], c * c],
+                         ftSnaps, null);
+      if (!r2.converged) return stuck(result, r2.steps, started);
+      T2 = r2.steps;
+      before = new Array(K).fill(r2.first);
+      after = new Array(K).fill(r2.last);
+      trend = new Array(K).fill(r2.trend);
+      zEnd = rayLogits(K, r2.own, r2.other);
+      result.engine = "symmetric-ray recurrence (JavaScript)";
+    } else {
+      const cap = Math.min(maxSteps, Math.floor(LIMITS.finetuneWork / (K * K)));
+      const rises = new Array(K).fill(false), falls = new Array(K).fill(false);
+      let prev = null, first = null;
+      const ft = descend(z0, K, etaFt, eps, cap, (t, x, e) => {
+        sourceLogits(z1, gamma, z0, x, K, src);
+        columnErrors(src, K, eSrc, w);
+        const loss = Array.from(eSrc, (v) => v / K);
+        if (prev === null) first = loss;
+        else for (let k = 0; k < K; k++) {
+          const change = loss[k] - prev[k];
+          if (change > TREND_TOL) rises[k] = true;
+          if (change < -TREND_TOL) falls[k] = true;
+        }
+        prev = loss;
+        if (ftSnaps) ftSnaps.offer(t, () => [Float64Array.from(x), Float64Array.from(e),
+                                             Float64Array.from(eSrc)]);
+      });
+      if (!ft.converged) return stuck(result, ft.steps, started, ft.steps >= cap && cap < maxSteps);
+      T2 = ft.steps;
+      before = first;
+      after = prev;
+      trend = rises.map((r, k) => trendName(r, falls[k]));
+      zEnd = ft.z;
+      result.engine = "K×K descent (JavaScript)";
+    }
+    if (ftSnaps && onRay) {
+      // the ray's snapshots hold (own, other, e); expand them to K×K for the charts
+      ftSnaps.items = ftSnaps.items.map(([o, b, e]) => {
+        const z = rayLogits(K, o, b);
+        const s = sourceLogits(z1, gamma, z0, z, K, new Float64Array(K * K));
+        return [z, new Float64Array(K).fill(e), columnErrors(s, K, new Float64Array(K), w)];
+      });
+    } else if (ftSnaps) {
+      const x = zEnd;
+      ftSnaps.close(T2, () => {
+        const s = sourceLogits(z1, gamma, z0, x, K, new Float64Array(K * K));
+        return [Float64Array.from(x), columnErrors(x, K, new Float64Array(K), w),
+                columnErrors(s, K, new Float64Array(K), w)];
+      });
+    }
+    result.T2 = T2;
+    result.F_k = after.map((v, k) => v - before[k]);
+    result.F = result.F_k.reduce((s, x) => s + x, 0);
+    result.loss_before = before;
+    result.loss_after = after;
+    result.trend = trend;
+    result.ood_error_after = Array.from(columnErrors(zEnd, K, eOod, w));
+
+    // the exact first step (none when the rule held at T1)
+    let firstStep = new Array(K).fill(0);
+    if (T2 > 0) {
+      const one = descend(z0, K, etaFt, 0.0, 1, null);
+      sourceLogits(z1, gamma, z0, one.z, K, src);
+      const e1 = columnErrors(src, K, new Float64Array(K), w);
+      firstStep = Array.from(e1, (v, k) => (v - eSrc0[k]) / K);
+    }
+    result.first_step = firstStep;
+    result.initial_direction = firstStep.map(direction);
+    const { D, scale } = firstStepTerms(gamma, z0, K);
+    result.D_k = Array.from(D);
+    result.D_k_direction = result.D_k.map((d, k) =>
+      Math.abs(d) <= FLAT_RTOL * scale[k] ? "flat" : d > 0 ? "rising" : "falling");
+    result.D_k_agrees = result.D_k_direction.map((d, k) => d === result.initial_direction[k]);
+    const paper = regimes(gamma, false), corr = regimes(gamma, true);
+    result.regime = paper.map((r) => r.regime);
+    result.condition = paper.map((r) => r.condition);
+    result.corrected_regime = corr.map((r) => r.regime);
+    result.corrected_condition = corr.map((r) => r.condition);
+    const expected = { "forgetting": "rising", "backward-transfer": "falling", "unaffected": "flat" };
+    result.theorem_holds = result.regime.map((r, k) =>    // report.FeatureForgetting.theorem_holds
+      expected[r] === undefined ? null : trend[k] === expected[r]);
+    result.ms = performance.now() - started;
+    if (record) result.paths = { pre: preSnaps, ft: ftSnaps, z1, z0, gamma: gamma.slice() };
+    return result;
+  }
+
+  function stuck(result, steps, started, budget) {
+    result.error = budget
+      ? `fine-tuning stopped after ${steps.toLocaleString()} steps, the page's budget of ` +
+        `${LIMITS.finetuneWork.toExponential(0)} logit updates; run the command below`
+      : `fine-tuning did not meet the stopping rule within ${steps.toLocaleString()} steps`;
+    result.ms = performance.now() - started;
+    return result;
+  }
+
+  return { run, regimes, alphaStar, columnErrors, oodStart, sourceLogits, rayLogits,
+           firstStepTerms, fmtG, TREND_TOL, LIMITS };
+})();

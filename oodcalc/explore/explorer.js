@@ -1,0 +1,669 @@
+// The explorer page: maps computed by oodcalc (embedded), a point run by OOD.run
+// (dynamics.js), charts and the numbers `oodcalc predict` prints. No network, no library.
+"use strict";
+
+(function () {
+  const DATA = JSON.parse(document.getElementById("oodcalc-data").textContent);
+  const $ = (id) => document.getElementById(id);
+
+  // --- embedded arrays ------------------------------------------------------------------
+  function bytes(b64) {
+    const s = atob(b64), out = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+    return out;
+  }
+  const f32 = (b64) => new Float32Array(bytes(b64).buffer);
+
+  const VERDICTS = DATA.codes.verdict;        // code -> name
+  const DIRECTIONS = DATA.codes.direction;
+  const VERDICT_COLORS = DATA.colors.verdict;  // name -> colour
+  const DIRECTION_COLORS = DATA.colors.direction;
+  const CLASS_COLORS = DATA.colors.classes;
+  const RULES = DATA.k3.rules;                 // paper, corrected, D_sign, first_step
+  const RULE_LABELS = DATA.k3.labels;
+  const PROMISE = { "forgetting": 1, "backward-transfer": -1, "unaffected": 0,
+                    "rising": 1, "falling": -1, "flat": 0 };
+
+  const k2 = { n: DATA.k2.n, F: f32(DATA.k2.F), F_1: f32(DATA.k2.F_1), F_2: f32(DATA.k2.F_2),
+               regime_1: bytes(DATA.k2.regime_1), regime_2: bytes(DATA.k2.regime_2) };
+  const k3 = DATA.k3.slices.map((s) => {
+    const out = { gamma1: s.gamma1, n: DATA.k3.n, F_1: f32(s.F_1), F_sign: bytes(s.F_sign),
+                  scored: bytes(s.scored), fractions: s.fractions,
+                  counterexamples: s.counterexamples };
+    for (const r of RULES) out[r] = bytes(s[r]);
+    // which rules contradict the exact sign of F_1 (bit i: RULES[i])
+    const N = out.n * out.n, bits = new Uint8Array(N);
+    for (let i = 0; i < N; i++) {
+      if (!out.scored[i]) { bits[i] = 255; continue; }
+      const sign = out.F_sign[i] - 1;
+      let b = 0;
+      RULES.forEach((r, j) => {
+        const name = (r === "paper" || r === "corrected" ? VERDICTS : DIRECTIONS)[out[r][i]];
+        const p = PROMISE[name];
+        if (p !== undefined && p !== sign) b |= 1 << j;
+      });
+      bits[i] = b;
+    }
+    out.bits = bits;
+    return out;
+  });
+
+  // --- state and the URL fragment -------------------------------------------------------
+  const state = { gamma: [1, -0.9], eps: DATA.protocol.eps, eta: DATA.protocol.eta,
+                  eta_ft: null, map: "k2", layer: "F", slice: 0, view: "source" };
+
+  function parseFragment() {
+    const h = decodeURIComponent(location.hash.replace(/^#/, ""));
+    const out = {};
+    for (const part of h.split("&")) {
+      const i = part.indexOf("=");
+      if (i > 0) out[part.slice(0, i)] = part.slice(i + 1);
+    }
+    return out;
+  }
+
+  function readGamma(text) {
+    const parts = String(text).split(",").map((p) => p.trim());
+    if (parts.length < 2) return { error: "give at least two values, e.g. 1,-0.9" };
+    if (parts.length > 64) return { error: "at most 64 features in the page (oodcalc predict takes more)" };
+    const g = [];
+    for (const p of parts) {
+      if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(p)) return { error: `entry '${p}' is not a number` };
+      const x = Number(p);
+      if (!(Math.abs(x) <= 1)) return { error: `entry '${p}' is outside [-1, 1]` };
+      g.push(x);
+    }
+    return { gamma: g };
+  }
+
+  function readPositive(text) {
+    if (!/^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(String(text))) return null;
+    const x = Number(text);
+    return Number.isFinite(x) && x > 0 ? x : null;
+  }
+
+  function applyFragment() {
+    const f = parseFragment();
+    const messages = [];
+    if (f.gamma !== undefined) {
+      const g = readGamma(f.gamma);
+      if (g.error) messages.push("gamma: " + g.error); else state.gamma = g.gamma;
+    }
+    for (const key of ["eps", "eta", "eta_ft"]) {
+      if (f[key] === undefined) { if (key === "eta_ft") state.eta_ft = null; continue; }
+      const x = readPositive(f[key]);
+      if (x === null) messages.push(`${key}: got '${f[key]}'; expected a number > 0`);
+      else state[key] = x;
+    }
+    $("fragment-error").textContent = messages.join("; ");
+    return f;
+  }
+
+  function writeFragment() {
+    let h = `gamma=${state.gamma.map(String).join(",")}&eps=${state.eps}&eta=${state.eta}`;
+    if (state.eta_ft !== null) h += `&eta_ft=${state.eta_ft}`;
+    try { history.replaceState(null, "", "#" + h); } catch (e) { location.hash = h; }
+  }
+
+  function command() {
+    const g = state.gamma.map(String).join(",");
+    let c = "oodcalc predict " + (g.startsWith("-") ? `--gamma=${g}` : `--gamma ${g}`);
+    c += ` --eps ${state.eps} --eta ${state.eta}`;
+    if (state.eta_ft !== null) c += ` --eta-ft ${state.eta_ft}`;
+    return c;
+  }
+
+  // --- colours --------------------------------------------------------------------------
+  function hex(c) { return [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16)); }
+  const RDBU = ["#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582",
+                "#d6604d", "#b2182b"].map(hex);
+  function diverging(v) {            // v in [-1, 1]
+    const x = (Math.max(-1, Math.min(1, v)) + 1) / 2 * (RDBU.length - 1);
+    const i = Math.min(RDBU.length - 2, Math.floor(x)), f = x - i;
+    return RDBU[i].map((c, j) => Math.round(c + f * (RDBU[i + 1][j] - c)));
+  }
+
+  // --- the map --------------------------------------------------------------------------
+  const MAP = { pad: { l: 46, r: 10, t: 10, b: 40 }, size: 420 };
+
+  function layerOptions() {
+    if (state.map === "k2")
+      return [["F", "F (total forgetting)"], ["F_1", "F_1"], ["F_2", "F_2"],
+              ["regime_1", "paper's verdict, feature 1"], ["regime_2", "paper's verdict, feature 2"]];
+    return [["paper", RULE_LABELS.paper], ["corrected", RULE_LABELS.corrected],
+            ["D_sign", RULE_LABELS.D_sign], ["first_step", RULE_LABELS.first_step],
+            ["F_sign", "exact sign of F_1"], ["F_1", "F_1 (value)"],
+            ["classes", "where the rules contradict sign F_1"]];
+  }
+
+  function mapPixels() {
+    const s = state.map === "k2" ? null : k3[state.slice];
+    const n = s ? s.n : k2.n, N = n * n, rgba = new Uint8ClampedArray(4 * N);
+    const legend = [];
+    let values = null, codes = null, names = null, colors = null;
+    if (state.map === "k2") {
+      if (state.layer.startsWith("regime")) { codes = k2[state.layer]; names = VERDICTS; colors = VERDICT_COLORS; }
+      else values = k2[state.layer];
+    } else if (state.layer === "paper" || state.layer === "corrected") {
+      codes = s[state.layer]; names = VERDICTS; colors = VERDICT_COLORS;
+    } else if (state.layer === "D_sign" || state.layer === "first_step") {
+      codes = s[state.layer]; names = DIRECTIONS; colors = DIRECTION_COLORS;
+    } else if (state.layer === "F_sign") {
+      codes = s.F_sign; names = DIRECTIONS; colors = DIRECTION_COLORS;
+    } else if (state.layer === "F_1") values = s.F_1;
+    if (values) {
+      let lim = 0;
+      for (let i = 0; i < N; i++) if (Math.abs(values[i]) > lim) lim = Math.abs(values[i]);
+      lim = lim || 1;
+      for (let i = 0; i < N; i++) {
+        const c = diverging(values[i] / lim);
+        rgba.set([c[0], c[1], c[2], 255], 4 * i);
+      }
+      legend.push({ gradient: true, lim });
+    } else if (codes) {
+      const count = new Map();
+      for (let i = 0; i < N; i++) {
+        const name = names[codes[i]];
+        const c = hex(colors[name]);
+        rgba.set([c[0], c[1], c[2], 255], 4 * i);
+        count.set(name, (count.get(name) || 0) + 1);
+      }
+      for (const [name, c] of Object.entries(colors))
+        if (count.get(name)) legend.push({ color: c, label: `${name} (${(100 * count.get(name) / N).toFixed(1)} %)` });
+    } else {                                 // disagreement classes
+      const count = new Map();
+      for (let i = 0; i < N; i++) {
+        const b = s.bits[i];
+        const c = b === 255 ? [255, 255, 255] : hex(CLASS_COLORS[b]);
+        rgba.set([c[0], c[1], c[2], 255], 4 * i);
+        count.set(b, (count.get(b) || 0) + 1);
+      }
+      for (const b of [...count.keys()].sort((x, y) => x - y)) {
+        const label = b === 255 ? "not scored (no fine-tuning step, T2 = 0)" : b === 0
+          ? "no rule contradicts the sign of F_1"
+          : "contradicted by: " + RULES.filter((_, j) => b >> j & 1).map((r) => DATA.k3.short[r]).join(", ");
+        legend.push({ color: b === 255 ? "#ffffff" : CLASS_COLORS[b], label: `${label} (${(100 * count.get(b) / N).toFixed(2)} %)` });
+      }
+    }
+    return { n, rgba, legend };
+  }
+
+  function drawMap() {
+    const canvas = $("map"), ctx = setupCanvas(canvas);
+    const W = canvas.clientWidth, H = canvas.clientHeight, p = MAP.pad;
+    const side = Math.min(W - p.l - p.r, H - p.t - p.b);
+    MAP.box = { x: p.l, y: p.t, side };
+    ctx.clearRect(0, 0, W, H);
+    const { n, rgba, legend } = mapPixels();
+    const off = document.createElement("canvas");
+    off.width = n; off.height = n;
+    const octx = off.getContext("2d"), img = octx.createImageData(n, n);
+    // row 0 of the data is the bottom of the picture (y = −1)
+    for (let r = 0; r < n; r++) img.data.set(rgba.subarray(4 * r * n, 4 * (r + 1) * n), 4 * (n - 1 - r) * n);
+    octx.putImageData(img, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(off, p.l, p.t, side, side);
+    ctx.strokeStyle = "#333"; ctx.lineWidth = 1;
+    ctx.strokeRect(p.l + 0.5, p.t + 0.5, side, side);
+    const X = (g) => p.l + (g + 1) / 2 * side, Y = (g) => p.t + (1 - (g + 1) / 2) * side;
+    ctx.fillStyle = "#222"; ctx.font = "12px sans-serif"; ctx.textAlign = "center";
+    for (const v of [-1, -0.5, 0, 0.5, 1]) {
+      ctx.fillText(String(v), X(v), p.t + side + 15);
+      ctx.textAlign = "right"; ctx.fillText(String(v), p.l - 5, Y(v) + 4); ctx.textAlign = "center";
+    }
+    const [xl, yl] = state.map === "k2" ? ["γ2", "γ1"] : ["γ2", "γ3"];
+    ctx.fillText(xl, p.l + side / 2, p.t + side + 32);
+    ctx.save(); ctx.translate(14, p.t + side / 2); ctx.rotate(-Math.PI / 2); ctx.fillText(yl, 0, 0); ctx.restore();
+    // guides: the axes, and for K = 2 the theorem's line γ1 + γ2 = 0
+    ctx.strokeStyle = "rgba(0,0,0,0.35)"; ctx.setLineDash([4, 3]);
+    line(ctx, X(-1), Y(0), X(1), Y(0)); line(ctx, X(0), Y(-1), X(0), Y(1));
+    if (state.map === "k2") line(ctx, X(-1), Y(1), X(1), Y(-1));
+    ctx.setLineDash([]);
+    if (state.map === "k3") {
+      for (const c of k3[state.slice].counterexamples) star(ctx, X(c[1]), Y(c[2]), 9, "#ffeb3b");
+    }
+    // the current point, when it lies on this map
+    const g = state.gamma;
+    let pt = null;
+    if (state.map === "k2" && g.length === 2) pt = [g[1], g[0]];
+    if (state.map === "k3" && g.length === 3 && g[0] === k3[state.slice].gamma1) pt = [g[1], g[2]];
+    if (pt) {
+      ctx.strokeStyle = "#000"; ctx.lineWidth = 2;
+      ctx.beginPath(); ctx.arc(X(pt[0]), Y(pt[1]), 6, 0, 2 * Math.PI); ctx.stroke();
+      ctx.strokeStyle = "#fff"; ctx.lineWidth = 1;
+      ctx.beginPath(); ctx.arc(X(pt[0]), Y(pt[1]), 7.5, 0, 2 * Math.PI); ctx.stroke();
+    }
+    drawLegend(legend);
+    drawFractions();
+  }
+
+  function star(ctx, x, y, r, fill) {
+    ctx.beginPath();
+    for (let i = 0; i < 10; i++) {
+      const a = -Math.PI / 2 + i * Math.PI / 5, rr = i % 2 ? r * 0.45 : r;
+      ctx.lineTo(x + rr * Math.cos(a), y + rr * Math.sin(a));
+    }
+    ctx.closePath(); ctx.fillStyle = fill; ctx.fill();
+    ctx.strokeStyle = "#000"; ctx.lineWidth = 1.2; ctx.stroke();
+  }
+
+  function line(ctx, x0, y0, x1, y1) { ctx.beginPath(); ctx.moveTo(x0, y0); ctx.lineTo(x1, y1); ctx.stroke(); }
+
+  function drawLegend(items) {
+    const el = $("legend");
+    el.textContent = "";
+    for (const it of items) {
+      const row = document.createElement("span");
+      row.className = "legend-item";
+      const sw = document.createElement("span");
+      sw.className = "swatch";
+      if (it.gradient) {
+        sw.style.background = "linear-gradient(90deg, #2166ac, #f7f7f7, #b2182b)";
+        sw.style.width = "60px";
+        row.append(sw, ` −${it.lim.toPrecision(3)} … +${it.lim.toPrecision(3)} (blue: backward transfer, red: forgetting)`);
+      } else {
+        sw.style.background = it.color;
+        row.append(sw, " " + it.label);
+      }
+      el.append(row);
+    }
+    if (state.map === "k3") {
+      const c = k3[state.slice].counterexamples;
+      if (c.length) {
+        const row = document.createElement("span");
+        row.className = "legend-item";
+        row.textContent = "★ claim 8b's counterexample" + (c.length > 1 ? "s " : " ") + c.map((x) => `(${x.join(", ")})`).join(", ");
+        el.append(row);
+      }
+    }
+  }
+
+  function drawFractions() {
+    const el = $("fractions");
+    el.textContent = "";
+    if (state.map !== "k3") { el.hidden = true; return; }
+    el.hidden = false;
+    const s = k3[state.slice];
+    const t = document.createElement("table");
+    t.innerHTML = `<caption>Area fractions on the slice γ1 = ${s.gamma1} (${s.n}×${s.n} points), against the exact sign of F_1</caption>` +
+      "<tr><th>rule</th><th>agrees</th><th>disagrees</th><th>undecided</th><th>not scored</th></tr>";
+    for (const r of RULES) {
+      const f = s.fractions[r], tr = document.createElement("tr");
+      for (const v of [RULE_LABELS[r], f.agrees, f.disagrees, f.undecided, f.not_scored]) {
+        const td = document.createElement("td");
+        td.textContent = typeof v === "number" ? (100 * v).toFixed(2) + " %" : v;
+        tr.append(td);
+      }
+      t.append(tr);
+    }
+    el.append(t);
+  }
+
+  function mapPoint(ev) {
+    const rect = $("map").getBoundingClientRect(), b = MAP.box;
+    const x = (ev.clientX - rect.left - b.x) / b.side, y = (ev.clientY - rect.top - b.y) / b.side;
+    if (x < 0 || x > 1 || y < 0 || y > 1) return null;
+    const round = (v) => Math.round(v * 1000) / 1000;
+    return [round(2 * x - 1), round(1 - 2 * y)];
+  }
+
+  function hover(ev) {
+    const p = mapPoint(ev);
+    if (!p) { $("hover").textContent = ""; return; }
+    const s = state.map === "k2" ? null : k3[state.slice];
+    const n = s ? s.n : k2.n;
+    const i = Math.round((p[0] + 1) / 2 * (n - 1)), j = Math.round((p[1] + 1) / 2 * (n - 1));
+    const at = j * n + i;
+    if (!s) {
+      $("hover").textContent = `γ = (${p[1]}, ${p[0]}): F = ${k2.F[at].toPrecision(4)}, F_1 = ${k2.F_1[at].toPrecision(4)} ` +
+        `(${VERDICTS[k2.regime_1[at]]}), F_2 = ${k2.F_2[at].toPrecision(4)} (${VERDICTS[k2.regime_2[at]]})`;
+    } else {
+      $("hover").textContent = `γ = (${s.gamma1}, ${p[0]}, ${p[1]}): F_1 = ${s.F_1[at].toPrecision(4)}; paper ${VERDICTS[s.paper[at]]}, ` +
+        `corrected ${VERDICTS[s.corrected[at]]}, D_1 ${DIRECTIONS[s.D_sign[at]]}, first step ${DIRECTIONS[s.first_step[at]]}`;
+    }
+  }
+
+  function pick(ev) {
+    const p = mapPoint(ev);
+    if (!p) return;
+    state.gamma = state.map === "k2" ? [p[1], p[0]] : [k3[state.slice].gamma1, p[0], p[1]];
+    $("gamma").value = state.gamma.join(",");
+    schedule();
+  }
+
+  // --- charts ---------------------------------------------------------------------------
+  function setupCanvas(canvas) {
+    const dpr = window.devicePixelRatio || 1;
+    const W = canvas.clientWidth, H = canvas.clientHeight;
+    if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(H * dpr)) {
+      canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
+    }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    return ctx;
+  }
+
+  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                   "#7f7f7f", "#bcbd22", "#17becf"];
+
+  function niceTicks(lo, hi, count) {
+    const span = hi - lo || 1, step0 = span / count;
+    const mag = 10 ** Math.floor(Math.log10(step0));
+    const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= step0);
+    const out = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-12 * span; v += step) out.push(v);
+    return out;
+  }
+
+  function chart(canvas, series, opts) {
+    const ctx = setupCanvas(canvas), W = canvas.clientWidth, H = canvas.clientHeight;
+    const p = { l: 62, r: 12, t: 22, b: 34 };
+    ctx.clearRect(0, 0, W, H);
+    let xmin = Infinity, xmax = -Infinity, ymin = Infinity, ymax = -Infinity;
+    const ty = opts.logY ? (v) => Math.log10(v) : (v) => v;
+    for (const s of series) for (let i = 0; i < s.x.length; i++) {
+      const y = s.y[i];
+      if (opts.logY && !(y > 0)) continue;
+      xmin = Math.min(xmin, s.x[i]); xmax = Math.max(xmax, s.x[i]);
+      ymin = Math.min(ymin, ty(y)); ymax = Math.max(ymax, ty(y));
+    }
+    if (!Number.isFinite(xmin)) return;
+    if (xmax === xmin) xmax = xmin + 1;
+    if (ymax === ymin) { ymax += 0.5; ymin -= 0.5; }
+    const padY = 0.04 * (ymax - ymin); ymin -= padY; ymax += padY;
+    const X = (x) => p.l + (x - xmin) / (xmax - xmin) * (W - p.l - p.r);
+    const Y = (y) => p.t + (1 - (y - ymin) / (ymax - ymin)) * (H - p.t - p.b);
+    ctx.font = "11px sans-serif"; ctx.fillStyle = "#333"; ctx.strokeStyle = "#ddd"; ctx.lineWidth = 1;
+    ctx.textAlign = "right";
+    const yt = opts.logY ? niceTicks(Math.floor(ymin), Math.ceil(ymax), 6).filter((v) => Number.isInteger(v) && v >= ymin && v <= ymax)
+      : niceTicks(ymin, ymax, 5);
+    for (const v of yt) {
+      line(ctx, p.l, Y(v), W - p.r, Y(v));
+      ctx.fillText(opts.logY ? `1e${v}` : fmt(v, 3), p.l - 4, Y(v) + 4);
+    }
+    ctx.textAlign = "center";
+    for (const v of niceTicks(xmin, xmax, 6)) ctx.fillText(String(Math.round(v)), X(v), H - p.b + 14);
+    ctx.fillText(opts.xlabel, p.l + (W - p.l - p.r) / 2, H - 4);
+    ctx.save(); ctx.translate(12, p.t + (H - p.t - p.b) / 2); ctx.rotate(-Math.PI / 2);
+    ctx.fillText(opts.ylabel, 0, 0); ctx.restore();
+    ctx.strokeStyle = "#888"; ctx.strokeRect(p.l, p.t, W - p.l - p.r, H - p.t - p.b);
+    for (const v of opts.vlines || []) {
+      ctx.strokeStyle = "#000"; ctx.setLineDash([]); line(ctx, X(v.x), p.t, X(v.x), H - p.b);
+      ctx.textAlign = "left"; ctx.fillText(v.label, X(v.x) + 3, p.t - 6);
+    }
+    for (const h of opts.hlines || []) {
+      if (opts.logY && !(h.y > 0)) continue;
+      const y = ty(h.y);
+      if (y < ymin || y > ymax) continue;
+      ctx.strokeStyle = "#999"; ctx.setLineDash([2, 3]); line(ctx, p.l, Y(y), W - p.r, Y(y));
+      ctx.setLineDash([]); ctx.textAlign = "right"; ctx.fillText(h.label, W - p.r - 3, Y(y) - 3);
+    }
+    for (const s of series) {
+      ctx.strokeStyle = s.color; ctx.lineWidth = s.width || 1.5; ctx.setLineDash(s.dash || []);
+      ctx.beginPath();
+      let on = false;
+      for (let i = 0; i < s.x.length; i++) {
+        const y = s.y[i];
+        if (opts.logY && !(y > 0)) { on = false; continue; }
+        const px = X(s.x[i]), py = Y(ty(y));
+        if (on) ctx.lineTo(px, py); else ctx.moveTo(px, py);
+        on = true;
+      }
+      ctx.stroke();
+    }
+    ctx.setLineDash([]);
+  }
+
+  function legendHTML(el, items) {
+    el.textContent = "";
+    for (const it of items) {
+      const row = document.createElement("span");
+      row.className = "legend-item";
+      const sw = document.createElement("span");
+      sw.className = "line-swatch";
+      sw.style.borderTop = `${it.width || 2}px ${it.dash ? "dashed" : "solid"} ${it.color}`;
+      row.append(sw, " " + it.label);
+      el.append(row);
+    }
+  }
+
+  function drawCharts(res) {
+    if (!res || res.error || !res.paths) return;
+    const K = res.K, { pre, ft, z1, z0, gamma } = res.paths;
+    const T1 = res.T1;
+    const w = new Float64Array(K);
+    const many = K > 6;
+    // errors: source e_k (solid) and OOD e_k (dashed), pretraining then fine-tuning
+    const series = [];
+    const preX = pre.steps.map(Number), ftX = ft.steps.map((t) => T1 + t);
+    const preOod = pre.items.map(([o, b]) => OOD.columnErrors(OOD.oodStart(OOD.rayLogits(K, o, b), gamma, K), K, new Float64Array(K), w));
+    for (let k = 0; k < K; k++) {
+      const color = PALETTE[k % PALETTE.length];
+      series.push({ x: preX.concat(ftX), y: pre.items.map((it) => it[2]).concat(ft.items.map((it) => it[2][k])), color, width: 1.8 });
+      series.push({ x: preX.concat(ftX), y: preOod.map((e) => e[k]).concat(ft.items.map((it) => it[1][k])), color, dash: [5, 3], width: 1.2 });
+    }
+    chart($("chart-errors"), series, { logY: true, xlabel: "gradient step (pretraining on V, then fine-tuning on U)",
+      ylabel: "e_k", vlines: [{ x: T1, label: "T1" }], hlines: [{ y: res.eps, label: "ε" }] });
+    const items = [];
+    for (let k = 0; k < Math.min(K, 10); k++) items.push({ color: PALETTE[k], label: `v${k + 1} (source)` });
+    items.push({ color: "#555", dash: true, label: "u_k (OOD), dashed" });
+    legendHTML($("legend-errors"), items);
+
+    // weights: α (diagonal, solid) and β (off-diagonal, dashed), source or OOD view
+    const view = state.view;
+    const ws = [];
+    const preZ = pre.items.map(([o, b]) => {
+      const z = OOD.rayLogits(K, o, b);
+      return view === "source" ? z : OOD.oodStart(z, gamma, K);
+    });
+    const ftZ = ft.items.map((it) => view === "source" ? OOD.sourceLogits(z1, gamma, z0, it[0], K, new Float64Array(K * K)) : it[0]);
+    const all = preZ.concat(ftZ), xs = preX.concat(ftX);
+    for (let k = 0; k < K; k++) {
+      const color = PALETTE[k % PALETTE.length];
+      ws.push({ x: xs, y: all.map((z) => z[k * K + k]), color, width: 2 });
+      if (many) {         // K > 6: the mean β of each column, not K − 1 lines
+        ws.push({ x: xs, y: all.map((z) => { let s = 0; for (let n = 0; n < K; n++) if (n !== k) s += z[k * K + n]; return s / (K - 1); }), color, dash: [5, 3], width: 1 });
+      } else {
+        for (let n = 0; n < K; n++) if (n !== k) ws.push({ x: xs, y: all.map((z) => z[k * K + n]), color, dash: [5, 3], width: 1 });
+      }
+    }
+    chart($("chart-weights"), ws, { xlabel: "gradient step", ylabel: view === "source" ? "logit vᵀQv" : "logit uᵀQu",
+      vlines: [{ x: T1, label: "T1" }], hlines: [{ y: res.alpha_star, label: "α*" }] });
+    const wi = [];
+    for (let k = 0; k < Math.min(K, 10); k++) wi.push({ color: PALETTE[k], label: `α_${k + 1}` });
+    wi.push({ color: "#555", dash: true, label: many ? "mean β of column k (dashed)" : "β_{n,k}, n ≠ k (dashed)" });
+    legendHTML($("legend-weights"), wi);
+  }
+
+  // --- numbers ----------------------------------------------------------------------------
+  function fmt(x, digits) {
+    if (typeof x !== "number") return String(x);
+    if (x === 0) return "0";
+    const a = Math.abs(x);
+    if (a >= 1e-4 && a < 1e6) return String(Number(x.toPrecision(digits || 5)));
+    return x.toExponential((digits || 5) - 1).replace(/\.?0+e/, "e");
+  }
+  const signed = (x, d) => (x > 0 ? "+" : "") + fmt(x, d);
+
+  function cell(tr, text, key, value, cls) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (key !== undefined && key !== null) { td.dataset.key = key; td.dataset.value = String(value); }
+    if (cls) td.className = cls;
+    tr.append(td);
+    return td;
+  }
+
+  function showNumbers(res) {
+    const sum = $("summary"), table = $("features");
+    sum.textContent = ""; table.textContent = "";
+    $("run-error").textContent = res.error || "";
+    const K = res.K;
+    const rows = [
+      ["T1 (pretraining steps)", res.T1, "T1"],
+      ["α at T1 (closed form α*)", res.alpha === undefined ? "" : `${fmt(res.alpha)} (α* = ${fmt(res.alpha_star)})`, "alpha", res.alpha],
+      ["β at T1", res.beta === undefined ? "" : fmt(res.beta), "beta", res.beta],
+      ["OOD loss at T1", res.ood_loss === undefined ? "" : fmt(res.ood_loss), "ood_loss", res.ood_loss],
+      ["step-size bound min exp(−β_u)", res.step_size_bound === undefined ? "" : fmt(res.step_size_bound), "step_size_bound", res.step_size_bound],
+      ["T2 (fine-tuning steps)", res.T2, "T2"],
+      ["F = L_tr(after) − L_tr(before)", res.F === undefined ? "" : signed(res.F) + (res.F > 0 ? " (net forgetting)" : res.F < 0 ? " (net backward transfer)" : ""), "F", res.F],
+      ["time in this browser", `${res.ms.toFixed(1)} ms (${res.engine || ""})`, "ms", res.ms],
+    ];
+    for (const [label, text, key, value] of rows) {
+      const tr = document.createElement("tr");
+      cell(tr, label);
+      cell(tr, text === undefined ? "" : String(text), key, value === undefined ? text : value);
+      sum.append(tr);
+    }
+    if (res.error) return;
+    const head = document.createElement("tr");
+    for (const h of ["k", "γ_k", "paper's verdict (claim 8)", "corrected", "first step (exact)", "D_k", "F_k (exact)", "L_{v_k} trend"]) {
+      const th = document.createElement("th"); th.textContent = h; head.append(th);
+    }
+    table.append(head);
+    for (let k = 0; k < K; k++) {
+      const tr = document.createElement("tr");
+      cell(tr, String(k + 1));
+      cell(tr, String(res.gamma[k]), `gamma.${k + 1}`, res.gamma[k]);
+      const v = cell(tr, res.regime[k], `regime.${k + 1}`, res.regime[k], "verdict " + res.regime[k]);
+      v.title = res.condition[k];
+      const small = document.createElement("div"); small.className = "condition"; small.textContent = res.condition[k]; v.append(small);
+      const c = cell(tr, res.corrected_regime[k], `corrected_regime.${k + 1}`, res.corrected_regime[k], "verdict " + res.corrected_regime[k]);
+      c.title = res.corrected_condition[k];
+      cell(tr, `${res.initial_direction[k]} ${signed(res.first_step[k], 3)}`, `first_step.${k + 1}`, res.first_step[k], "dir " + res.initial_direction[k]);
+      cell(tr, `${signed(res.D_k[k], 4)} ${res.D_k_agrees[k] ? "✓" : "✗"}`, `D_k.${k + 1}`, res.D_k[k], "dir " + res.D_k_direction[k]);
+      cell(tr, signed(res.F_k[k]), `F_k.${k + 1}`, res.F_k[k], res.F_k[k] > 0 ? "dir rising" : res.F_k[k] < 0 ? "dir falling" : "dir flat");
+      const tc = cell(tr, res.trend[k] + (res.theorem_holds[k] === false ? " ✗" : ""), `trend.${k + 1}`, res.trend[k]);
+      if (res.theorem_holds[k] === false) tc.title = "the exact trajectory contradicts the paper's verdict";
+      table.append(tr);
+    }
+    if (res.theorem_holds.includes(false)) {
+      const tr = document.createElement("tr"), td = document.createElement("td");
+      td.colSpan = 8; td.className = "condition";
+      td.textContent = "✗ the exact trajectory contradicts the paper's verdict: for K > 2 its condition is not sufficient.";
+      tr.append(td); table.append(tr);
+    }
+  }
+
+  // --- running ----------------------------------------------------------------------------
+  let pending = false, last = null;
+  function schedule() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; update(); });
+  }
+
+  function update() {
+    const etaFt = state.eta_ft === null ? state.eta : state.eta_ft;
+    syncControls();
+    writeFragment();
+    $("command").value = command();
+    $("command-text").textContent = command();
+    last = OOD.run(state.gamma, state.eps, state.eta, etaFt);
+    showNumbers(last);
+    drawCharts(last);
+    drawMap();
+    $("page").dataset.ready = "1";
+  }
+
+  // sliders: log10 scale; the value shown (and used) has 2 significant digits
+  const SLIDERS = { eps: [-3, -0.7], eta: [-2, 0.3], eta_ft: [-2, 0.3] };
+  const nice = (x) => Number(x.toPrecision(2));
+  function syncControls() {
+    for (const key of ["eps", "eta", "eta_ft"]) {
+      const v = key === "eta_ft" && state.eta_ft === null ? state.eta : state[key];
+      $(`${key}-range`).value = String(Math.log10(v));
+      if (document.activeElement !== $(`${key}-text`)) $(`${key}-text`).value = String(v);
+    }
+    $("eta_ft-same").checked = state.eta_ft === null;
+    if (document.activeElement !== $("gamma")) $("gamma").value = state.gamma.map(String).join(",");
+    $("K").textContent = `K = ${state.gamma.length}`;
+  }
+
+  function setupControls() {
+    for (const key of ["eps", "eta", "eta_ft"]) {
+      const range = $(`${key}-range`), text = $(`${key}-text`);
+      range.min = SLIDERS[key][0]; range.max = SLIDERS[key][1]; range.step = "0.01";
+      range.addEventListener("input", () => { state[key] = nice(10 ** Number(range.value)); schedule(); });
+      text.addEventListener("change", () => {
+        const x = readPositive(text.value);
+        if (x === null) { $("fragment-error").textContent = `${key}: got '${text.value}'; expected a number > 0`; return; }
+        $("fragment-error").textContent = "";
+        state[key] = x; schedule();
+      });
+    }
+    $("eta_ft-same").addEventListener("change", (ev) => {
+      state.eta_ft = ev.target.checked ? null : state.eta; schedule();
+    });
+    $("gamma").addEventListener("change", () => {
+      const g = readGamma($("gamma").value);
+      if (g.error) { $("fragment-error").textContent = "gamma: " + g.error; return; }
+      $("fragment-error").textContent = "";
+      state.gamma = g.gamma; schedule();
+    });
+    $("copy-command").addEventListener("click", () => copy($("command").value));
+    $("copy-link").addEventListener("click", () => copy(location.href));
+    $("view").addEventListener("change", (ev) => { state.view = ev.target.value; drawCharts(last); });
+    for (const r of document.querySelectorAll("input[name=map]"))
+      r.addEventListener("change", () => { state.map = r.value; state.layer = layerOptions()[0][0]; fillLayers(); drawMap(); });
+    $("layer").addEventListener("change", (ev) => { state.layer = ev.target.value; drawMap(); });
+    $("slice").addEventListener("change", (ev) => { state.slice = Number(ev.target.value); drawMap(); });
+    const slice = $("slice");
+    k3.forEach((s, i) => { const o = document.createElement("option"); o.value = String(i); o.textContent = `γ1 = ${s.gamma1}`; slice.append(o); });
+    const map = $("map");
+    let dragging = false;
+    map.addEventListener("mousedown", (ev) => { dragging = true; pick(ev); });
+    window.addEventListener("mouseup", () => { dragging = false; });
+    map.addEventListener("mousemove", (ev) => { hover(ev); if (dragging) pick(ev); });
+    map.addEventListener("mouseleave", () => { $("hover").textContent = ""; });
+    window.addEventListener("hashchange", () => { applyFragment(); schedule(); });
+    window.addEventListener("resize", () => { drawMap(); drawCharts(last); });
+    fillLayers();
+  }
+
+  function fillLayers() {
+    const sel = $("layer");
+    sel.textContent = "";
+    for (const [v, label] of layerOptions()) {
+      const o = document.createElement("option"); o.value = v; o.textContent = label; sel.append(o);
+    }
+    sel.value = state.layer;
+    $("slice-box").hidden = state.map !== "k3";
+  }
+
+  function copy(text) {
+    const done = () => { $("copied").textContent = "copied"; setTimeout(() => { $("copied").textContent = ""; }, 1200); };
+    if (navigator.clipboard) navigator.clipboard.writeText(text).then(done, () => fallback(text, done));
+    else fallback(text, done);
+  }
+  function fallback(text, done) {
+    const t = document.createElement("textarea"); t.value = text; document.body.append(t); t.select();
+    try { document.execCommand("copy"); done(); } catch (e) { /* the text is in the box */ }
+    t.remove();
+  }
+
+  // --- the test hook: #test=[[gamma, eps, eta, eta_ft], ...] -------------------------------
+  // Runs every point as the page does (OOD.run) and writes the numbers as JSON into
+  // <pre id="test-output">, for a browser test that reads the DOM (--dump-dom).
+  function testHook(f) {
+    let points;
+    try { points = JSON.parse(f.test); } catch (e) { $("test-output").textContent = JSON.stringify({ error: String(e) }); return; }
+    const out = points.map(([gamma, eps, eta, etaFt]) => {
+      const r = OOD.run(gamma, eps, eta, etaFt === undefined || etaFt === null ? eta : etaFt, { record: false });
+      delete r.paths;
+      return r;
+    });
+    $("test-output").textContent = JSON.stringify(out);
+  }
+
+  function init() {
+    setupControls();
+    const f = applyFragment();
+    if (f.map === "k3") { state.map = "k3"; state.layer = "classes"; fillLayers(); document.querySelector("input[value=k3]").checked = true; }
+    if (f.slice !== undefined) { state.slice = Math.max(0, Math.min(k3.length - 1, Number(f.slice) || 0)); $("slice").value = String(state.slice); }
+    if (f.test !== undefined) testHook(f);
+    update();
+  }
+
+  init();
+})();

@@ -1,0 +1,217 @@
+"""`oodcalc explore`: the page is one self-contained file, and the numbers its JavaScript
+port of the dynamics computes in a real browser (headless Chromium) are `predict`'s:
+T1 and T2 identical, F_k within 1e-12, on random points of K = 2..4 and on the special
+cases (every γ equal: the ray path; γ_k = 0; claim 8b's counterexamples)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oodcalc import Protocol, Setting, parallel_shift, predict
+from oodcalc.cli import main
+
+#: Chromium from the system packages (Debian: chromium; .ci/run installs it).
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser",
+                                                 "google-chrome", "chrome")
+                 if shutil.which(name)), None)
+
+
+def _chromium_problem() -> str | None:
+    """Why headless Chromium cannot be had here (None: it runs)."""
+    if CHROMIUM is None:
+        return ("Chromium not found (apt-get install chromium; .ci/run installs it): the "
+                "browser tests of the explorer page skip")
+    try:
+        done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                               "--dump-dom", "data:text/html,<p id=x>ok</p>"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"Chromium ({CHROMIUM}) does not start headless: {err}"
+    if done.returncode != 0 or "ok" not in done.stdout:
+        return (f"Chromium ({CHROMIUM}) does not run headless here (exit {done.returncode}: "
+                f"{done.stderr.strip()[-200:]})")
+    return None
+
+
+PROBLEM = _chromium_problem()
+needs_chromium = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    """A small page (coarse maps: the point's dynamics do not depend on them)."""
+    path = tmp_path_factory.mktemp("explore") / "explorer.html"
+    code = main(["explore", "-o", str(path), "--grid", "41", "--k3-grid", "31",
+                 "--gamma1", "1,0.5,-0.7"])
+    assert code == 0
+    return path
+
+
+def browse(path: Path, fragment: str, tmp: Path, *, screenshot: Path | None = None,
+           size: str = "1400,1000") -> str:
+    """Load ``file://path#fragment`` in headless Chromium; the DOM after the page's
+    scripts ran (or write a screenshot)."""
+    url = path.resolve().as_uri() + "#" + urllib.parse.quote(fragment, safe="=&,.-+:")
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-extensions", "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}",
+            f"--window-size={size}", "--hide-scrollbars"]
+    args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    done = subprocess.run(args + [url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_page_is_one_self_contained_file(page):
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert len(text.encode()) < 1_000_000          # the coarse maps; defaults: ~1.5 MB
+    assert not re.search(r"https?://|//cdn|<link\b|<[a-z]+[^>]*\ssrc\s*=", text, re.I)
+    assert "/*DATA*/" not in text and "/*DYNAMICS*/" not in text and "__VERSION__" not in text
+    data = re.search(r'<script type="application/json" id="oodcalc-data">(.*?)</script>',
+                     text, re.S)
+    payload = json.loads(data.group(1))
+    assert payload["k2"]["n"] == 41 and [s["gamma1"] for s in payload["k3"]["slices"]] == \
+        [1.0, 0.5, -0.7]
+    # claim 8b's counterexamples are marked on the slices through them
+    assert payload["k3"]["slices"][1]["counterexamples"] == [[0.5, -0.9, -0.9]]
+    assert payload["k3"]["slices"][2]["counterexamples"] == [[-0.7, 0.9, 0.95]]
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--grid", "1"], "--grid"), (["--k3-grid", "x"], "--k3-grid"),
+    (["--gamma1", "1.5"], "--gamma1"), (["--eps", "0"], "--eps"),
+    (["-o", "page.txt"], "--output")])
+def test_bad_input_is_one_line_and_exit_2(args, option, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["explore", *args] + ([] if "-o" in args else ["-o", "page.html"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"oodcalc: error: {option}: got ")
+    assert not list(tmp_path.iterdir())            # nothing written
+
+
+def points() -> list[tuple[list[float], float, float, float]]:
+    """60 random points, K = 2..4, random protocols near the defaults, and the special
+    cases."""
+    rng = np.random.default_rng(21)
+    out = []
+    for i in range(60):
+        K = 2 + i % 3
+        gamma = rng.uniform(-1, 1, K).round(rng.integers(2, 6)).tolist()
+        eps = float(rng.choice([0.01, 0.02, 0.05, 0.005]))
+        eta = float(rng.choice([0.1, 0.2, 0.5, 0.05]))
+        eta_ft = float(rng.choice([eta, 0.1, 0.3]))
+        out.append((gamma, eps, eta, eta_ft))
+    out += [([1.0, -0.9], 0.01, 0.1, 0.1), ([0.5, -0.9, -0.9], 0.01, 0.1, 0.1),
+            ([-0.7, 0.9, 0.95], 0.01, 0.1, 0.1), ([0.6, 0.6, 0.6], 0.01, 0.1, 0.1),
+            ([-0.4, -0.4], 0.02, 0.2, 0.1), ([0.0, 0.8, -0.3], 0.01, 0.1, 0.1),
+            ([1.0, 1.0, 1.0], 0.01, 0.1, 0.1), ([0.3, -0.3, 0.0, 0.9], 0.01, 0.1, 0.1)]
+    return out
+
+
+def expected(gamma, eps, eta, eta_ft):
+    return predict(Setting(parallel_shift(gamma), Protocol(eps=eps, eta=eta, eta_ft=eta_ft)))
+
+
+def compare(js: dict, report, where: str) -> None:
+    assert "error" not in js, (where, js.get("error"))
+    assert js["T1"] == report.pretrain.T1, where
+    assert js["T2"] == report.finetune.T2, where
+    F_k = [f.F_k for f in report.forgetting]
+    assert np.allclose(js["F_k"], F_k, rtol=0, atol=1e-12), (where, js["F_k"], F_k)
+    assert abs(js["F"] - report.F) <= 1e-12, where
+    assert js["regime"] == [f.regime for f in report.forgetting], where
+    assert js["condition"] == [f.condition for f in report.forgetting], where
+    assert js["trend"] == [f.trend for f in report.forgetting], where
+    assert js["theorem_holds"] == [f.theorem_holds for f in report.forgetting], where
+    assert js["initial_direction"] == [f.initial_direction for f in report.forgetting], where
+    assert js["D_k_direction"] == [f.D_k_direction for f in report.forgetting], where
+    assert np.allclose(js["D_k"], [f.D_k for f in report.forgetting], rtol=1e-9, atol=1e-15)
+    assert np.allclose(js["first_step"], [f.first_step for f in report.forgetting],
+                       rtol=1e-6, atol=1e-15), where
+    assert abs(js["ood_loss"] - report.ood.error.sum() / len(F_k)) <= 1e-12, where
+
+
+@needs_chromium
+def test_the_page_computes_what_predict_computes(page, tmp_path):
+    """Every point through the page's test hook (#test=[...]), one browser launch."""
+    pts = points()
+    assert len(pts) >= 50
+    dom = browse(page, "test=" + json.dumps(pts, separators=(",", ":")), tmp_path)
+    found = re.search(r'<pre id="test-output"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    results = json.loads(html.unescape(found.group(1)))
+    assert len(results) == len(pts)
+    for (gamma, eps, eta, eta_ft), js in zip(pts, results):
+        compare(js, expected(gamma, eps, eta, eta_ft), f"γ = {gamma}, ε = {eps}, η = {eta}, "
+                                                        f"η_ft = {eta_ft}")
+    times = [r["ms"] for r in results]
+    print(f"browser: {np.mean(times):.2f} ms per point (max {max(times):.1f} ms)")
+
+
+def dom_values(dom: str) -> dict[str, str]:
+    return {key: html.unescape(value) for key, value in
+            re.findall(r'data-key="([^"]+)" data-value="([^"]*)"', dom)}
+
+
+@needs_chromium
+def test_a_point_set_by_the_fragment_shows_predicts_numbers(page, tmp_path, capsys):
+    """The page as a reader uses it: γ, ε, η, η_ft from the URL fragment, the numbers read
+    from the tables it shows, and the command line it exports."""
+    gamma, eps, eta, eta_ft = [-0.7, 0.9, 0.95], 0.02, 0.2, 0.3
+    dom = browse(page, f"gamma={','.join(map(str, gamma))}&eps={eps}&eta={eta}"
+                       f"&eta_ft={eta_ft}", tmp_path)
+    values = dom_values(dom)
+    report = expected(gamma, eps, eta, eta_ft)
+    assert int(values["T1"]) == report.pretrain.T1
+    assert int(values["T2"]) == report.finetune.T2
+    for f in report.forgetting:
+        assert abs(float(values[f"F_k.{f.k}"]) - f.F_k) <= 1e-12
+        assert values[f"regime.{f.k}"] == f.regime
+    assert abs(float(values["F"]) - report.F) <= 1e-12
+    exported = html.unescape(re.search(r'<pre id="command-text"[^>]*>(.*?)</pre>', dom,
+                                       re.S).group(1))
+    assert exported == ("oodcalc predict --gamma=-0.7,0.9,0.95 --eps 0.02 --eta 0.2 "
+                        "--eta-ft 0.3")
+    assert main(exported.split()[1:]) == 0          # what the page exports runs as is
+    assert f"T2 = {report.finetune.T2} steps" in capsys.readouterr().out
+
+
+@needs_chromium
+def test_the_map_is_drawn(page, tmp_path):
+    """A screenshot: the map's region holds the colours of F (not a blank canvas)."""
+    from matplotlib.image import imread
+    shot = tmp_path / "shot.png"
+    browse(page, "gamma=1,-0.9", tmp_path, screenshot=shot, size="1300,900")
+    image = imread(shot)[..., :3]
+    assert image.shape[0] >= 800 and image.shape[1] >= 1200
+    # the map sits in the left column: strongly blue or red pixels (RdBu) cover much of it
+    left = image[150:700, 0:520]
+    r, g, b = left[..., 0], left[..., 1], left[..., 2]
+    coloured = ((b - r > 0.25) | (r - b > 0.25)).mean()
+    assert coloured > 0.2, f"only {coloured:.1%} of the map region is coloured"
+    assert len(np.unique((left * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
+
+
+@needs_chromium
+def test_a_point_of_K8_runs_well_under_a_second(page, tmp_path):
+    gamma = np.random.default_rng(8).uniform(-1, 1, 8).round(3).tolist()
+    started = time.perf_counter()
+    dom = browse(page, "test=" + json.dumps([[gamma, 0.01, 0.1, 0.1]]), tmp_path)
+    wall = time.perf_counter() - started
+    result = json.loads(html.unescape(re.search(r'<pre id="test-output"[^>]*>(.*?)</pre>',
+                                                dom, re.S).group(1)))[0]
+    report = expected(gamma, 0.01, 0.1, 0.1)
+    compare(result, report, f"γ = {gamma}")
+    print(f"K = 8 in the browser: {result['ms']:.0f} ms (browser launch and all: {wall:.1f} s)")
+    assert result["ms"] < 1000
