@@ -8,7 +8,7 @@ from .predict import predict
 from .report import Report
 from .setting import Protocol, Setting
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "ComputationError", "Geometry", "InputError", "OodcalcError", "Protocol", "Report",

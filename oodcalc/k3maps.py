@@ -22,7 +22,7 @@ fractions over the slice's grid. Everything comes from one batched sweep
 
 The dynamics depend on γ only through ``M = diag(γ)`` up to sign: ``γ → −γ`` leaves the OOD
 logits ``MᵀZM`` and the source change ``MWMᵀ`` unchanged, so the slice at ``−γ_1`` is the
-slice at ``γ_1`` turned by 180°. Claim 8b's counterexamples (``COUNTEREXAMPLES``) are
+slice at ``γ_1`` turned by 180°. Claim 8b's counterexamples (``theory.PAPER_K3_COUNTEREXAMPLES``) are
 marked on a slice through them or through their mirror image ``−γ``.
 """
 
@@ -33,8 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import theory
-from .claims.claim8_forgetting import COUNTEREXAMPLES
+from . import limits, theory
 from .errors import InputError
 from .report import TREND_TOL
 from .setting import Protocol
@@ -152,6 +151,10 @@ SHORT = {"paper": "paper", "corrected": "corrected", "D_sign": "sign D_1",
          "first_step": "first step"}
 
 
+#: Floats a slice's images hold per point (four verdict maps, the signs, the mask).
+MAP_FLOATS = 32
+
+
 def check_gamma1(values: Sequence[float], option: str = "gamma1") -> list[float]:
     out = []
     for x in values:
@@ -180,6 +183,8 @@ def slices(gamma1: Sequence[float] = DEFAULT_GAMMA1, n: int = DEFAULT_GRID,
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
         raise InputError("grid", n, "expected an integer >= 2")
     protocol = protocol or Protocol()
+    limits.check_maps({3: len(gamma1) * int(n) ** 2}, MAP_FLOATS,
+                      "the K = 3 slices (N × N rows per slice and their images)")
     axis = np.linspace(-1.0, 1.0, int(n))
     result = sweep(gamma_grid([np.array(gamma1), axis, axis], eps=protocol.eps,
                               eta=protocol.eta, eta_ft=protocol.eta_ft),
@@ -197,8 +202,9 @@ def slices(gamma1: Sequence[float] = DEFAULT_GAMMA1, n: int = DEFAULT_GRID,
     D1, T2, ok = grid("D_1"), grid("T2"), grid("converged")
     out = []
     for i, g1 in enumerate(gamma1):
-        marked = [c for c in COUNTEREXAMPLES if c[0] == g1]
-        marked += [tuple(-x for x in c) for c in COUNTEREXAMPLES if -c[0] == g1]
+        marked = [c for c in theory.PAPER_K3_COUNTEREXAMPLES if c[0] == g1]
+        marked += [tuple(-x for x in c) for c in theory.PAPER_K3_COUNTEREXAMPLES
+                   if -c[0] == g1]
         out.append(K3Slice(g1, axis, protocol.describe(),
                            {rule: v[i] for rule, v in verdicts.items()},
                            F1[i], F_sign[i], D1[i], T2[i], ok[i], marked))

@@ -307,6 +307,14 @@ def check_phase_diagram(n: int) -> None:
                     "images)", [(param("n"), n, 0.0, param("n", "lower"))])
 
 
+def check_maps(rows_by_K: dict[int, int], floats_per_row: int, what: str) -> None:
+    """Maps drawn from sweeps (the K = 3 slices, the explorer's page): the sweeps' rows
+    and the maps' own ``floats_per_row``, within the memory cap (named: ``grid``)."""
+    rows = sum(rows_by_K.values())
+    refuse_over_cap(estimates.sweep_bytes(rows_by_K) + floats_per_row * rows * estimates.FLOAT,
+                    what, [(param("grid"), f"{rows:,} points", 0.0, param("grid", "lower"))])
+
+
 def check_rows(rows_by_K: dict[int, int], workers: int = 1) -> None:
     """A sweep's size: at most MAX_ROWS configurations, their rows within the memory cap
     (``workers`` local processes cost more). Called before any grid is built."""

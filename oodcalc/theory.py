@@ -135,6 +135,12 @@ class Regime:
     m1: int
 
 
+#: Parallel shifts (K = 3) that meet the paper's forgetting condition for feature 1 and
+#: yet make L_{v_1} fall at every step (claim 8b): the first exactly, the second
+#: numerically.
+PAPER_K3_COUNTEREXAMPLES = ((0.5, -0.9, -0.9), (-0.7, 0.9, 0.95))
+
+
 def forgetting_regimes(gamma: np.ndarray) -> list[Regime]:
     """Claim 8 with ``m0 = argmax_{m≠k} γ_kγ_m`` and ``m1 = argmin_{m≠k} γ_kγ_m``:
     ``−γ_kγ_m0 > γ_k²`` gives forgetting, ``−γ_kγ_m1 < γ_k²`` backward transfer.

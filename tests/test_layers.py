@@ -29,7 +29,8 @@ ROOT = Path(oodcalc.__file__).parent
 #: Bottom first. Patterns are module names (fnmatch); an exact name wins over a pattern.
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["oodcalc.errors", "oodcalc.model", "oodcalc.paper", "oodcalc.io",
-                     "oodcalc.extras", "oodcalc.ray_loop", "oodcalc._kernels", "oodcalc.console"]),
+                     "oodcalc.extras", "oodcalc.ray_loop", "oodcalc._kernels", "oodcalc.console",
+                     "oodcalc._version"]),
     ("closed forms, compiled plug-ins", ["oodcalc.theory", "oodcalc.compiled"]),
     ("cost model", ["oodcalc.estimates"]),
     ("refusal", ["oodcalc.limits"]),
@@ -38,7 +39,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("entry points", ["oodcalc.predict", "oodcalc.simulate", "oodcalc.simulate.*",
                       "oodcalc.sweep", "oodcalc.compare", "oodcalc.symbolic.highprec"]),
     ("applications", ["oodcalc.plots", "oodcalc.experiments", "oodcalc.forgetting_rules",
-                      "oodcalc.depth", "oodcalc.depth.*", "oodcalc.real", "oodcalc.real.*"]),
+                      "oodcalc.depth", "oodcalc.depth.*", "oodcalc.real", "oodcalc.real.*",
+                      "oodcalc.k3maps", "oodcalc.explore"]),
     ("symbolic engine", ["oodcalc.claims", "oodcalc.symbolic", "oodcalc.symbolic.*"]),
     ("ledger", ["oodcalc.verify"]),
     ("claims", ["oodcalc.claims.*"]),

@@ -53,7 +53,7 @@ CLAIMED = {
 NUMERIC_CLAIMED = {"first_step_D": theory.first_step_D,
                    "forgetting_regimes": theory.forgetting_regimes}
 #: The counterexamples to the paper's K > 2 condition (feature 1 in both).
-COUNTEREXAMPLES = ((0.5, -0.9, -0.9), (-0.7, 0.9, 0.95))
+COUNTEREXAMPLES = theory.PAPER_K3_COUNTEREXAMPLES
 #: Geometries where feature 1's first-step direction separates D_k's coefficient (K − 1)γ_k²
 #: from its neighbours: with Kγ_k² (the first three) or (K − 2)γ_k² (the last three) sign(D_1) would be the opposite of the exact first step's. The 8c ledger row runs them.
 SEPARATING = {(0.4, -0.9, -0.9): "K", (0.4, -0.85, -0.95): "K", (0.3, -0.9, -0.95, -1.0): "K",

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from .. import limits
 from ..errors import InputError
-from . import app, options
+from . import options
+from .app import app
 from .setting_options import Eps, Eta, EtaFt, MaxSteps, build_protocol
 
 
@@ -41,8 +41,6 @@ def explore(
     slices = check_gamma1(options.numbers("--gamma1", gamma1), "--gamma1")
     if len(slices) > MAX_SLICES:
         raise InputError("--gamma1", gamma1, f"at most {MAX_SLICES} slices")
-    rows = {2: n2 * n2, 3: len(slices) * n3 * n3}
-    limits.refuse_over_cap(limits.sweep_bytes(rows) + 16 * sum(rows.values()) * limits.FLOAT,
-                           "the explorer's maps (one sweep per map)",
-                           [("--grid", grid, 0.0, "lower --grid or --k3-grid")])
+    options.name_parameters({"grid": ("--grid", grid),
+                             "lower grid": "lower --grid or --k3-grid"})
     print(write_page(output, n2, n3, slices, protocol))

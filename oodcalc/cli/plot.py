@@ -147,10 +147,7 @@ def k3_slices(gamma1: str, grid: str, protocol):
         raise InputError("--grid", grid, f"{len(values)} slices × N × N must be at most "
                          f"{limits.MAX_ROWS:,} configurations; lower --grid or give fewer "
                          "--gamma1 values")
-    rows = len(values) * n * n
-    limits.refuse_over_cap(limits.sweep_bytes({3: rows}) + 8 * rows * limits.FLOAT * 4,
-                           "the K = 3 slices (N × N rows per slice and their images)",
-                           [("--grid", grid, 0.0, "lower --grid")])
+    options.name_parameters({"grid": ("--grid", grid)})
     return values, n
 
 

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
+from .. import limits
 from ..errors import InputError
 from ..io import write_text_atomic
 from ..setting import Protocol
@@ -57,6 +58,8 @@ def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
     gamma1 = k3maps.check_gamma1(gamma1)
     if len(gamma1) > MAX_SLICES:
         raise InputError("gamma1", f"{len(gamma1)} slices", f"at most {MAX_SLICES}")
+    limits.check_maps({2: grid * grid, 3: len(gamma1) * k3_grid * k3_grid}, 16,
+                      "the explorer's maps (one sweep per map)")
     axis = np.linspace(-1.0, 1.0, grid)
     k2 = sweep(gamma_grid([axis, axis], eps=protocol.eps, eta=protocol.eta,
                           eta_ft=protocol.eta_ft), max_steps=protocol.max_steps)
