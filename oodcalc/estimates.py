@@ -314,7 +314,9 @@ SECONDS_PER_CURVE = 1.2e-3
 def trajectory_curves(figure: str, K: int) -> int:
     """The curves a trajectory figure draws for K features (``"loss_trajectories"``:
     source and OOD per feature; ``"weight_trajectories"``: every logit and the
-    conservation pair per feature, in both phases)."""
+    conservation pair per feature, in both phases; ``"forgetting_curve"``: F_k and F)."""
+    if figure == "forgetting_curve":
+        return K + 1
     return 2 * K if figure == "loss_trajectories" else 2 * (K * K + 2 * K)
 
 

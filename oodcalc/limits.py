@@ -261,8 +261,8 @@ def check_precision(K: int, d: int | None, protocol, *, digits: int, diagonal=No
 
 def check_trajectory_plot(K: int, d: int | None, protocol, *, figure: str,
                           diagonal=None) -> None:
-    """``predict`` and a trajectory figure (``"loss_trajectories"`` or
-    ``"weight_trajectories"``) through every kept step (the memory; ``predict`` adds its
+    """``predict`` and a trajectory figure (``"loss_trajectories"``,
+    ``"weight_trajectories"`` or ``"forgetting_curve"``) through every kept step (the memory; ``predict`` adds its
     own guard, :func:`check_predict`)."""
     lines = estimates.trajectory_curves(figure, K)
     if lines > MAX_CURVES:

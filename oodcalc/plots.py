@@ -58,7 +58,12 @@ def _check_drawing(kind: str, report: Report) -> None:
 
 def protocol_text(p: dict | Protocol) -> str:
     p = p.describe() if isinstance(p, Protocol) else p
-    return f"ε = {p['eps']:g}, η = {p['eta']:g}, η_ft = {p['eta_ft']:g}"
+    text = f"ε = {p['eps']:g}, η = {p['eta']:g}, η_ft = {p['eta_ft']:g}"
+    if p.get("ft_steps") is not None:
+        return text + f", {p['ft_steps']} fine-tuning steps"
+    if p.get("eps_ft", p["eps"]) != p["eps"]:
+        return text + f", ε_ft = {p['eps_ft']:g}"
+    return text
 
 
 # --- OOD error against the rotation angle ---------------------------------------------
@@ -137,6 +142,29 @@ def loss_trajectories(report: Report):
     ax.set_title(_title(report), fontsize=9)
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax.grid(alpha=0.3)
+    return fig
+
+
+def forgetting_curve(report: Report):
+    """``F_k(t) = L_{v_k}(t) − L_{v_k}(T1)`` for every source feature and their sum ``F(t)``
+    along fine-tuning (``Report.forgetting_curve``), on a logarithmic step axis."""
+    _check_drawing("forgetting_curve", report)
+    plt = _pyplot()
+    curve = report.forgetting_curve()
+    steps, K = curve["steps"], report.parameters["K"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    shown = steps >= 1                                    # step 0: F = 0 by definition
+    for k in range(K):
+        ax.plot(steps[shown], curve["F_k"][shown, k], color=f"C{k}", lw=1.4,
+                label=f"F_{k + 1} (source v{k + 1})" if K <= 10 else None)
+    ax.plot(steps[shown], curve["F"][shown], color="black", lw=2.2, label="F = Σ F_k")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"fine-tuning step t (T2 = {report.finetune.T2:,})")
+    ax.set_ylabel("forgetting  F_k(t) = L_vk(t) − L_vk(T1)")
+    ax.set_title(_title(report), fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
     return fig
 
 

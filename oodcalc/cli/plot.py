@@ -21,9 +21,9 @@ from .reproduce_real import Input as RealInput
 from .reproduce_real import Quick as RealQuick
 from .reproduce_real import Seeds as RealSeeds
 from .reproduce_real import Threads as RealThreads
-from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
-                              NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_protocol,
-                              build_setting)
+from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
+                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
+                              Tolerance, build_protocol, build_setting)
 
 plot_app = typer.Typer(help="Draw a figure to a file (PNG, SVG or PDF by the extension). "
                        "Examples: oodcalc plot losses --gamma 1,-0.9 -o losses.png; "
@@ -53,13 +53,14 @@ def draw(make_figure, output: str) -> None:
 
 
 def trajectories(kind: str, output: str, gamma, theta, K, mean_query, orthogonal, features,
-                 ood, d, tol, eps, eta, eta_ft, max_steps) -> None:
+                 ood, d, tol, eps, eta, eta_ft, max_steps, eps_ft=None, ft_steps=None) -> None:
     from .. import plots
     from ..predict import predict
 
     def make():
         report = predict(build_setting(gamma, theta, K, mean_query, orthogonal, features, ood,
-                                       d, tol, eps, eta, eta_ft, max_steps, checks=[
+                                       d, tol, eps, eta, eta_ft, max_steps, eps_ft=eps_ft,
+                                       ft_steps=ft_steps, checks=[
                                            partial(limits.check_trajectory_plot, figure=kind),
                                            limits.check_predict]))
         return getattr(plots, kind)(report)
@@ -77,6 +78,20 @@ def losses(
     """Source and OOD losses through pretraining and fine-tuning, for one geometry."""
     trajectories("loss_trajectories", output, gamma, theta, K, mean_query, orthogonal,
                  features, ood, d, tol, eps, eta, eta_ft, max_steps)
+
+
+@plot_app.command("forgetting-curve")
+def forgetting_curve(
+    output: Output,
+    gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
+    orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
+    K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+    eps_ft: EpsFt = None, ft_steps: FtSteps = None,
+) -> None:
+    """Forgetting F and every F_k at every fine-tuning step (e.g. --ft-steps 100000)."""
+    trajectories("forgetting_curve", output, gamma, theta, K, mean_query, orthogonal,
+                 features, ood, d, tol, eps, eta, eta_ft, max_steps, eps_ft, ft_steps)
 
 
 @plot_app.command("weights")

@@ -10,9 +10,11 @@ from typing import Annotated, Optional
 import typer
 
 from .. import limits
+from ..errors import InputError
 from .app import app
-from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
-                              NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
+from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
+                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
+                              Tolerance, build_setting)
 
 
 @app.command()
@@ -21,6 +23,7 @@ def predict(
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+    eps_ft: EpsFt = None, ft_steps: FtSteps = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (schema in "
         "docs/report.md); K × K matrices in full up to K = 16, summarised above.")] = False,
     arrays: Annotated[Optional[str], typer.Option("--arrays", metavar="FILE.npz",
@@ -37,6 +40,10 @@ def predict(
     Example: oodcalc predict --gamma 1,-0.9
     """
     if precision is not None:
+        for option, given in (("--eps-ft", eps_ft), ("--ft-steps", ft_steps)):
+            if given is not None:
+                raise InputError(option, given, "--precision prints the closed forms only; "
+                                 "fine-tuning runs without it")
         from ..symbolic.highprec import parse_digits, print_high_precision
         digits = parse_digits(precision)
         setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
@@ -50,7 +57,7 @@ def predict(
         from ..io import check_output
         check_output(arrays, "--arrays", suffixes=(".npz",))    # before the run
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                            eps, eta, eta_ft, max_steps,
+                            eps, eta, eta_ft, max_steps, eps_ft=eps_ft, ft_steps=ft_steps,
                             checks=[limits.check_predict])   # predict's own guard, early
     if as_json or not sys.stderr.isatty():
         report = run_predict(setting)

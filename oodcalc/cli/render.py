@@ -151,7 +151,13 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     within = ft.eta_ft <= ft.step_size_bound
     verdict = "[green]within[/green]" if within else "[red]exceeds[/red]"
     console.print()
-    say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps")
+    if p.get("ft_steps") is not None:
+        rule = "exactly that many steps, no stopping rule"
+    elif p.get("eps_ft", p["eps"]) != p["eps"]:
+        rule = f"until every e_k <= ε_ft = {fmt(p['eps_ft'])}"
+    else:
+        rule = "until every e_k <= ε"
+    say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps ({rule})")
     say(console, f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}; "
                  f"η_ft = {fmt(ft.eta_ft)} is {verdict} it.")
     console.print(_forgetting_table(report, console))

@@ -54,21 +54,35 @@ Eta = Annotated[Text, typer.Option("--eta", metavar="FLOAT",
     help="Pretraining step size.", show_default=f"{DEFAULT_ETA:g}", rich_help_panel=PROTOCOL_PANEL)]
 EtaFt = Annotated[Text, typer.Option("--eta-ft", metavar="FLOAT",
     help="Fine-tuning step size.", show_default="--eta", rich_help_panel=PROTOCOL_PANEL)]
+EpsFt = Annotated[Text, typer.Option("--eps-ft", metavar="FLOAT",
+    help="Fine-tuning's own stopping rule: every e_k <= eps-ft.", show_default="--eps",
+    rich_help_panel=PROTOCOL_PANEL)]
+FtSteps = Annotated[Text, typer.Option("--ft-steps", metavar="INT",
+    help="Fine-tune exactly INT steps, with no stopping rule (not with --eps-ft).",
+    show_default="off: until the stopping rule", rich_help_panel=PROTOCOL_PANEL)]
 MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT|auto",
     help="Step cap per phase; auto (what the JSON's parameters record when it is not given) "
     "is the default.", show_default=f"auto: {DEFAULT_MAX_STEPS:,}, raised to twice the "
     "estimated steps where a phase needs more", rich_help_panel=PROTOCOL_PANEL)]
 
 
-def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None) -> Protocol:
+def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None,
+                   eps_ft: Text = None, ft_steps: Text = None) -> Protocol:
     # "auto" is accepted so that the parameters block of --json (max_steps: "auto") reruns as is
     steps = None
     if max_steps is not None and max_steps.strip().lower() != "auto":
         steps = options.integer("--max-steps", max_steps, 1, limits.MAX_STEPS,
                                 "steps per phase", accepted='expected an integer >= 1 or "auto"')
+    n = None
+    if ft_steps is not None:
+        n = options.integer("--ft-steps", ft_steps, 1, limits.MAX_STEPS, "fine-tuning steps")
+        if eps_ft is not None:
+            raise InputError("--eps-ft", eps_ft, "give --eps-ft or --ft-steps, not both (a "
+                             "fixed number of steps has no stopping rule)")
     return Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
                     eta=options.positive("--eta", eta) or DEFAULT_ETA,
-                    eta_ft=options.positive("--eta-ft", eta_ft), max_steps=steps)
+                    eta_ft=options.positive("--eta-ft", eta_ft), max_steps=steps,
+                    eps_ft=options.positive("--eps-ft", eps_ft), ft_steps=n)
 
 
 #: ``check(K, d, protocol, diagonal=...)``: a guard of the library (``limits.check_*``,
@@ -81,7 +95,8 @@ Check = Callable[..., None]
 def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogonal: bool,
                   features: Text, ood: Text, d: Text, tol: Text,
                   eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None, *,
-                  checks: Sequence[Check] = ()) -> Setting:
+                  checks: Sequence[Check] = (), eps_ft: Text = None,
+                  ft_steps: Text = None) -> Setting:
     """Turn the command-line text into a validated Setting (errors name the option).
 
     With ``checks`` (the library's guards of what the command will run), what is out of
@@ -104,7 +119,7 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
     if chosen[0] in ("--theta", "--mean-query", "--orthogonal") and k_value is None:
         raise InputError("--K", "nothing", f"{chosen[0]} needs the number of features, "
                          "e.g. --K 4")
-    protocol = build_protocol(eps, eta, eta_ft, max_steps)
+    protocol = build_protocol(eps, eta, eta_ft, max_steps, eps_ft, ft_steps)
     options.name_parameters({"d": ("--d", d)})
     if checks and chosen[0] != "--features/--ood":
         values = options.numbers("--gamma", gamma) if chosen[0] == "--gamma" else None

@@ -15,8 +15,9 @@ from .. import limits
 from ..errors import InputError
 from . import options
 from .app import app
-from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps, MeanQuery,
-                              NumFeatures, Ood, Orthogonal, Theta, Tolerance, build_setting)
+from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
+                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
+                              Tolerance, build_setting)
 
 SIM_PANEL = "Simulator"
 Text = Optional[str]
@@ -141,6 +142,7 @@ def simulate(
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+    eps_ft: EpsFt = None, ft_steps: FtSteps = None,
     simulator: Annotated[Simulator, typer.Option("--simulator", "-s",
         help="population: GD on the full Q with the population loss (ground truth); "
              "prompts: GD on sampled prompts of N tokens.", rich_help_panel=SIM_PANEL)]
@@ -195,7 +197,8 @@ def simulate(
             raise InputError(given[0][0], given[0][1], "only --simulator prompts takes "
                              "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
         from ..simulate import simulate_population
-        setting = build_setting(*geometry, checks=[limits.check_population, *also])
+        setting = build_setting(*geometry, checks=[limits.check_population, *also],
+                                eps_ft=eps_ft, ft_steps=ft_steps)
         report = simulate_population(setting)
     else:
         if holdout is not None and stop is not Stop.heldout:
@@ -207,7 +210,7 @@ def simulate(
 
         setting = build_setting(*geometry, checks=[
             partial(limits.check_prompts, N=n_tokens, batch=n_batch, holdout=n_holdout,
-                    heldout=stop is Stop.heldout), *also])
+                    heldout=stop is Stop.heldout), *also], eps_ft=eps_ft, ft_steps=ft_steps)
         if n_holdout < setting.K:
             raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts

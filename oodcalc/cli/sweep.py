@@ -29,6 +29,7 @@ from ..errors import InputError
 from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS
 from . import options
 from .app import app
+from .setting_options import build_protocol
 
 Text = Optional[str]
 #: Show a progress bar (on a terminal) from this many configurations on.
@@ -219,6 +220,13 @@ def sweep(
     max_steps: Annotated[Text, typer.Option("--max-steps", metavar="INT",
         help="Step cap per phase; rows that hit it are marked converged=false.",
         show_default=f"{DEFAULT_MAX_STEPS}", rich_help_panel="Protocol")] = None,
+    eps_ft: Annotated[Text, typer.Option("--eps-ft", metavar="FLOAT",
+        help="Fine-tuning's own stopping rule (every row): every e_k <= eps-ft.",
+        show_default="each row's --eps", rich_help_panel="Protocol")] = None,
+    ft_steps: Annotated[Text, typer.Option("--ft-steps", metavar="INT",
+        help="Fine-tune every row exactly INT steps, with no stopping rule (not with "
+             "--eps-ft).", show_default="off: until the stopping rule",
+        rich_help_panel="Protocol")] = None,
     fmt: Annotated[Optional[Format], typer.Option("--format",
         help="Output format.", show_default="from the file's extension; csv for -",
         case_sensitive=False)] = None,
@@ -249,6 +257,8 @@ def sweep(
 
     steps = options.integer("--max-steps", max_steps, 1, limits.MAX_STEPS, "steps per phase") \
         or DEFAULT_MAX_STEPS
+    rule = build_protocol(None, None, None, None, eps_ft, ft_steps)   # checks the pair
+    finetune = {"eps_ft": None if eps_ft is None else rule.eps_ft, "ft_steps": rule.ft_steps}
     chunk = options.integer("--chunk-size", chunk_size, 1)
     root_seed = options.integer("--seed", seed, 0) or 0
     n_workers = options.integer("--workers", workers, 1)
@@ -279,11 +289,11 @@ def sweep(
                           transient=True) as bar:
                 task = bar.add_task("sweep", total=total)
                 result = run_sweep(grids, max_steps=steps, executor=executor,
-                                   chunk_size=chunk, seed=root_seed,
+                                   chunk_size=chunk, seed=root_seed, **finetune,
                                    progress=lambda done, _: bar.update(task, completed=done))
         else:
             result = run_sweep(grids, max_steps=steps, executor=executor, chunk_size=chunk,
-                               seed=root_seed)
+                               seed=root_seed, **finetune)
     finally:
         if close is not None:
             close()
