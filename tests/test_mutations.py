@@ -193,10 +193,22 @@ SYMBOLIC_MUTATIONS = {
         # the termwise bound behind "no hypothesis at T1" reads Λ_n from claim 2 and the
         # logits' order from claim 5: a wrong share or a reversed order fails it
         "share without a_k": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
-            **c, "grad-other": lambda ak, an, S, e: an * (an - S)}), {"termwise"}),
+            **c, "grad-other": lambda ak, an, S, e: an * (an - S)}), {"termwise", "min-bound"}),
+        "claim 2 share sign flipped": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
+            **c, "grad-other": lambda ak, an, S, e: -an * (an + ak - S)}),
+            {"termwise", "min-bound"}),
+        # λ = ∂c_n/∂γ_n ÷ ∂z_n/∂γ_n turns negative when claim 5's logits are reversed
         "claim 5 logits reversed": (patched(f"oodcalc.claims.{C5}", "parallel_shift_entries",
                                             lambda f: lambda: (*f()[:4], -f()[4])),
                                     {"c-increasing"}),
+        "min-bound without λ(w − z_min)Δ": (claimed(C8, **{"min-bound": lambda U, L, d, D: U}),
+                                            {"min-bound"}),
+        "min-bound 2λ": (claimed(C8, **{"min-bound": lambda U, L, d, D: U + 2 * L * d * D}),
+                         {"min-bound"}),
+        # the numeric check must meet features where H fails (extreme α)
+        "H never fails": (patched("oodcalc.theory", "hypothesis_H",
+                                  lambda f: lambda z: np.ones(np.shape(z)[:-1], bool)),
+                          {"sufficient-at-T1"}),
     },
     "8d": {
         "gap sign": (claimed(C8, **{"bt-gap-sign": "negative"}), {"own-logit-largest"}),
