@@ -234,14 +234,19 @@ SYMBOLIC_MUTATIONS = {
                         {"descends"}),
     },
     "9b": {
+        # the weights no longer sum to σ: the derived expansion misses the Hessian's form
         "dropped a_k": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S),
-                        {"hessian", "weights-sum"}),
+                        {"hessian", "weights-sum", "quadratic-form"}),
         "factor 2 lost": (claimed(C9, variance=lambda vv, wv, av, sig: vv - av * wv
                                   + sig * av ** 2), {"quadratic-form"}),
         "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
         "spread / 4": (claimed(C9, spread=lambda a, b: (a ** 2 + b ** 2) / 4), {"variance"}),
         "smoothness 1/4": (claimed(C9, smoothness=sp.Rational(1, 4)),
                            {"constant", "search", "tight-k2"}),
+        "c₂ with 1153": (claimed(C9, **{"k2-sup": (39 + 55 * sp.sqrt(33)) / 1153}),
+                         {"tight-k2"}),
+        "measured sup + 1e-5": (patched(f"oodcalc.claims.{C9}", "measured_sup", lambda f: (
+            lambda: {k: v + 1e-5 for k, v in f().items()})), {"search"}),
         "rest squares R·y": (claimed(C9, **{"rest-squares": lambda G, R, y: G + R * y}),
                              {"rest-squares"}),
         "mean gap 2u²": (claimed(C9, **{"mean-gap": lambda u: 2 * u ** 2}),
