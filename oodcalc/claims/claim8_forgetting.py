@@ -226,7 +226,8 @@ def derive_criterion(claimed: dict = CLAIMED):
            "and the term is λ(z_n − z_min)·a_n·(a_n − θ), each factor ≥ 0. sympy checks the "
            "certificate (U = Σ_n (c_n − τ)Λ_n ≥ 0, λ ≥ 0, w − z_min ≥ 0, Δ = Σ_n Λ_n > 0):",
            eq(sp.Symbol("D_k - c_min Delta"), certificate.xreplace(
-               {U: sp.Symbol("Sigma_n (c_n - tau) Lambda_n"), L: sp.Symbol("lambda"),
+               {U: sp.Sum((sp.IndexedBase("c")[n] - sp.Symbol("tau")) * Lam[n], over),
+                L: sp.Symbol("lambda"),
                 d_w: sp.Symbol("w") - sp.Symbol("z_min"), Delta_c: sp.Symbol("Delta")})))
     r.check("min-bound", "D_k − c_minΔ = Σ_n(c_n − τ)Λ_n + λ(w − z_min)Δ (symbolic K; "
             "certificate with nonnegative coefficients, checked exactly), and for θ ≤ a_min "
