@@ -193,10 +193,22 @@ SYMBOLIC_MUTATIONS = {
         # the termwise bound behind "no hypothesis at T1" reads Λ_n from claim 2 and the
         # logits' order from claim 5: a wrong share or a reversed order fails it
         "share without a_k": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
-            **c, "grad-other": lambda ak, an, S, e: an * (an - S)}), {"termwise"}),
+            **c, "grad-other": lambda ak, an, S, e: an * (an - S)}), {"termwise", "min-bound"}),
+        "claim 2 share sign flipped": (patched(f"oodcalc.claims.{C2}", "CLAIMED", lambda c: {
+            **c, "grad-other": lambda ak, an, S, e: -an * (an + ak - S)}),
+            {"termwise", "min-bound"}),
+        # λ = ∂c_n/∂γ_n ÷ ∂z_n/∂γ_n turns negative when claim 5's logits are reversed
         "claim 5 logits reversed": (patched(f"oodcalc.claims.{C5}", "parallel_shift_entries",
                                             lambda f: lambda: (*f()[:4], -f()[4])),
                                     {"c-increasing"}),
+        "min-bound without λ(w − z_min)Δ": (claimed(C8, **{"min-bound": lambda U, L, d, D: U}),
+                                            {"min-bound"}),
+        "min-bound 2λ": (claimed(C8, **{"min-bound": lambda U, L, d, D: U + 2 * L * d * D}),
+                         {"min-bound"}),
+        # the numeric check must meet features where H fails (extreme α)
+        "H never fails": (patched("oodcalc.theory", "hypothesis_H",
+                                  lambda f: lambda z: np.ones(np.shape(z)[:-1], bool)),
+                          {"sufficient-at-T1"}),
     },
     "8d": {
         "gap sign": (claimed(C8, **{"bt-gap-sign": "negative"}), {"own-logit-largest"}),
@@ -222,14 +234,19 @@ SYMBOLIC_MUTATIONS = {
                         {"descends"}),
     },
     "9b": {
+        # the weights no longer sum to σ: the derived expansion misses the Hessian's form
         "dropped a_k": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S),
-                        {"hessian", "weights-sum"}),
+                        {"hessian", "weights-sum", "quadratic-form"}),
         "factor 2 lost": (claimed(C9, variance=lambda vv, wv, av, sig: vv - av * wv
                                   + sig * av ** 2), {"quadratic-form"}),
         "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
         "spread / 4": (claimed(C9, spread=lambda a, b: (a ** 2 + b ** 2) / 4), {"variance"}),
         "smoothness 1/4": (claimed(C9, smoothness=sp.Rational(1, 4)),
                            {"constant", "search", "tight-k2"}),
+        "c₂ with 1153": (claimed(C9, **{"k2-sup": (39 + 55 * sp.sqrt(33)) / 1153}),
+                         {"tight-k2"}),
+        "measured sup + 1e-5": (patched(f"oodcalc.claims.{C9}", "measured_sup", lambda f: (
+            lambda: {k: v + 1e-5 for k, v in f().items()})), {"search"}),
         "rest squares R·y": (claimed(C9, **{"rest-squares": lambda G, R, y: G + R * y}),
                              {"rest-squares"}),
         "mean gap 2u²": (claimed(C9, **{"mean-gap": lambda u: 2 * u ** 2}),

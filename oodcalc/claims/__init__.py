@@ -126,7 +126,8 @@ CLAIMS: tuple[Claim, ...] = (
           "at T1 the source column is symmetric: ∂e_k/∂z_nk = g > 0 for every n ≠ k and "
           "−(K−1)g on the diagonal; the step moves it by γ_k²Δ and −γ_kγ_nΛ_n; and "
           "D_k = Σ c_nΛ_n ≥ c_min·Δ at T1, since c_n = −γ_kγ_n − (K−1)γ_k² increases with the "
-          "OOD logit and each (c_n − τ)Λ_n is a positive multiple of t(e^t − 1) ≥ 0",
+          "OOD logit, each (c_n − τ)Λ_n is a positive multiple of t(e^t − 1) ≥ 0, and "
+          "D_k − c_minΔ = Σ(c_n − τ)Λ_n + λ(w − z_min)Δ (a certificate)",
           _M + "claim8_forgetting", "derive_criterion", "check_criterion"),
     Claim("8d", "backward-transfer", "Backward-transfer threshold, any K",
           "Any K: with m1 = argmin_{m≠k} γ_kγ_m, −γ_kγ_m1 < γ_k² makes L_{v_k} fall "

@@ -264,7 +264,9 @@ def certify_nonnegative(expr: sp.Expr, certificate: sp.Expr, meaning: dict,
     quantity known to be ≥ 0, ``meaning[u]`` its expression) whose coefficients are all
     nonnegative, and which equals ``expr`` once every ``u`` is replaced by its meaning
     (decided exactly by :func:`is_zero`). Both parts can fail: a wrong certificate, or one
-    with a negative coefficient."""
+    with a negative coefficient. The hypotheses that each ``meaning[u]`` is ≥ 0 are not
+    checked here: they are asserted only in the calling check's text (and derived, where
+    they are, by other checks)."""
     if not coefficients_nonnegative(certificate, list(meaning), strict):
         return False
     return is_zero(sp.expand(expr - certificate.xreplace(meaning)))

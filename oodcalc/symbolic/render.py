@@ -24,7 +24,7 @@ FORMATS = ("text", "markdown", "latex")
 # are translated word by word: Greek and operator names get their command, any other word
 # of two or more letters is upright text, "!=" is ≠ and "^T" the transpose.
 _GREEK_WORDS = ("alpha", "beta", "gamma", "delta", "Delta", "epsilon", "eta", "theta",
-                "Lambda", "lambda", "sigma", "ell", "nabla", "partial")
+                "Lambda", "lambda", "sigma", "tau", "mu", "ell", "nabla", "partial")
 _OPERATORS = ("max", "min", "log", "exp")
 _WORD_LATEX = {**{w: "\\" + w for w in _GREEK_WORDS + _OPERATORS}, "Sigma": r"\sum"}
 _PIECES_LATEX = (("∂", r"\partial "), ("!=", r"\neq "), ("^T", r"^{\mathsf T}"),
