@@ -101,6 +101,7 @@ def test_the_rows_follow_the_figures_settings(monkeypatch):
     ["losses", "--gamma", "1,-0.9"],
     ["weights", "--theta", "pi/4", "--K", "3"],
     ["ood-vs-theta", "--K", "3"],
+    ["forgetting-curve", "--gamma", "1,-0.9", "--ft-steps", "500"],
 ])
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_plot_writes_the_named_format(tmp_path, capsys, args, suffix):
@@ -115,6 +116,10 @@ def test_plot_writes_the_named_format(tmp_path, capsys, args, suffix):
     (["losses", "--gamma", "1,-0.9", "-o", "{tmp}/missing/f.png"], "does not exist"),
     (["losses", "-o", "{tmp}/f.png"], "geometry"),
     (["ood-vs-theta", "--K", "1", "-o", "{tmp}/f.png"], "--K"),
+    (["forgetting-curve", "--gamma", "1,-0.9", "--ft-steps", "-3", "-o", "{tmp}/f.png"],
+     "--ft-steps"),
+    (["forgetting-curve", "--gamma", "1,-0.9", "--ft-steps", "9", "--eps-ft", "0.1",
+      "-o", "{tmp}/f.png"], "--eps-ft"),
 ])
 def test_plot_bad_input(tmp_path, capsys, args, fragment):
     assert main(["plot", *[a.format(tmp=tmp_path) for a in args]]) == 2
