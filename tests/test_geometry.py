@@ -121,3 +121,21 @@ class Exploit:
 def test_missing_file(tmp_path):
     with pytest.raises(oc.InputError, match="no such file"):
         oc.from_files(tmp_path / "nope.npy", tmp_path / "nope.npy")
+
+
+def test_a_known_diagonal_M_is_bit_for_bit_the_product():
+    """M built from the constructor's diagonal equals VᵀU exactly, signed zeros included."""
+    def same(a, b):
+        return np.array_equal(a, b) and np.array_equal(np.signbit(a), np.signbit(b))
+    rng = np.random.default_rng(3)
+    geometries = [oc.parallel_shift(g, d=d) for g, d in (
+        ([1, -0.9], None), ([0.0, -0.0, 1, -1], None), ([-0.0, 0.5], 7), ([-1, -1, -1], None),
+        (rng.uniform(-1, 1, 64), None), (rng.choice([-1.0, -0.0, 0.0, 1.0, -0.5], 40), 90))]
+    geometries += [oc.rotation(t, K) for t, K in ((0.5, 3), (math.pi, 4), (math.pi / 2, 3),
+                                                  (-2 * math.pi / 3, 5), (2 * math.pi, 2))]
+    geometries += [oc.orthogonal(3), oc.orthogonal(4, d=11)]
+    for g in geometries:
+        assert g.known_diagonal is not None
+        assert same(g.M, g.V.T @ g.U), (g.kind, g.params)
+    files = oc.from_arrays(np.eye(3), np.eye(3)[:, ::-1])    # not known: the product
+    assert files.known_diagonal is None and same(files.M, files.V.T @ files.U)
