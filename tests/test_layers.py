@@ -155,6 +155,46 @@ def test_every_import_of_oodcalc_names_a_module_that_exists():
     assert dangling == [], dangling
 
 
+#: Import names a distribution brings besides its own (numba loads llvmlite itself).
+_IMPORT_NAMES = {"dask": {"dask", "distributed"}, "numba": {"numba", "llvmlite"}}
+
+
+def _declared_imports() -> tuple[set[str], set[str]]:
+    """The top-level import names of pyproject's core dependencies and of its extras."""
+    import re
+    import tomllib
+    project = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["project"]
+
+    def names(requirements):
+        out = set()
+        for requirement in requirements:
+            distribution = re.match(r"[A-Za-z0-9_.-]+", requirement).group().lower()
+            out |= _IMPORT_NAMES.get(distribution, {distribution.replace("-", "_")})
+        return out
+    extras = [r for group in project["optional-dependencies"].values() for r in group]
+    return names(project["dependencies"]), names(extras)
+
+
+def test_every_third_party_import_is_a_declared_dependency():
+    """An import of a package pyproject does not declare (scipy in a claim's measurement)
+    fails only on the plain install, where nothing brought it in by chance."""
+    core, extras = _declared_imports()
+    undeclared = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            undeclared += [f"{name}: {top}" for top in tops
+                           if top not in sys.stdlib_module_names and top != "oodcalc"
+                           and top not in core | extras]
+    assert undeclared == [], undeclared
+    assert {"numpy", "sympy", "mpmath", "typer", "rich"} <= core and "scipy" not in core
+
+
 def test_every_module_has_a_layer():
     unplaced = []
     for name in modules():

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 import sympy as sp
 
@@ -77,6 +78,16 @@ def test_nonnegativity_certificates_can_fail():
     assert simplex_nonnegative(2 - (2 * b + a - S), [a, b, r], {Q: 2})
     assert not simplex_nonnegative(1 - (2 * b + a - S), [a, b, r], {Q: 2})
     assert not simplex_nonnegative(a * b - sp.Rational(1, 5), [a, b, r])
+
+
+def test_the_measurement_s_nelder_mead_finds_known_minima():
+    """9b's measured sup rests on this search: it must find a curved valley's floor and a
+    shifted quadratic's, and report the value at the point (not the start)."""
+    from oodcalc.claims.claim9_step_size import _nelder_mead
+    rosenbrock = lambda x: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2  # noqa: E731
+    assert _nelder_mead(rosenbrock, np.array([-1.2, 1.0])) < 1e-14
+    bowl = lambda x: float(((x - np.arange(4.0)) ** 2).sum()) + 3.0          # noqa: E731
+    assert abs(_nelder_mead(bowl, np.zeros(4)) - 3.0) < 1e-12
 
 
 def test_registry_lookup():
