@@ -161,8 +161,8 @@ def derive(claimed: dict = CLAIMED):
     r.step("K = 2, parallel shift M = diag(γ_1, γ_2). At T1 the source logits are "
            "Z₁ = αI − α(11ᵀ − I) (claim 3: β = −α/(K − 1) = −α), so the OOD logits are "
            "MᵀZ₁M (claim 5), and the margin of OOD column k, m_k = z_kk − z_nk, starts at "
-           "αc_k:", eq(sp.Symbol("M^T Z_1 M"), ood),
-           eq(sp.Symbol("c_k"), c_k))
+           "αc_k:", eq(sp.Symbol("m_1(0)"), sp.factor(margins[0])),
+           eq(sp.Symbol("m_2(0)"), sp.factor(margins[1])), eq(sp.Symbol("c_k"), c_k))
     r.check("ood-margin", "m_k(0) = αγ_k(γ_k + γ_n) for both columns (symbolic γ, α)",
             EXPLICIT, is_zero(margins[0] - alpha * claimed["c"](g1, g2))
             and is_zero(margins[1] - alpha * claimed["c"](g2, g1)), ks=(2,), decisive=True)
@@ -303,10 +303,11 @@ def derive(claimed: dict = CLAIMED):
     r.step("Since h > 0 and T(m) is finite for every finite m, the lower bound "
            "T(m_t) ≥ T(m_0) + t forces m_k(t) → ∞. The source margin moves with it at the rate "
            "c_k/2, so it tends to +∞ (c_k > 0), −∞ (c_k < 0) or stays at 2α (c_k = 0), and "
-           "f(+∞) = 0, f(−∞) = 1. The limits of F_k, with f(2α) the source error at T1:",
+           "f(+∞) = 0, f(−∞) = 1. The limits of F_k (F_k^+ for c_k > 0, F_k^− for c_k < 0), "
+           "with f(2α) the source error at T1:",
            eq(sp.Derivative(sp.Symbol("s_k"), sp.Symbol("m_k")), slope),
-           eq(sp.Limit(sp.Symbol("F_k"), sp.Symbol("t"), sp.oo), sp.Piecewise(
-               (lim_p, sp.Symbol("c_k") > 0), (lim_n, sp.Symbol("c_k") < 0), (0, True))))
+           eq(sp.Limit(sp.Symbol("F_k^+"), sp.Symbol("t"), sp.oo), lim_p),
+           eq(sp.Limit(sp.Symbol("F_k^-"), sp.Symbol("t"), sp.oo), lim_n))
     r.check("limits", "ds_k/dm_k = c_k/2; F_k → −f(2α)/2 (e_k → 0) for c_k > 0, "
             "F_k → (1 − f(2α))/2 (e_k → 1) for c_k < 0, and F_k ≡ 0 for c_k = 0", EXPLICIT,
             is_zero(slope - c_k / 2)
