@@ -241,7 +241,10 @@ SYMBOLIC_MUTATIONS = {
                               {"source-margin", "limits", "inverse", "dynamics"}),
         "limits swapped": (claimed(C8E, **{"limit-negative": lambda f2a: -f2a / 2}),
                            {"limits"}),
-        "exponent c/2": (claimed(C8E, **{"rate-exponent": lambda c: c / 2}), {"rate"}),
+        "exponent c/2": (claimed(C8E, **{"rate-exponent": lambda c: c / 2}),
+                         {"rate", "rate-measured"}),
+        "constant without 2": (claimed(C8E, **{"rate-constant": lambda a, c, eta: sp.exp(
+            a * (2 - c ** 2 / 2)) * (4 * eta) ** (c / 4)}), {"rate", "rate-measured"}),
         "c ≥ −1/8": (claimed(C8E, **{"c-range": (sp.Rational(-1, 8), 2)}), {"c-range"}),
     },
     "9a": {
