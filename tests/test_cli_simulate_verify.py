@@ -158,9 +158,9 @@ def test_verify_table_is_whole_at_80_columns_and_piped(capsys, monkeypatch, quic
 def test_verify_json_stays_clean_with_progress_on_stderr(capsys, quick_ledger):
     code, out, err = run(capsys, "verify", "--quick", "--claim", "8", "--json")
     data = json.loads(out)   # the whole of stdout is the JSON
-    assert code == 0 and [r["claim"] for r in data["rows"]] == ["8a", "8b", "8c", "8d"]
+    assert code == 0 and [r["claim"] for r in data["rows"]] == ["8a", "8b", "8c", "8d", "8e"]
     assert [line.split(" claim ")[0] for line in err.splitlines()] == \
-        [f"verify: {i}/4" for i in range(1, 5)]
+        [f"verify: {i}/5" for i in range(1, 6)]
 
 
 @pytest.mark.parametrize("width", [60, 80, 100, 120, 160])

@@ -71,6 +71,7 @@ C1, C2, C3, C4 = ("claim1_attention", "claim2_conservation", "claim3_convergence
                   "claim4_t1_growth")
 C5, C6, C7, C8, C9 = ("claim5_ood_weights", "claim6_failure_cases",
                       "claim7_finetune_projection", "claim8_forgetting", "claim9_step_size")
+C8E = "claim8e_long_finetuning"
 
 #: claim id → {mutation name: (apply, checks that must fail)}
 SYMBOLIC_MUTATIONS = {
@@ -226,6 +227,38 @@ SYMBOLIC_MUTATIONS = {
         "verdicts swapped": (patched("oodcalc.theory", "forgetting_regimes",
                                      lambda f: lambda g: swapped_regimes(f(g))), {"dynamics"}),
     },
+    "8e": {
+        # the three the claim names: a wrong factor in the recurrence, a dropped term in
+        # T(m), a flipped sign of c_k
+        "step 2x": (claimed(C8E, step=lambda m, eta: 4 * eta * sp.exp(m) / (1 + sp.exp(m)) ** 3),
+                    {"recurrence", "flow-time", "dynamics"}),
+        "T(m) without 3m": (claimed(C8E, **{"flow-time": lambda m, eta: (
+            -sp.exp(-m) + 3 * sp.exp(m) + sp.exp(2 * m) / 2) / (2 * eta)}),
+            {"flow-time", "clock-series", "dynamics"}),
+        "c_k sign flipped": (claimed(C8E, c=lambda gk, gn: gk * (gk - gn)),
+                             {"ood-margin", "source-margin", "limits", "dynamics"}),
+        "e_k = 1/(1 + e^m)": (claimed(C8E, error=lambda m: 1 / (1 + sp.exp(m))), {"error"}),
+        "step sign flipped": (claimed(C8E, step=lambda m, eta: -2 * eta * sp.exp(m)
+                                      / (1 + sp.exp(m)) ** 3), {"recurrence", "step-positive"}),
+        "order 1/(2η)": (claimed(C8E, **{"flow-order": lambda eta: 1 / (2 * eta)}),
+                         {"flow-order"}),
+        "series −2(−1)^n": (claimed(C8E, **{"series-coefficient": lambda u, n: 3 * u ** 2
+                                            + 2 ** (n - 1) * u ** 3 - 2 * (-1) ** n}),
+                            {"clock-series", "clock-lower"}),
+        "slope φ/2": (claimed(C8E, **{"bracket-slope": lambda x: (sp.exp(2 * x) - 1 - 2 * x)
+                                      / (2 * x ** 2)}), {"clock-upper"}),
+        "peak 1/4": (claimed(C8E, peak=sp.Rational(1, 4)), {"clock-upper"}),
+        "source margin c_k": (claimed(C8E, **{"source-margin": lambda a, c, m, m0: 2 * a
+                                              + c * (m - m0)}),
+                              {"source-margin", "limits", "inverse", "dynamics"}),
+        "limits swapped": (claimed(C8E, **{"limit-negative": lambda f2a: -f2a / 2}),
+                           {"limits"}),
+        "exponent c/2": (claimed(C8E, **{"rate-exponent": lambda c: c / 2}),
+                         {"rate", "rate-measured"}),
+        "constant without 2": (claimed(C8E, **{"rate-constant": lambda a, c, eta: sp.exp(
+            a * (2 - c ** 2 / 2)) * (4 * eta) ** (c / 4)}), {"rate", "rate-measured"}),
+        "c ≥ −1/8": (claimed(C8E, **{"c-range": (sp.Rational(-1, 8), 2)}), {"c-range"}),
+    },
     "9a": {
         "K − 1 → K": (claimed(C9, **{"paper-bound": lambda a, K, gk, gn: sp.exp(
             a * gk * gn / K)}), {"value"}),
@@ -324,6 +357,8 @@ NUMERIC_MUTATIONS = {
     "8c": (numeric(C8, first_step_D=lambda g, z: -theory.first_step_D(g, z)), ("population",)),
     "8d": (numeric(C8, forgetting_regimes=lambda g: swapped_regimes(theory.forgetting_regimes(g))),
            ("population",)),
+    "8e": (numeric(C8E, step=lambda m, eta: 2 * np.asarray(
+        importlib.import_module(f"oodcalc.claims.{C8E}").step_np(m, eta))), ("population",)),
     "9a": (numeric(C9, step_size_bounds=lambda z: 1.05 * theory.step_size_bounds(z)),
            ("population", "prompts")),
     "9b": (numeric(C9, smoothness=0.2), ("population",)),
@@ -338,6 +373,13 @@ NUMERIC_PART_MUTATIONS = {
         1 + 1e-6, theory.symmetric_logits))),
     "5: OOD errors off": ("5", numeric(C5, ood_errors=_times(1 + 1e-6, theory.ood_errors))),
     "6: no case flagged": ("6", numeric(C6, corollary_cases=lambda M: [None] * M.shape[1])),
+    # 8e: a dropped term in T(m) (the flow clock leaves its bracket), a flipped sign of c_k
+    # (the source margins and F_k = 0 at c_k = 0 fail), the limits exchanged
+    "8e: T(m) without 3m": ("8e", numeric(C8E, flow_time=lambda m, eta: (
+        -np.exp(-np.asarray(m)) + 3 * np.exp(m) + np.exp(2 * np.asarray(m)) / 2) / (2 * eta))),
+    "8e: c_k sign flipped": ("8e", numeric(C8E, c=lambda gk, gn: gk * (gk - gn))),
+    "8e: limits exchanged": ("8e", numeric(C8E, limit=lambda c, f2a: np.where(
+        c < 0, -f2a / 2, np.where(c > 0, (1 - f2a) / 2, 0.0)))),
 }
 
 

@@ -91,7 +91,7 @@ def test_the_measurement_s_nelder_mead_finds_known_minima():
 
 
 def test_registry_lookup():
-    assert [c.id for c in get_claims("8")] == ["8a", "8b", "8c", "8d"]
+    assert [c.id for c in get_claims("8")] == ["8a", "8b", "8c", "8d", "8e"]
     assert get_claim("8b").key == "forgetting-paper-k3" and get_claim("conservation").id == "2"
     with pytest.raises(InputError):
         get_claim("8")                     # names several parts

@@ -139,6 +139,18 @@ CLAIMS: tuple[Claim, ...] = (
           "Λ_n ≥ a_n² > 0, every source margin grows by (η/K)(γ_k²Δ + γ_kγ_nΛ_n) > 0, and e_k "
           "falls with every margin",
           _M + "claim8_forgetting", "derive_backward_transfer", "check_backward_transfer"),
+    Claim("8e", "long-finetuning", "Long fine-tuning, K = 2",
+          "K = 2, fine-tuning for t steps without the stopping rule: each OOD margin follows "
+          "m ← m + 2ηe^m/(1 + e^m)³ (flow time T(m) = [−e^{−m} + 3m + 3e^m + e^{2m}/2]/(2η), "
+          "m_t = ½ln(4ηt) + o(1)); F_k(t) = [f(s_k(t)) − f(2α)]/2 with s_k = 2α + "
+          "(c_k/2)(m_k(t) − m_k(0)), c_k = γ_k(γ_k + γ_n), f(s) = (1 + e^s)^{−2}: F_k → "
+          "−f(2α)/2 (c_k > 0), (1 − f(2α))/2 (c_k < 0), 0 (c_k = 0); 1 − e_k ~ "
+          "2e^{α(2 − c_k²/2)}(4ηt)^{c_k/4} for c_k < 0, c_k/4 ∈ [−1/16, 0).",
+          "K = 2",
+          "the OOD margin's recurrence and its flow time in closed form; the discrete clock "
+          "T(m_t) − T(m_0) lies in [t, t + φ(H)(m_t − m_0)] for m_0 ≥ −ln 2 (power-series "
+          "certificates); the source margin is 2α + (c_k/2)(m_k(t) − m_k(0)) at every step",
+          _M + "claim8e_long_finetuning"),
     Claim("9a", "step-size", "Fine-tuning step size (paper)",
           "η <= min_{n≠k} exp(−β_{u_n,u_k}^(T1)) suffices for fine-tuning.",
           "rests on the paper",
