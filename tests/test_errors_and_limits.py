@@ -241,9 +241,9 @@ def test_unwritable_directory_refused_before_work(places, capsys, monkeypatch, n
     """Root writes anywhere, so the permission check is simulated: access() says no."""
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if "readonly" in str(p)
-                        else real(p, mode))
+                        and mode & os.W_OK else real(p, mode))
     code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", places / "readonly/a.csv")
-    assert code == 2 and "permission denied" in one_line(err)
+    assert code == 2 and "the directory is read-only" in one_line(err)
 
 
 def test_device_is_refused_and_stays_a_device(tmp_path, capsys, no_engines):
@@ -551,3 +551,47 @@ def test_large_json_and_npy_feature_files_are_refused_by_size_before_reading(
     code, _, err = run(capsys, "predict", "--features", npy, "--ood", npy)
     assert code == 2
     assert one_line(err).startswith("oodcalc: error: --features: got 11000 features; ")
+
+
+def _read_only(monkeypatch, directory):
+    """``directory`` made read-only (mode 555); root writes anyway, so access() says no."""
+    directory.chmod(0o555)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if
+                        os.path.abspath(p) == str(directory) and mode & os.W_OK
+                        else real(p, mode))
+
+
+@pytest.mark.parametrize("command", OUTPUTS)
+def test_read_only_working_directory_is_called_read_only(command, tmp_path, capsys,
+                                                         monkeypatch, no_engines):
+    """It was reported as "permission denied"."""
+    work = tmp_path / "work"
+    work.mkdir()
+    _read_only(monkeypatch, work)
+    monkeypatch.chdir(work)
+    args, suffix = OUTPUTS[command]
+    try:
+        code, _, err = run(capsys, *args, "out" + suffix)
+    finally:
+        work.chmod(0o755)
+    line = one_line(err)
+    assert code == 2 and line.startswith("oodcalc: error: --output: got 'out")
+    assert line.endswith(f"cannot create a file in the working directory {work}: the "
+                         "directory is read-only (no write permission)"), line
+    assert "permission denied" not in line and list(work.iterdir()) == []
+
+
+def test_read_only_file_system_and_unenterable_directory_are_told_apart(tmp_path,
+                                                                       monkeypatch):
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+    monkeypatch.setattr(os, "statvfs", lambda p: ReadOnly())
+    with pytest.raises(io.InputError, match="read-only file system"):
+        io.check_output(tmp_path / "a.csv")
+    monkeypatch.undo()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path)
+                        else real(p, mode))
+    with pytest.raises(io.InputError, match="permission denied"):
+        io.check_output(tmp_path / "a.csv")
