@@ -595,3 +595,44 @@ def test_read_only_file_system_and_unenterable_directory_are_told_apart(tmp_path
                         else real(p, mode))
     with pytest.raises(io.InputError, match="permission denied"):
         io.check_output(tmp_path / "a.csv")
+
+
+@pytest.mark.parametrize("where", ["XDG_CACHE_HOME is a file", "HOME is read-only"])
+def test_plot_prints_no_matplotlib_cache_warning(where, tmp_path):
+    """matplotlib printed two lines ("mkdir -p failed ...", "Matplotlib created a temporary
+    cache directory ...") when its default directories could not be used."""
+    pytest.importorskip("matplotlib")
+    blocker = tmp_path / "afile"
+    blocker.write_text("a file")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    env["TMPDIR"] = str(tmp_path)
+    if where.startswith("XDG"):
+        env["XDG_CACHE_HOME"] = str(blocker)
+    else:     # root writes into a mode-555 HOME: a HOME under a file cannot be used either
+        env["HOME"] = str(blocker / "home")
+    for _ in range(2):      # the second run reuses oodcalc's directory
+        done = subprocess.run([sys.executable, "-m", "oodcalc", "plot", "losses", "--gamma",
+                               "1,-0.9", "-o", tmp_path / "l.png"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "l.png").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["afile", "l.png", f"oodcalc-matplotlib-{os.getuid()}"]
+
+
+def test_matplotlib_directory_the_user_set_is_kept(tmp_path, monkeypatch):
+    from oodcalc import plots
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "afile"))
+    (tmp_path / "afile").write_text("")
+    plots._usable_matplotlib_dirs()
+    assert os.environ["MPLCONFIGDIR"] == str(tmp_path / "mine")
+    monkeypatch.delenv("MPLCONFIGDIR")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    plots._usable_matplotlib_dirs()
+    assert os.environ["MPLCONFIGDIR"] == str(tmp_path / f"oodcalc-matplotlib-{os.getuid()}")
+    assert not plots._can_hold(str(tmp_path / "afile" / "matplotlib"))
+    assert plots._can_hold(str(tmp_path / "new" / "deeper"))
