@@ -636,3 +636,24 @@ def test_matplotlib_directory_the_user_set_is_kept(tmp_path, monkeypatch):
     assert os.environ["MPLCONFIGDIR"] == str(tmp_path / f"oodcalc-matplotlib-{os.getuid()}")
     assert not plots._can_hold(str(tmp_path / "afile" / "matplotlib"))
     assert plots._can_hold(str(tmp_path / "new" / "deeper"))
+
+
+def test_reproduce_with_a_coarse_step_warns_as_predict_does(capsys):
+    """reproduce --eta 1000 gave no coarse-η warning (predict gives one), and its note said
+    "0.0024 is consistent with 0.0000000 truncated to 4 decimals"."""
+    code, out, err = run(capsys, "reproduce", "--eta", "100", "-f", "json")
+    lines = err.strip().splitlines()
+    assert code == 0 and [line[:30] for line in lines] == [
+        "oodcalc: warning: K = 4: --eta", "oodcalc: warning: K = 2: --eta"], err
+    rows = {r["experiment"]: r for t in json.loads(out)["tables"].values() for r in t}
+    note = rows["θ = 0"]["note"]
+    assert "consistent with" not in note and "0.0000" not in note
+    assert "ours is 5.53e-06, which the paper's 0.0024 is not" in note and "overshot" in note
+    assert rows["θ = 0"]["warnings"] == [lines[0].removeprefix("oodcalc: warning: ")]
+    assert "so fine-tuning runs no step: F = 0" in rows["γ2 = +0.95"]["note"]
+    assert "> ε" not in rows["γ2 = +0.95"]["note"]
+    code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--eta", "100")
+    assert code == 0 and err.strip() == "oodcalc: warning: " + lines[1].split(": ", 3)[3]
+    code, out, err = run(capsys, "reproduce", "-f", "json")   # the default step: no warning
+    assert code == 0 and err == "" and '"warnings"' not in out
+    assert "consistent with 0.0024992 truncated to 4 decimals" in out
