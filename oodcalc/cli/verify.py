@@ -76,7 +76,7 @@ def fitting_table(ledger, console):
     from rich.measure import Measurement
     from rich.text import Text
 
-    from .console import breaks
+    from ..console import breaks
 
     unbounded = console.options.update_width(10**6)
 
@@ -101,12 +101,12 @@ def fitting_table(ledger, console):
 def render(ledger, details: bool, console=None) -> None:
     """The ledger for a human: the table, then tolerances, points by N and findings.
 
-    The console is the project's (:func:`~oodcalc.cli.console.make_console`): a terminal's
+    The console is the project's (:func:`~oodcalc.console.make_console`): a terminal's
     width, ``$COLUMNS``, or wide and never wrapped when piped. The table has one line per
     row when that fits the width, else it stacks cells (:func:`fitting_table`): at 80
     columns nothing is cut off."""
     from ..verify import EXACT_TOL, K_SIGMA, MAIN, OOD_SETTING
-    from .console import make_console, say
+    from ..console import make_console, say
 
     console = console or make_console()
     b = ledger.budget
