@@ -67,19 +67,28 @@ def _check_text(path: str | Path, option: str, thing: str = "file") -> str:
 
 
 def _probe(directory: Path, option: str, shown: object) -> None:
-    """Fail unless files can be created in ``directory`` (permissions, a read-only file
-    system), without creating anything."""
-    reason = None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        reason = "permission denied"
-    else:
-        try:
-            if os.statvfs(directory).f_flag & os.ST_RDONLY:
-                reason = "read-only file system"
-        except (OSError, AttributeError):
-            pass
+    """Fail unless files can be created in ``directory`` (a read-only file system, a
+    directory without write permission, one that cannot be entered), without creating
+    anything."""
+    reason = _unwritable(directory)
     if reason is not None:
-        raise _refuse(option, shown, f"cannot create a file in {directory} ({reason})")
+        where = os.path.abspath(directory)
+        place = "the working directory " + where if where == os.getcwd() else where
+        raise _refuse(option, shown, f"cannot create a file in {place}: {reason}")
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why files cannot be created in ``directory``, in words (None if they can)."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "it is on a read-only file system"
+    except (OSError, AttributeError):
+        pass
+    if os.access(directory, os.W_OK | os.X_OK):
+        return None
+    if not os.access(directory, os.X_OK):
+        return "permission denied (the directory cannot be entered)"
+    return "the directory is read-only (no write permission)"
 
 
 def check_output(path: str | Path, option: str = "--output", *,

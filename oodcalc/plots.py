@@ -4,6 +4,8 @@ Figure; :func:`save` writes it atomically in the format its file extension names
 from __future__ import annotations
 
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,6 +25,8 @@ FORMATS = (".png", ".svg", ".pdf")
 
 
 def _pyplot():
+    if "matplotlib" not in sys.modules:
+        _usable_matplotlib_dirs()
     try:
         import matplotlib
     except ImportError:
@@ -31,6 +35,67 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+#: Environment variable matplotlib reads its configuration and cache directory from.
+MPLCONFIGDIR = "MPLCONFIGDIR"
+
+
+def _usable_matplotlib_dirs() -> None:
+    """Before matplotlib is imported: when its default configuration or cache directory
+    cannot be used (``XDG_CACHE_HOME`` a file, ``HOME`` read-only...), point
+    ``MPLCONFIGDIR`` at a private directory of oodcalc's in the temporary directory, so
+    that matplotlib neither prints its two warning lines nor makes a new temporary
+    directory on every run. An ``MPLCONFIGDIR`` the user set is left alone."""
+    if os.environ.get(MPLCONFIGDIR):
+        return
+    home = os.path.expanduser("~")
+    defaults = (os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"),
+                os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"))
+    if all(_can_hold(os.path.join(base, "matplotlib")) for base in defaults):
+        return
+    private = _private_directory()
+    if private is not None:
+        os.environ[MPLCONFIGDIR] = private
+
+
+def _can_hold(path: str) -> bool:
+    """``path`` is a writable directory, or ``mkdir -p`` could make it one (nothing is
+    created here)."""
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
+def _private_directory() -> str | None:
+    """``$TMPDIR/oodcalc-matplotlib-UID`` (mode 700, reused: matplotlib's font cache
+    lives there), or a fresh temporary directory removed at exit when that name is taken
+    by something that is not this user's private directory."""
+    import atexit
+    import shutil
+    import stat
+    import tempfile
+    path = os.path.join(tempfile.gettempdir(), f"oodcalc-matplotlib-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() \
+                and not st.st_mode & 0o077 and os.access(path, os.W_OK | os.X_OK):
+            return path
+        fresh = tempfile.mkdtemp(prefix="oodcalc-matplotlib-")
+    except OSError:
+        return None
+    atexit.register(shutil.rmtree, fresh, ignore_errors=True)
+    return fresh
 
 
 def check_output(path: str | Path, option: str = "--output") -> Path:

@@ -241,9 +241,9 @@ def test_unwritable_directory_refused_before_work(places, capsys, monkeypatch, n
     """Root writes anywhere, so the permission check is simulated: access() says no."""
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if "readonly" in str(p)
-                        else real(p, mode))
+                        and mode & os.W_OK else real(p, mode))
     code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", places / "readonly/a.csv")
-    assert code == 2 and "permission denied" in one_line(err)
+    assert code == 2 and "the directory is read-only" in one_line(err)
 
 
 def test_device_is_refused_and_stays_a_device(tmp_path, capsys, no_engines):
@@ -551,3 +551,109 @@ def test_large_json_and_npy_feature_files_are_refused_by_size_before_reading(
     code, _, err = run(capsys, "predict", "--features", npy, "--ood", npy)
     assert code == 2
     assert one_line(err).startswith("oodcalc: error: --features: got 11000 features; ")
+
+
+def _read_only(monkeypatch, directory):
+    """``directory`` made read-only (mode 555); root writes anyway, so access() says no."""
+    directory.chmod(0o555)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if
+                        os.path.abspath(p) == str(directory) and mode & os.W_OK
+                        else real(p, mode))
+
+
+@pytest.mark.parametrize("command", OUTPUTS)
+def test_read_only_working_directory_is_called_read_only(command, tmp_path, capsys,
+                                                         monkeypatch, no_engines):
+    """It was reported as "permission denied"."""
+    work = tmp_path / "work"
+    work.mkdir()
+    _read_only(monkeypatch, work)
+    monkeypatch.chdir(work)
+    args, suffix = OUTPUTS[command]
+    try:
+        code, _, err = run(capsys, *args, "out" + suffix)
+    finally:
+        work.chmod(0o755)
+    line = one_line(err)
+    assert code == 2 and line.startswith("oodcalc: error: --output: got 'out")
+    assert line.endswith(f"cannot create a file in the working directory {work}: the "
+                         "directory is read-only (no write permission)"), line
+    assert "permission denied" not in line and list(work.iterdir()) == []
+
+
+def test_read_only_file_system_and_unenterable_directory_are_told_apart(tmp_path,
+                                                                       monkeypatch):
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+    monkeypatch.setattr(os, "statvfs", lambda p: ReadOnly())
+    with pytest.raises(io.InputError, match="read-only file system"):
+        io.check_output(tmp_path / "a.csv")
+    monkeypatch.undo()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path)
+                        else real(p, mode))
+    with pytest.raises(io.InputError, match="permission denied"):
+        io.check_output(tmp_path / "a.csv")
+
+
+@pytest.mark.parametrize("where", ["XDG_CACHE_HOME is a file", "HOME is read-only"])
+def test_plot_prints_no_matplotlib_cache_warning(where, tmp_path):
+    """matplotlib printed two lines ("mkdir -p failed ...", "Matplotlib created a temporary
+    cache directory ...") when its default directories could not be used."""
+    pytest.importorskip("matplotlib")
+    blocker = tmp_path / "afile"
+    blocker.write_text("a file")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    env["TMPDIR"] = str(tmp_path)
+    if where.startswith("XDG"):
+        env["XDG_CACHE_HOME"] = str(blocker)
+    else:     # root writes into a mode-555 HOME: a HOME under a file cannot be used either
+        env["HOME"] = str(blocker / "home")
+    for _ in range(2):      # the second run reuses oodcalc's directory
+        done = subprocess.run([sys.executable, "-m", "oodcalc", "plot", "losses", "--gamma",
+                               "1,-0.9", "-o", tmp_path / "l.png"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "l.png").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["afile", "l.png", f"oodcalc-matplotlib-{os.getuid()}"]
+
+
+def test_matplotlib_directory_the_user_set_is_kept(tmp_path, monkeypatch):
+    from oodcalc import plots
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "afile"))
+    (tmp_path / "afile").write_text("")
+    plots._usable_matplotlib_dirs()
+    assert os.environ["MPLCONFIGDIR"] == str(tmp_path / "mine")
+    monkeypatch.delenv("MPLCONFIGDIR")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    plots._usable_matplotlib_dirs()
+    assert os.environ["MPLCONFIGDIR"] == str(tmp_path / f"oodcalc-matplotlib-{os.getuid()}")
+    assert not plots._can_hold(str(tmp_path / "afile" / "matplotlib"))
+    assert plots._can_hold(str(tmp_path / "new" / "deeper"))
+
+
+def test_reproduce_with_a_coarse_step_warns_as_predict_does(capsys):
+    """reproduce --eta 1000 gave no coarse-η warning (predict gives one), and its note said
+    "0.0024 is consistent with 0.0000000 truncated to 4 decimals"."""
+    code, out, err = run(capsys, "reproduce", "--eta", "100", "-f", "json")
+    lines = err.strip().splitlines()
+    assert code == 0 and [line[:30] for line in lines] == [
+        "oodcalc: warning: K = 4: --eta", "oodcalc: warning: K = 2: --eta"], err
+    rows = {r["experiment"]: r for t in json.loads(out)["tables"].values() for r in t}
+    note = rows["θ = 0"]["note"]
+    assert "consistent with" not in note and "0.0000" not in note
+    assert "ours is 5.53e-06, which the paper's 0.0024 is not" in note and "overshot" in note
+    assert rows["θ = 0"]["warnings"] == [lines[0].removeprefix("oodcalc: warning: ")]
+    assert "so fine-tuning runs no step: F = 0" in rows["γ2 = +0.95"]["note"]
+    assert "> ε" not in rows["γ2 = +0.95"]["note"]
+    code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--eta", "100")
+    assert code == 0 and err.strip() == "oodcalc: warning: " + lines[1].split(": ", 3)[3]
+    code, out, err = run(capsys, "reproduce", "-f", "json")   # the default step: no warning
+    assert code == 0 and err == "" and '"warnings"' not in out
+    assert "consistent with 0.0024992 truncated to 4 decimals" in out

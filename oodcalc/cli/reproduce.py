@@ -7,6 +7,7 @@ other experiments register a subcommand on ``reproduce_app``.
 from __future__ import annotations
 
 import json
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -60,6 +61,8 @@ def as_markdown(tables, protocol: Protocol) -> str:
                      q.figure.printed, q.figure.where, r.sign, r.magnitude, r.note]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
+    from ..experiments import warnings
+    lines += [f"Warning: {w}" for w in warnings(tables)] + [""] * bool(warnings(tables))
     return "\n".join(lines)
 
 
@@ -186,6 +189,7 @@ def synthetic(
     """The one-layer synthetic tables (K = 4, d = 8; K = 2 γ sweep) beside the paper's figures."""
     from .. import estimates, limits
     from ..experiments import reproduce as run
+    from ..experiments import warnings as warnings_of
     from ..io import write_text_atomic
 
     form = output_format_for(output, output_format)
@@ -197,12 +201,13 @@ def synthetic(
         estimates.reproduce_bytes(p.eps, p.eta, p.eta_ft, n_tokens),
         "the finite-prompt column (batches of 1024 prompts of N tokens)",
         [("--prompts", prompts, 0.0, "lower --prompts")])
-    if n_tokens is None:
-        tables = run(protocol, simulators(n_tokens, root_seed))
-    else:   # the slow column: progress on stderr (a bar, or a line per finished setting)
-        from .progress import count_progress
-        with count_progress("reproduce", lines=True) as progress:
-            tables = run(protocol, simulators(n_tokens, root_seed), progress=progress)
+    # progress on stderr: a bar on a terminal; piped, a line per finished setting for the
+    # slow finite-prompt column
+    from .progress import count_progress
+    with count_progress("reproduce", lines=n_tokens is not None) as progress:
+        tables = run(protocol, simulators(n_tokens, root_seed), progress=progress)
+    for warning in warnings_of(tables):      # as predict gives them
+        print(f"oodcalc: warning: {warning}", file=sys.stderr)
     if form is Format.table:
         show_tables(tables, protocol)
         return
