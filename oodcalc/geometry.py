@@ -429,7 +429,13 @@ def load_features(path: str | Path, name: str) -> np.ndarray:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 return np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
-        # json.loads holds about 30 bytes per byte of text (100 MB: 3.2 GB): refused first
+        # json.loads holds about 30 bytes per byte of text (100 MB: 3.2 GB, 66 s): refused
+        # by size first, then by memory where the cap is lower still
+        if info.st_size > limits.MAX_JSON_FEATURE_FILE:
+            raise InputError(name, text, f"the file has {limits.size(info.st_size)}; JSON "
+                             f"feature files are at most "
+                             f"{limits.size(limits.MAX_JSON_FEATURE_FILE)} (save a larger "
+                             "matrix as .npy or .csv)")
         limits.refuse_over_cap(JSON_BYTES_PER_BYTE * info.st_size, f"reading {text}",
                                [(name, text, 0.0, "use a smaller file (or .npy)")])
         return _json_matrix(json.loads(path.read_text(encoding="utf-8")), name, text)
@@ -480,21 +486,18 @@ def _json_matrix(data: Any, name: str, text: str) -> np.ndarray:
     accepted = "expected a JSON list of rows, each a list of numbers"
     if not isinstance(data, list) or not all(isinstance(row, list) for row in data):
         raise InputError(name, text, accepted)
-    rows = []
-    for row in data:
-        values = []
-        for x in row:
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
-                raise InputError(name, text, f"{accepted}; found {json.dumps(x)[:40]}")
-            try:
-                values.append(float(x))
-            except OverflowError:
-                raise InputError(name, text, f"{accepted}; found a number too large for "
-                                 "float64") from None
-        rows.append(values)
-    if len({len(r) for r in rows}) > 1:
+    if len({len(row) for row in data}) > 1:
         raise InputError(name, text, accepted + " of the same length")
-    return np.asarray(rows, dtype=np.float64)
+    # one pass over the types, not a Python call per number (bool is not an int here)
+    kinds = {type(x) for row in data for x in row}
+    if not kinds <= {int, float}:
+        bad = next(x for row in data for x in row if type(x) not in (int, float))
+        raise InputError(name, text, f"{accepted}; found {json.dumps(bad)[:40]}")
+    try:
+        return np.asarray(data, dtype=np.float64)
+    except OverflowError:
+        raise InputError(name, text, f"{accepted}; found a number too large for "
+                         "float64") from None
 
 
 def from_files(features: str | Path, ood: str | Path, d: int | None = None, *,

@@ -53,6 +53,10 @@ MAX_AXIS = MAX_ROWS
 MAX_DIGITS = 10_000
 #: Largest feature file read (bytes); a d × K matrix of K >= 2 features is far smaller.
 MAX_FEATURE_FILE = 1 << 30
+#: Largest JSON feature file (bytes). Python's parser holds ~40 bytes per byte and reads
+#: ~10 MB/s here, so 32 MiB (a 1,000 × 1,000 matrix at full precision) parses in seconds
+#: within 1.3 GB; a larger matrix belongs in a .npy, whose header gives its shape.
+MAX_JSON_FEATURE_FILE = 32 << 20
 
 #: Auto step caps never go past this many steps per phase.
 AUTO_STEP_LIMIT = 10**9

@@ -542,7 +542,13 @@ def test_large_json_and_npy_feature_files_are_refused_by_size_before_reading(
     with open(big, "w") as f:                     # 200 MB of text, sparse: nothing written
         f.truncate(200 << 20)
     code, _, err = run(capsys, "predict", "--features", big, "--ood", big)
+    assert code == 2 and "JSON feature files are at most 32 MiB" in one_line(err)
+    with open(big, "w") as f:                     # under the size cap, over a memory cap
+        f.truncate(20 << 20)
+    monkeypatch.setenv("OODCALC_MAX_MEMORY", "256M")
+    code, _, err = run(capsys, "predict", "--features", big, "--ood", big)
     assert code == 2 and "over the memory cap" in one_line(err)
+    monkeypatch.delenv("OODCALC_MAX_MEMORY")
     npy = tmp_path / "V.npy"
     with open(npy, "wb") as f:                    # the header of 11000 × 11000 float64
         np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False,
