@@ -72,3 +72,12 @@ def say(console, markup: str, indent: int = 0, style: str | None = None) -> None
         if i:
             line = Text(" " * indent) + line
         console.print(line, soft_wrap=True)
+
+
+def duration(seconds: float) -> str:
+    """``95 s``, ``12 min``, ``3.1 h``: a duration as a person reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.2g} h"

@@ -202,15 +202,17 @@ def _min_margin_diagonal(gamma: np.ndarray, alpha: float, beta: float) -> tuple[
 def finetune_log_steps(K: int, eps: float, eta_ft: float, *,
                        diagonal: np.ndarray | None = None,
                        M: np.ndarray | None = None,
-                       eps_ft: float | None = None) -> tuple[float, int, float]:
+                       eps_ft: float | None = None,
+                       alpha: float | None = None) -> tuple[float, int, float]:
     """Natural log of the estimated fine-tuning steps from the pretrained logits at the
     threshold α* (``Z^(T1)`` is within one GD step of them), before pretraining has run:
     ``(log steps, the slowest OOD column, its effective margin)``. ``eps`` is
     pretraining's (it sets α*), ``eps_ft`` fine-tuning's (default ``eps``).
 
     Give ``diagonal`` (``diag M`` when ``M = VᵀU`` is diagonal: parallel shifts,
-    rotations, orthogonal subspaces; no K × K array is formed) or ``M``."""
-    a = alpha_star(K, eps)
+    rotations, orthogonal subspaces; no K × K array is formed) or ``M``; ``alpha``, the
+    pretrained α where it is known (a coarse step passes α* by far), else α*."""
+    a = alpha_star(K, eps) if alpha is None else alpha
     b = -a / (K - 1)
     if diagonal is not None:
         margin, worst = _min_margin_diagonal(np.asarray(diagonal, dtype=np.float64), a, b)
@@ -230,6 +232,52 @@ def finetune_log_steps(K: int, eps: float, eta_ft: float, *,
 #: (measured on a 2-core Xeon; ``benchmarks/bench_predict.py``), for messages only.
 ENGINES = {"compiled": "per-column kernel (Numba)", "numpy": "K×K descent (NumPy)"}
 SECONDS_PER_UPDATE = {"compiled": 3.5e-9, "numpy": 3e-8}
+#: ... and the seconds each spends per step whatever K (NumPy's calls, predict's source
+#: view): what a small K costs (K = 2, 242,591 steps: 80 s at load 3)
+SECONDS_PER_STEP = {"compiled": 1e-7, "numpy": 2e-4}
+
+
+#: Seconds per step of the symmetric ray's scalar recurrence (pretraining, and fine-tuning
+#: when M = cI): measured 2–6 µs on a loaded 2-core machine; for messages only.
+SECONDS_PER_RAY_STEP = 3e-6
+
+
+def finetune_plan(K: int, protocol, *, diagonal: np.ndarray | None = None,
+                  M: np.ndarray | None = None, compiled_available: bool = False,
+                  alpha: float | None = None) -> tuple[float, str] | None:
+    """How ``predict`` will fine-tune: ``(log of its steps, engine)`` with ``engine`` a key
+    of :data:`ENGINES`, or ``None`` when it runs by the scalar recurrence (``M = cI``) or
+    nothing is known of M. The compiled engine applies to a diagonal M, when Numba is
+    there (``compiled_available``); ``alpha`` as for :func:`finetune_log_steps`."""
+    if diagonal is None and M is not None:
+        M = np.asarray(M)
+        if not (M - np.diag(np.diag(M))).any():
+            diagonal = np.diag(M)
+    if diagonal is None and M is None:
+        return None
+    if diagonal is not None and np.all(np.asarray(diagonal) == diagonal[0]):
+        return None
+    if protocol.ft_steps is not None:
+        log_t2 = math.log(protocol.ft_steps) if protocol.ft_steps else -math.inf
+    else:
+        log_t2 = finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal,
+                                    M=M, eps_ft=protocol.eps_ft, alpha=alpha)[0]
+    fast = diagonal is not None and compiled_available
+    return log_t2, "compiled" if fast else "numpy"
+
+
+def predict_seconds(K: int, protocol, plan: tuple[float, str] | None) -> float:
+    """Seconds ``predict`` will take, to the order of magnitude (for messages): pretraining
+    on the ray plus the fine-tuning ``plan`` (:func:`finetune_plan`) on its engine."""
+    steps = pretrain_steps(K, protocol.eps, protocol.eta)
+    if not protocol.auto_steps:                # an auto cap is raised to fit the run
+        steps = min(steps, float(protocol.max_steps))
+    seconds = steps * SECONDS_PER_RAY_STEP
+    if plan is None:
+        return 2 * seconds                     # fine-tuning on the ray too, at most as long
+    log_t2, engine = plan
+    return seconds + exp_steps(log_t2) * (SECONDS_PER_STEP[engine]
+                                          + K * K * SECONDS_PER_UPDATE[engine])
 
 
 def exp_steps(log_steps: float) -> float:

@@ -256,3 +256,14 @@ def warnings(tables: dict[str, list[Row]]) -> list[str]:
     """The theory's warnings over every row of ``tables``, each once, in order (a coarse
     step size gives one per K: the pretraining of every setting of a K is the same)."""
     return list(dict.fromkeys(w for rows in tables.values() for r in rows for w in r.warnings))
+
+
+def expected_seconds(protocol: Protocol | None = None, columns: int = 2) -> float:
+    """How long :func:`reproduce` will take, to the order of magnitude, before it runs:
+    the theory of every distinct setting (:func:`oodcalc.predict.expected_seconds`) times
+    ``columns`` (the theory and GD on Q take about as long as each other)."""
+    from .predict import expected_seconds as predict_seconds
+    protocol = protocol or Protocol()
+    return columns * sum(
+        predict_seconds(Setting(geometry_of(group[0].figure.setting), protocol))[0]
+        for prefix in TABLES for group in _by_setting(quantities(prefix)))

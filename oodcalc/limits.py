@@ -215,23 +215,16 @@ def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> 
         f"{param('predict')} (the K × K dynamics and their kept trajectories)", K, d,
         protocol)
     pretrain_cap(K, protocol)
-    if diagonal is None and M is not None:
-        M = np.asarray(M)
-        if not (M - np.diag(np.diag(M))).any():
-            diagonal = np.diag(M)
-    if diagonal is None and M is None:
-        return
-    if diagonal is not None and np.all(np.asarray(diagonal) == diagonal[0]):
-        return
-    if protocol.ft_steps is not None:
-        log_t2 = math.log(protocol.ft_steps)
-    else:
-        log_t2, _, _ = estimates.finetune_log_steps(K, protocol.eps, protocol.eta_ft,
-                                                    diagonal=diagonal, M=M,
-                                                    eps_ft=protocol.eps_ft)
-    fast = diagonal is not None and compiled.available()
-    check_finetune_work(K, protocol, log_t2, "compiled" if fast else "numpy",
-                        faster=diagonal is not None and not fast)
+    plan = estimates.finetune_plan(K, protocol, diagonal=diagonal, M=M,
+                                   compiled_available=compiled.available())
+    if plan is not None:
+        log_t2, engine = plan
+        check_finetune_work(K, protocol, log_t2, engine,
+                            faster=engine == "numpy" and _is_diagonal(diagonal, M))
+
+
+def _is_diagonal(diagonal, M) -> bool:
+    return diagonal is not None or not (np.asarray(M) - np.diag(np.diag(M))).any()
 
 
 def check_population(K: int, d: int | None, protocol, *, diagonal=None) -> None:

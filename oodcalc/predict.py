@@ -185,6 +185,44 @@ def predict(setting: Setting, progress: Progress | None = None) -> Report:
             f"MiB plus the report); lower K") from None
 
 
+#: Pretraining estimated to take at most this many steps is run by :func:`expected_seconds`
+#: (milliseconds) to start its fine-tuning estimate from the logits pretraining reaches.
+SHORT_PRETRAINING = 10_000
+
+
+def expected_seconds(setting: Setting) -> tuple[float, str]:
+    """How long :func:`predict` will take on ``setting``, to the order of magnitude, before
+    it runs (microseconds to compute): ``(seconds, what the time goes to)``, e.g.
+    ``(10800.0, "fine-tuning ≈ 1.1e7 steps on 200×200 logits by the K×K descent
+    (NumPy)")``. From the cost model (:mod:`oodcalc.estimates`) on this machine's engines.
+
+    >>> import oodcalc as oc
+    >>> from oodcalc.predict import expected_seconds
+    >>> seconds, words = expected_seconds(oc.Setting(oc.parallel_shift([1, -0.9])))
+    >>> seconds < 10, words
+    (True, 'pretraining ≈ 357 steps on the symmetric ray')
+    """
+    geo, proto, K = setting.geometry, setting.protocol, setting.K
+    pretrain = estimates.pretrain_steps(K, proto.eps, proto.eta)
+    alpha = None                  # α*, unless pretraining is short enough to run: a coarse
+    if pretrain <= SHORT_PRETRAINING:  # step passes α* by far, and fine-tuning starts there
+        alpha = float(descend_ray(0.0, 0.0, K, proto.eta, proto.eps, proto.max_steps,
+                                  expected_steps=pretrain).logits(K)[0, 0])
+    plan = estimates.finetune_plan(
+        K, proto, diagonal=geo.known_diagonal,
+        M=geo.M if geo.known_diagonal is None else None,
+        compiled_available=compiled.finetune_diagonal() is not None, alpha=alpha)
+    seconds = estimates.predict_seconds(K, proto, plan)
+    if plan is None:
+        return seconds, f"pretraining ≈ {pretrain:,.0f} steps on the symmetric ray"
+    log_t2, engine = plan
+    words = (f"fine-tuning ≈ {estimates.format_steps(log_t2)} steps on {K}×{K} logits by "
+             f"the {ENGINES[engine]}")
+    if engine == "numpy" and (geo.known_diagonal is not None or _is_diagonal(geo.M)):
+        words += '; pip install "oodcalc[fast]" runs it about 10× faster'
+    return seconds, words
+
+
 def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     # 1. Pretraining: the ray's scalar recurrence.
     a_star = theory.alpha_star(K, proto.eps)

@@ -663,3 +663,94 @@ def test_reproduce_with_a_coarse_step_warns_as_predict_does(capsys):
     code, out, err = run(capsys, "reproduce", "-f", "json")   # the default step: no warning
     assert code == 0 and err == "" and '"warnings"' not in out
     assert "consistent with 0.0024992 truncated to 4 decimals" in out
+
+
+# --- a long run says so before it starts (issue: K ≈ 1000 ran ~3 h silently with --json) ----
+
+def _stub_predict(monkeypatch):
+    """predict's engine replaced by a refusal: what the CLI said before it is what counts."""
+    import importlib
+
+    from oodcalc.errors import ComputationError
+    predict_module = importlib.import_module("oodcalc.predict")
+
+    def refuse(*args, **kwargs):
+        raise ComputationError("stub: the run itself is not the test")
+    monkeypatch.setattr(predict_module, "predict", refuse)
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_long_predict_says_how_long_before_it_starts(capsys, monkeypatch, json_flag):
+    _stub_predict(monkeypatch)
+    gamma = ",".join(map(str, np.random.default_rng(0).uniform(-1, 1, 200).round(3)))
+    code, _, err = run(capsys, "predict", f"--gamma={gamma}", *json_flag)
+    first, last = err.splitlines()[0], err.splitlines()[-1]
+    assert code == 1 and last.startswith("oodcalc: error: stub")
+    assert re.match(r"oodcalc: predict: this run will take about \d+ (min|h) \(fine-tuning "
+                    r"≈ [\d,]+ steps on 200×200 logits by the ", first), first
+    code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", *json_flag)   # a short one
+    assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]
+
+
+def test_the_time_estimate_starts_from_the_logits_a_coarse_step_reaches():
+    """At η = 1000 one step passes α* by 124: fine-tuning from α* would take ~0 steps, from
+    where pretraining lands it takes 242,591 (``oodcalc predict --gamma=1,-0.2 --eta 1000``,
+    its report's T2; about a minute)."""
+    import oodcalc as oc
+    from oodcalc.predict import expected_seconds
+    _, words = expected_seconds(oc.Setting(oc.parallel_shift([1, -0.2]), oc.Protocol(eta=1000)))
+    steps = int(re.search(r"≈ ([\d,]+) steps", words).group(1).replace(",", ""))
+    assert abs(steps - 242_591) < 0.001 * 242_591, words
+    seconds, words = expected_seconds(oc.Setting(oc.parallel_shift([1, -0.2])))
+    assert seconds < 1 and "≈ 364 steps" in words    # T2 = 363 at the defaults
+
+
+def test_reproduce_says_how_long_before_it_starts(capsys, monkeypatch):
+    from oodcalc import experiments
+
+    def refuse(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(experiments, "reproduce", refuse)
+    code, _, err = run(capsys, "reproduce", "--eta", "1000")
+    assert code == 130
+    assert re.match(r"oodcalc: reproduce: this run will take about \d+ (s|min) \(eps = 0.01, "
+                    r"eta = 1000, eta_ft = 1000\)$", err.splitlines()[0]), err
+
+
+def test_depth_says_what_it_will_train_and_how_long():
+    from oodcalc.console import duration
+    from oodcalc.depth import configs
+    from oodcalc.depth.experiment import SECONDS_PER_COST, Task, announcement
+    config = next(iter(configs(["attention"], ["sgd"], [1])))
+    tasks = [Task(config, seed, (-0.75, 0.0, 0.75)) for seed in range(10)]
+    one = 10 * 2.5 * SECONDS_PER_COST             # cost 2.5 each: 1 layer, 1 + 3 × 0.5
+    assert announcement(tasks, 6, 1) == \
+        f"30 runs to train in 10 trainings (6 cached), about {duration(one)} with 1 worker"
+    assert announcement(tasks, 0, 2).endswith(f"about {duration(one / 2)} with 2 workers")
+
+
+def test_long_runs_print_progress_when_piped_with_an_eta(capsys):
+    """reproduce depth and the real-text experiment printed nothing for hours when piped."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from oodcalc.cli.progress import count_progress
+    from oodcalc.cli.reproduce_real import Bar
+    piped = Console(file=StringIO())
+    with count_progress("training", lines=True, eta=True, console=piped) as progress:
+        progress(0, 3, "6 runs to train in 3 trainings (0 cached), about 8 s with 1 worker")
+        for done in (1, 2, 3):
+            progress(done, 3, f"seed {done - 1}")
+    lines = piped.file.getvalue().splitlines()
+    assert lines[0] == "training: 6 runs to train in 3 trainings (0 cached), about 8 s with 1 worker"
+    assert re.fullmatch(r"training: 1/3 seed 0 \(ETA \d+ s\)", lines[1]), lines
+    assert lines[3] == "training: 3/3 seed 2" and len(lines) == 4     # no ETA when done
+    with Bar() as bar:                       # stderr is captured: not a terminal
+        bar.stage("fine-tuning and evaluating", 100)
+        for _ in range(100):
+            bar.advance()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "oodcalc: real: fine-tuning and evaluating: 0/100"
+    assert len(err) == 10 and re.fullmatch(
+        r"oodcalc: real: fine-tuning and evaluating: 90/100 \(ETA \d+ s\)", err[-1]), err

@@ -12,6 +12,8 @@ import typer
 from .. import limits
 from ..errors import InputError
 from .app import app
+from ..console import duration
+from .progress import LONG_RUN_SECONDS
 from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
                               MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
                               Tolerance, build_setting)
@@ -51,7 +53,7 @@ def predict(
                                 checks=[partial(limits.check_precision, digits=digits)])
         print_high_precision(setting, eps, precision, as_json)
         return
-    from ..predict import predict as run_predict
+    from ..predict import expected_seconds, predict as run_predict
 
     if arrays is not None:
         from ..io import check_output
@@ -59,6 +61,10 @@ def predict(
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps, eps_ft=eps_ft, ft_steps=ft_steps,
                             checks=[limits.check_predict])   # predict's own guard, early
+    seconds, words = expected_seconds(setting)
+    if seconds > LONG_RUN_SECONDS:    # said before it starts, with or without --json
+        print(f"oodcalc: predict: this run will take about {duration(seconds)} ({words})",
+              file=sys.stderr)
     if as_json or not sys.stderr.isatty():
         report = run_predict(setting)
     else:                                  # a bar on stderr if the run lasts a while

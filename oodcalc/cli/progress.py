@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from ..console import duration
+
 
 class StepProgress:
     """``with StepProgress() as progress: predict(setting, progress=progress)``."""
@@ -75,23 +77,36 @@ class StepProgress:
 PROGRESS_LINE = re.compile(r"^[a-z]+: \d+/\d+ ")
 
 
+#: A run estimated to last longer than this says so on stderr before it starts.
+LONG_RUN_SECONDS = 60.0
+
+
 @contextlib.contextmanager
-def count_progress(title: str, lines: bool = False,
-                   console=None) -> Iterator[Callable[[int, int, str], None]]:
+def count_progress(title: str, lines: bool = False, console=None,
+                   eta: bool = False) -> Iterator[Callable[[int, int, str], None]]:
     """``with count_progress("verify", lines=True) as progress: ledger(..., progress=progress)``.
 
     ``progress(done, total, label)`` is told of each finished item (``done = 0``: the run
     starts). When ``console`` (default: stderr) is a terminal, a bar shows ``title``, the
     count, the time and the last label, and disappears at the end; otherwise, with
     ``lines``, each finished item prints one line ``title: done/total label`` on it (a piped
-    or logged run is not silent), and without ``lines`` nothing is printed."""
+    or logged run is not silent), and without ``lines`` nothing is printed. With ``eta``
+    each line ends with the time left at the pace so far, and a label given with
+    ``done = 0`` (what will run) is printed as a line of its own."""
     from rich.console import Console
 
     console = console or Console(stderr=True)
     if not console.is_terminal:
+        started = time.monotonic()
+
         def line(done: int, total: int, label: str) -> None:
-            if lines and done:
-                print(f"{title}: {done}/{total} {label}", file=console.file, flush=True)
+            if not lines or not (done or (eta and label)):
+                return
+            text = f"{title}: {done}/{total} {label}" if done else f"{title}: {label}"
+            if eta and 0 < done < total:
+                left = (time.monotonic() - started) / done * (total - done)
+                text += f" (ETA {duration(left)})"
+            print(text, file=console.file, flush=True)
         yield line
         return
 

@@ -160,7 +160,7 @@ def depth(
                                              max_steps, eval_prompts, cache_dir,
                                              no_cache, gammas, gamma, workers)
     n_workers = options.integer("--workers", workers, 1)
-    with count_progress("training") as progress:
+    with count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
         table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
     if output_format is Format.table:
         show(table)
@@ -196,6 +196,6 @@ def plot_depth(
                                              max_steps, eval_prompts, cache_dir, no_cache,
                                              gammas, gamma, workers, default_seeds=CURVE_SEEDS)
     n_workers = options.integer("--workers", workers, 1)
-    with count_progress("training") as progress:
+    with count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
         results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
     print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))

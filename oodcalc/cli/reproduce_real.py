@@ -16,6 +16,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from .. import estimates, limits
+from ..console import duration
 from ..errors import InputError
 from . import options
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
@@ -118,6 +119,7 @@ class Bar:
                                  MofNCompleteColumn(), TimeElapsedColumn(),
                                  TimeRemainingColumn(), console=console, transient=True,
                                  disable=not console.is_terminal)
+        self.lines = not console.is_terminal      # piped or logged: a line per stage
         self.task = None
         self.notes: list[str] = []
 
@@ -132,12 +134,27 @@ class Bar:
         if self.task is not None:
             self.progress.update(self.task, visible=False)
         self.task = self.progress.add_task(name, total=total)
+        self.name, self.total, self.done, self.started = name, total, 0, time.perf_counter()
+        if self.lines:
+            print(f"oodcalc: real: {name}: 0/{total:,}", file=sys.stderr, flush=True)
 
     def advance(self, n: int = 1) -> None:
         self.progress.advance(self.task, n)
+        tenth = max(1, self.total // 10)
+        before, self.done = self.done, self.done + n
+        if self.lines and self.done // tenth > before // tenth and self.done < self.total:
+            left = (time.perf_counter() - self.started) / self.done * (self.total - self.done)
+            print(f"oodcalc: real: {self.name}: {self.done:,}/{self.total:,} (ETA "
+                  f"{duration(left)})", file=sys.stderr, flush=True)
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+
+#: Wall minutes of a run on this project's 2-core machine (docs/real.md: --quick about 2
+#: CPU-minutes; the full run, 5 seeds, 40 min while other work ran), for messages only.
+QUICK_MINUTES = 3
+MINUTES_PER_SEED = 8
 
 
 def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
@@ -150,8 +167,10 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
     from ..real import run_installed
     from ..real.encoder import require
     require()
-    print("oodcalc: loading all-MiniLM-L6-v2 and the drug reviews (offline) …",
-          file=sys.stderr)
+    minutes = QUICK_MINUTES if quick else MINUTES_PER_SEED * config.seeds
+    print(f"oodcalc: loading all-MiniLM-L6-v2 and the drug reviews (offline); the run "
+          f"takes about {minutes:.0f} min on 2 cores (save it with -f json -o FILE and draw "
+          "from it with --input FILE) …", file=sys.stderr)
     start = time.perf_counter()
     with Bar() as bar:
         result = run_installed(config, directory, progress=bar)
