@@ -480,10 +480,12 @@ def common(F: np.ndarray, results: list[dict[str, Any]]) -> dict[str, Any]:
     fits = (res <= TOLERANCE).sum(axis=1)
     out["most_rows_matched"] = int(fits.max())
     j0 = ETA_FT_GRID.index(ETA)
-    rest = [k for k, r in enumerate(results) if r["protocol"] is not None]
+    # the rows some protocol reaches at the paper's step sizes (η_ft = η)
+    rest = [k for k, r in enumerate(results) if r["kind"] in ("paper's rule", "fixed length")]
     for label, sl, among in (("eta_ft = eta", slice(j0, j0 + 1), None),
                              ("any eta_ft", slice(None), None),
-                             ("eta_ft = eta, rows a protocol reaches", slice(j0, j0 + 1), rest)):
+                             ("eta_ft = eta, rows reached at eta_ft = eta", slice(j0, j0 + 1),
+                              rest)):
         w = worst[:, :, sl] if among is None else res[:, among][:, :, :, sl].max(axis=1)
         t, i, j = np.unravel_index(int(np.argmin(w)), w.shape)
         eta_ft = ETA_FT_GRID[sl][j]
