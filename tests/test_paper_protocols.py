@@ -62,6 +62,12 @@ def test_a_perturbed_protocol_does_not_give_it(gamma2):
         assert abs(F - row["paper"]) > pp.TOLERANCE, (protocol, F)
 
 
+def test_the_one_step_is_also_the_papers_rule_at_that_step_size():
+    F, report = F_of(-0.9, eps=0.01, eta_ft=404.0)
+    assert report.finetune.T2 == 1 and abs(F - 0.421) <= pp.TOLERANCE
+    assert F_of(-0.9, eps=0.01, eta_ft=202.0, ft_steps=1)[0] == pytest.approx(0.14, abs=0.01)
+
+
 @pytest.mark.parametrize("gamma2", [0.0, 0.5])
 def test_eps_ft_inside_the_recorded_interval_stops_at_the_same_step(gamma2):
     row = GAMMA2[gamma2]
