@@ -438,8 +438,7 @@ def why(r: dict[str, Any]) -> str:
     fits = [f for f in r["fixed_length"] if f["steps"]]
     if fits:
         parts.append("fine-tuning exactly t steps at η_ft = η matches at " + ", ".join(
-            f"ε = {f['eps']:g} (t = {f['steps'][0]}..{f['steps'][1]})" for f in fits[:4])
-            + (" …" if len(fits) > 4 else ""))
+            f"ε = {f['eps']:g} (t = {f['steps'][0]}..{f['steps'][1]})" for f in fits))
     if "flow" in r:
         fl = r["flow"]
         parts.append(f"at η_ft = η the rise is a power ~t^(c/4) (claim 8e): F = {value:+g} "
