@@ -62,6 +62,11 @@ def test_a_perturbed_protocol_does_not_give_it(gamma2):
         assert abs(F - row["paper"]) > pp.TOLERANCE, (protocol, F)
 
 
+def test_one_steps_F_rises_with_the_step_size_so_the_bisection_is_a_root_find():
+    F = pp.scan([[1, -0.9]], [pp.PAPER_EPS], list(np.geomspace(0.1, 1e4, 400)), 1)[1, 0, 0]
+    assert np.all(np.diff(F) >= 0) and F[0] < 0.421 < F[-1]
+
+
 def test_the_one_step_is_also_the_papers_rule_at_that_step_size():
     F, report = F_of(-0.9, eps=0.01, eta_ft=404.0)
     assert report.finetune.T2 == 1 and abs(F - 0.421) <= pp.TOLERANCE
