@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import geometry as geo
-from . import paper
+from . import paper, paper_protocols
 from .predict import predict
 from .report import Report
 from .setting import Protocol, Setting
@@ -165,6 +165,22 @@ class Row:
     #: The theory's warnings for this row's setting (``K = 4: --eta 1000: ...``), as
     #: ``predict`` gives them (a step size too coarse to resolve pretraining, ...).
     warnings: tuple[str, ...] = ()
+    #: For a figure of the K = 2 forgetting table: the protocol under which the exact
+    #: dynamics give the paper's value, or why none does (``paper_protocols``' record; it
+    #: does not depend on the protocol this table was run with).
+    fit: dict[str, Any] | None = None
+
+    def fit_dict(self) -> dict[str, Any] | None:
+        """The fit as written to JSON: verdict, protocol, its F (oc.predict), the reasons."""
+        if self.fit is None:
+            return None
+        f = self.fit
+        return {"verdict": "found" if f["protocol"] is not None else "none",
+                "kind": f["kind"], "protocol": f["protocol"], "F": f["F"],
+                "summary": f["summary"], "why": f["why"],
+                "needed_pretrain_loss": f["needed_pretrain_loss"],
+                "tolerance": f["tolerance"],
+                "record": f"oodcalc/{paper_protocols.RECORD} ({paper_protocols.COMMAND})"}
 
     def to_dict(self) -> dict[str, Any]:
         q = self.quantity
@@ -173,7 +189,8 @@ class Row:
                 "paper": {"figure": q.figure.id, "value": q.figure.value,
                           "printed": q.figure.printed, "reported_in": q.figure.source},
                 "sign": self.sign, "magnitude": self.magnitude, "note": self.note,
-                **({"warnings": list(self.warnings)} if self.warnings else {})}
+                **({"warnings": list(self.warnings)} if self.warnings else {}),
+                **({"paper_protocol": self.fit_dict()} if self.fit is not None else {})}
 
 
 #: ``progress(done, total, label)``: the run starts (0, total, ""), then once per finished
@@ -203,8 +220,9 @@ def run_table(quantities: tuple[Quantity, ...], protocol: Protocol,
         for q in group:
             ours = q.read(theory)
             sign, magnitude = agreement(ours, q.figure.value)
+            fit = paper_protocols.for_figure(q.figure.id) if q.read is _forgetting else None
             rows.append(Row(q, ours, {label: q.read(r) for label, r in simulated.items()},
-                            sign, magnitude, explain(q, theory), said))
+                            sign, magnitude, explain(q, theory), said, fit))
         if finished is not None:
             finished(f"{group[0].experiment}, {time.perf_counter() - start:.1f} s")
     return rows
@@ -250,6 +268,29 @@ def reproduce(protocol: Protocol | None = None,
     return {TABLES[prefix]: run_table(qs, protocol, simulators,
                                       finished if progress is not None else None)
             for prefix, qs in chosen.items()}
+
+
+def common_fit(tables: dict[str, list[Row]]) -> str | None:
+    """One sentence on a single protocol for every row of the forgetting table, when a
+    table of ``tables`` has fits (from ``paper_protocols``' record)."""
+    if not any(r.fit for rows in tables.values() for r in rows):
+        return None
+    c = paper_protocols.record()["common"]
+    label = {k: paper.figure(k).setting["gamma"][1] for k in c["by"]}
+    (a, ga), (b, gb) = [(k, label[k]) for k in c["by"]]
+    best, rest = c["eta_ft = eta"], c["eta_ft = eta, rows reached at eta_ft = eta"]
+    free = c["any eta_ft"]
+    return (f"One protocol for every row: none. Pretraining is the same for every row, and "
+            f"γ2 = {ga:+.2f} needs L(T1) < {c['needed_pretrain_loss'][1]:g} while "
+            f"γ2 = {gb:+.2f} needs L(T1) > {c['needed_pretrain_loss'][0]:g}; on the grid no "
+            f"protocol matches more than {c['most_rows_matched']} row. The grid's best "
+            f"common protocol ({paper_protocols.describe_protocol(best['protocol'])}) misses "
+            f"by up to {best['max_residual']:g} (with any η_ft: "
+            f"{paper_protocols.describe_protocol(free['protocol'])}, "
+            f"{free['max_residual']:g}); over the {len(rest['rows'])} rows a protocol "
+            f"reaches at η_ft = η, the best "
+            f"({paper_protocols.describe_protocol(rest['protocol'])}) misses by "
+            f"{rest['max_residual']:g}.")
 
 
 def warnings(tables: dict[str, list[Row]]) -> list[str]:

@@ -64,6 +64,7 @@ def test_the_wheel_holds_the_package_data_and_the_license(installed):
         names = z.namelist()
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "oodcalc/paper_figures.toml" in names
+    assert "oodcalc/paper_protocols.json" in names      # reproduce reads it
     for asset in ("page.html", "page.css", "dynamics.js", "explorer.js"):   # oodcalc explore
         assert f"oodcalc/explore/{asset}" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)

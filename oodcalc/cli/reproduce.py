@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import paper
+from .. import paper_protocols as pp
 from ..setting import Protocol
 from . import options
 from .app import app
@@ -49,21 +50,50 @@ def as_markdown(tables, protocol: Protocol) -> str:
     lines = [f"Protocol: ε = {protocol.eps:g}, η = {protocol.eta:g}, η_ft = {protocol.eta_ft:g}, "
              "Q⁽⁰⁾ = 0, full-batch GD, stop when every e_k <= ε. "
              f"Paper: arXiv {paper.ARXIV}; each figure names the table row that reports it.", ""]
+    from ..experiments import common_fit
     for title, rows in tables.items():
         sims = list(rows[0].simulations) if rows else []
+        fits = any(r.fit for r in rows)
+        extra = " protocol giving the paper's F | F there |" if fits else ""
         lines += [f"### {title}", "",
                   "| experiment | quantity | theory | " + " | ".join(sims) +
-                  (" | " if sims else "") + "paper | reported in | sign | magnitude | why |",
-                  "|---" * (8 + len(sims)) + "|"]
+                  (" | " if sims else "") + "paper | reported in | sign | magnitude | why |"
+                  + extra, "|---" * (8 + len(sims) + 2 * fits) + "|"]
         for r in rows:
             q = r.quantity
             cells = [q.experiment, q.name, fmt(r.theory), *(fmt(v) for v in r.simulations.values()),
                      q.figure.printed, q.figure.where, r.sign, r.magnitude, r.note]
+            if fits:
+                cells += fit_cells(r)
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
+        if fits:
+            lines += [FIT_INTRO, ""]
+            lines += [f"- {r.quantity.experiment}: {r.fit['why']}." for r in rows if r.fit]
+            lines += ["", common_fit(tables), ""]
     from ..experiments import warnings
     lines += [f"Warning: {w}" for w in warnings(tables)] + [""] * bool(warnings(tables))
     return "\n".join(lines)
+
+
+#: What the fit columns are, in words (the search, its grid and its tolerance).
+FIT_INTRO = ("The protocol giving the paper's F: the exact dynamics (oc.predict) searched, "
+             "per row, over pretraining ε in {" + ", ".join(f"{e:g}" for e in pp.EPS_GRID)
+             + f"}} at η = {pp.ETA:g}, fine-tuning step sizes η_ft from "
+             f"{pp.ETA_FT_GRID[0]:g} to {pp.ETA_FT_GRID[-1]:g} (quarter decades) and every "
+             f"length up to {pp.MAX_FT_STEPS} steps, or under the paper's own rule; a value "
+             f"matches when it rounds to the printed one (±{pp.TOLERANCE:g}). Shown is the "
+             "first that exists of: the paper's rule at some ε; a fixed length at η_ft = η "
+             "(the smallest such ε); one step at ε = 0.01 with its own η_ft; else none, with "
+             "the bound that excludes it (docs/theory.md, 'The paper's forgetting table').")
+
+
+def fit_cells(r) -> list[str]:
+    """The protocol giving the paper's value (or "none: why"), and F there (oc.predict)."""
+    f = r.fit
+    if f is None:
+        return ["", ""]
+    return [f["summary"], "—" if f["F"] is None else f"{f['F']:+.4f}"]
 
 
 def show_tables(tables, protocol: Protocol) -> None:
@@ -111,6 +141,45 @@ def show_tables(tables, protocol: Protocol) -> None:
         for note in notes:
             say(console, note, indent=4, style="dim")
         console.print()
+        if any(r.fit for r in rows):
+            show_fits(console, title, rows, tables)
+
+
+def show_fits(console, title: str, rows, tables) -> None:
+    """Beside each forgetting row's value under the stopping rule: the protocol under which
+    the exact dynamics give the paper's value, or "none: why" (the text column wraps)."""
+    from rich import box
+    from rich.table import Table
+
+    from ..console import say
+    from ..experiments import common_fit
+    fitted = [r for r in rows if r.fit]
+    headers = ["experiment", "theory", "paper", "protocol giving the paper's F", "F there"]
+    cells = [(r.quantity.experiment, fmt(r.theory), r.quantity.figure.printed.split()[-1],
+              *fit_cells(r)) for r in fitted]
+    full = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    words = max(len(w) for c in cells for w in c[3].split())
+    room = console.width - sum(full) + full[3] - 2 * (len(headers) - 1)
+    say(console, f"{title}: the protocol that gives the paper's F", style="italic")
+    if room < max(words, 12):   # the text column cannot fit: one block per row
+        for c in cells:
+            say(console, f"{c[0]} · theory {c[1]} · paper {c[2]} · F there {c[4]}",
+                style="bold")
+            say(console, "  " + c[3], indent=4)
+    else:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                      padding=(0, 1, 0, 0))
+        for i, name in enumerate(headers):
+            table.add_column(name, width=min(full[i], room) if i == 3 else full[i],
+                             no_wrap=i != 3, justify="right" if i in (1, 2, 4) else "left")
+        for c in cells:
+            table.add_row(*c)
+        console.print(table)
+    for r in fitted:
+        say(console, f"{r.quantity.experiment}: {r.fit['why']}.", indent=4, style="dim")
+    say(console, FIT_INTRO, indent=0, style="dim")
+    say(console, common_fit(tables), indent=0)
+    console.print()
 
 
 def _widths(headers: list[str], cells: list[tuple], room: int) -> list[int] | None:
