@@ -45,6 +45,7 @@ from .geometry import parallel_shift
 from .model import conditional_errors
 from .predict import predict, pretrain_logits
 from .setting import DEFAULT_MAX_STEPS, NEVER, Protocol, Setting
+from .theory import k2_error, k2_flow_margin
 
 #: A value "is" the paper's when it rounds to the printed third decimal: |F − p| <= 5e-4.
 TOLERANCE = 5e-4
@@ -71,10 +72,7 @@ COMMAND = "python -m oodcalc.paper_protocols --write"
 
 # --- the closed-form pieces (K = 2) -------------------------------------------------------
 
-def error(margin):
-    """e of a two-feature column with margin s: (1 + e^s)^−2."""
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(np.asarray(margin, dtype=np.float64))) ** 2
+error = k2_error
 
 
 def c_of(gamma) -> tuple[float, float]:
@@ -160,31 +158,13 @@ def ordered_bound(gamma, alpha: float) -> float:
 
 # --- the flow of claim 8e (long fine-tuning at a small step) ------------------------------
 
-def _flow_time(m, eta):
-    m = np.asarray(m, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        return (-np.exp(-m) + 3 * m + 3 * np.exp(m) + np.exp(2 * m) / 2) / (2 * eta)
-
-
-def _flow_margin(m0: float, t: float, eta: float) -> float:
-    """The flow's OOD margin after time t from m0 (bisection on T(m) = T(m0) + t)."""
-    target = float(_flow_time(m0, eta)) + t
-    lo, hi = m0, max(m0, 0.0) + 1.0
-    while _flow_time(hi, eta) < target:
-        lo, hi = hi, 2 * hi + 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _flow_time(mid, eta) < target else (lo, mid)
-    return (lo + hi) / 2
-
-
 def flow_forgetting(gamma, alpha: float, t: float, eta_ft: float) -> float:
     """F after t fine-tuning steps on the gradient flow (claim 8e): each OOD margin from
     m_k(0) = αc_k, the source margins 2α + (c_k/2)(m_k(t) − m_k(0))."""
     total = 0.0
     for c in c_of(gamma):
         m0 = alpha * c
-        m = _flow_margin(m0, t, eta_ft)
+        m = float(k2_flow_margin(m0, t, eta_ft))
         total += (float(error(2 * alpha + c / 2 * (m - m0))) - float(error(2 * alpha))) / 2
     return total
 

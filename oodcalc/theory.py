@@ -311,3 +311,38 @@ def hypothesis_H(z_ood: np.ndarray) -> np.ndarray:
 def ood_errors(M: np.ndarray, alpha: float) -> np.ndarray:
     """``e_k`` on OOD query ``u_k`` at T1, from the claim-5 logits."""
     return conditional_errors(ood_logits(M, alpha))
+
+
+# --- long fine-tuning, K = 2 (claim 8e): the OOD margin's flow ------------------------------
+
+def k2_error(margin):
+    """e of a two-feature column with margin s = z_own − z_other: (1 + e^s)^−2."""
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(np.asarray(margin, dtype=np.float64))) ** 2
+
+
+def k2_flow_time(m, eta):
+    """The flow time T(m) = [−e^{−m} + 3m + 3e^m + e^{2m}/2]/(2η) of the OOD margin's
+    recurrence m ← m + 2ηe^m/(1 + e^m)³ (increasing in m; inf where it overflows)."""
+    m = np.asarray(m, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return (-np.exp(-m) + 3 * m + 3 * np.exp(m) + np.exp(2 * m) / 2) / (2 * eta)
+
+
+def k2_flow_margin(m0, t, eta, flow_time=k2_flow_time):
+    """The flow's margin after time t from m0: the root of T(m) = T(m0) + t (bisection,
+    T increasing), vectorised; ``flow_time`` replaceable (the claim's mutations)."""
+    m0 = np.asarray(m0, dtype=np.float64)
+    target = flow_time(m0, eta) + np.asarray(t, dtype=np.float64)
+    lo = np.array(m0, copy=True)
+    hi = np.maximum(m0, 0.0) + 1.0
+    for _ in range(200):                       # grow hi until T(hi) >= target
+        short = flow_time(hi, eta) < target
+        if not short.any():
+            break
+        hi = np.where(short, hi + (hi - lo) + 1.0, hi)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        below = flow_time(mid, eta) < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return (lo + hi) / 2

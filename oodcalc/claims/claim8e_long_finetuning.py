@@ -31,6 +31,7 @@ import math
 import numpy as np
 import sympy as sp
 
+from .. import theory
 from ..symbolic.core import EXPLICIT, NUMERIC, Recorder, certify_nonnegative, \
     coefficients_nonnegative, eq, is_zero
 
@@ -73,13 +74,8 @@ def step_np(m, eta):
     return 2 * eta * np.exp(m) / (1 + np.exp(m)) ** 3
 
 
-def flow_time_np(m, eta):
-    m = np.asarray(m, dtype=np.float64)
-    return (-np.exp(-m) + 3 * m + 3 * np.exp(m) + np.exp(2 * m) / 2) / (2 * eta)
-
-
-def error_np(s):
-    return 1.0 / (1.0 + np.exp(np.asarray(s, dtype=np.float64))) ** 2
+flow_time_np = theory.k2_flow_time
+error_np = theory.k2_error
 
 
 def bracket_slope_np(x):
@@ -97,23 +93,7 @@ NUMERIC_CLAIMED = {
 }
 
 
-def flow_margin(m0, t, eta, flow_time=flow_time_np):
-    """The flow's margin after time t from m0: the root of T(m) = T(m0) + t (bisection,
-    T increasing), vectorised."""
-    m0 = np.asarray(m0, dtype=np.float64)
-    target = flow_time(m0, eta) + np.asarray(t, dtype=np.float64)
-    lo = np.array(m0, copy=True)
-    hi = np.maximum(m0, 0.0) + 1.0
-    for _ in range(200):                       # grow hi until T(hi) >= target
-        short = flow_time(hi, eta) < target
-        if not short.any():
-            break
-        hi = np.where(short, hi + (hi - lo) + 1.0, hi)
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        below = flow_time(mid, eta) < target
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return (lo + hi) / 2
+flow_margin = theory.k2_flow_margin
 
 
 def forgetting_from_flow(alpha, c, m0, t, eta, claimed=NUMERIC_CLAIMED):
