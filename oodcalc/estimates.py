@@ -151,11 +151,12 @@ def trajectory_bytes(K: int, steps: int) -> int:
 
 
 def format_steps(log_steps: float) -> str:
-    """``2.6e+12`` or ``10^4886`` for a natural-log step count."""
+    """``2.6e+12``, ``10^4886`` or ``10^(2e+152)`` for a natural-log step count."""
     if log_steps < _LOG_MAX:
         return f"{math.exp(log_steps):,.0f}" if log_steps < math.log(1e7) \
             else f"{math.exp(log_steps):.2g}"
-    return f"10^{log_steps / math.log(10):.0f}"
+    digits = log_steps / math.log(10)
+    return f"10^{digits:.0f}" if digits < 1e6 else f"10^({digits:.2g})"
 
 
 def eps_for_steps(K: int, eta: float, steps: float, margin: float = 0.0) -> float:

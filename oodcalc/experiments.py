@@ -19,7 +19,8 @@ import numpy as np
 
 from . import geometry as geo
 from . import paper, paper_protocols
-from .predict import predict
+from .errors import ComputationError
+from .predict import expected_seconds as predict_seconds, predict
 from .report import Report
 from .setting import Protocol, Setting
 
@@ -302,9 +303,12 @@ def warnings(tables: dict[str, list[Row]]) -> list[str]:
 def expected_seconds(protocol: Protocol | None = None, columns: int = 2) -> float:
     """How long :func:`reproduce` will take, to the order of magnitude, before it runs:
     the theory of every distinct setting (:func:`oodcalc.predict.expected_seconds`) times
-    ``columns`` (the theory and GD on Q take about as long as each other)."""
-    from .predict import expected_seconds as predict_seconds
+    ``columns`` (the theory and GD on Q take about as long as each other); 0 when a
+    setting would be refused (the run then says why)."""
     protocol = protocol or Protocol()
-    return columns * sum(
-        predict_seconds(Setting(geometry_of(group[0].figure.setting), protocol))[0]
-        for prefix in TABLES for group in _by_setting(quantities(prefix)))
+    try:
+        return columns * sum(
+            predict_seconds(Setting(geometry_of(group[0].figure.setting), protocol))[0]
+            for prefix in TABLES for group in _by_setting(quantities(prefix)))
+    except ComputationError:
+        return 0.0

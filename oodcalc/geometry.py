@@ -14,7 +14,7 @@ import stat
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,24 +34,41 @@ JSON_BYTES_PER_BYTE = 40.0
 
 @dataclass(frozen=True, eq=False)
 class Geometry:
-    """Orthonormal training features ``V`` and OOD features ``U``, both ``d × K``."""
+    """Orthonormal training features ``V`` and OOD features ``U``, both ``d × K``.
 
-    V: np.ndarray
-    U: np.ndarray
+    ``V`` and ``U`` are built on first use (``build`` returns them): a constructed geometry
+    knows its ``d``, ``K`` and, where it knows it, ``diag M`` without them, so an entry
+    point can refuse a run out of reach before ``2·d·K`` floats exist (K = 5000: 800 MB,
+    2 s). :meth:`of` wraps arrays that exist already."""
+
     kind: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any]
+    d: int
+    K: int
+    build: Callable[[], tuple[np.ndarray, np.ndarray]] = field(repr=False)
     #: ``diag M`` when the constructor knows ``M = VᵀU`` to be diagonal (parallel shifts,
     #: rotations, orthogonal subspaces), else None: what the cost model reads before any
     #: K × K work (``M`` itself costs a d × K × K product).
     known_diagonal: np.ndarray | None = field(default=None, repr=False)
 
-    @property
-    def K(self) -> int:
-        return self.V.shape[1]
+    @classmethod
+    def of(cls, V: np.ndarray, U: np.ndarray, kind: str, params: dict[str, Any],
+           known_diagonal: np.ndarray | None = None) -> "Geometry":
+        """A geometry of arrays that exist already."""
+        return cls(kind, params, V.shape[0], V.shape[1], functools.partial(_pair, V, U),
+                   known_diagonal)
+
+    @functools.cached_property
+    def _features(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.build()
 
     @property
-    def d(self) -> int:
-        return self.V.shape[0]
+    def V(self) -> np.ndarray:
+        return self._features[0]
+
+    @property
+    def U(self) -> np.ndarray:
+        return self._features[1]
 
     @functools.cached_property
     def M(self) -> np.ndarray:
@@ -79,6 +96,10 @@ class Geometry:
         """JSON-ready description: enough to rebuild the geometry."""
         return {"kind": self.kind, **self.params, "K": self.K, "d": self.d,
                 "M": self.M.tolist()}
+
+
+def _pair(V: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return V, U
 
 
 def describe_text(description: dict[str, Any]) -> str:
@@ -198,14 +219,21 @@ def _shifted(cosines: np.ndarray, d: int | None, kind: str,
     d_min = K + len(moved)
     d = check_dimension(d, d_min)
     check_size(d, K, d_min)
-    V = np.eye(d_min, K)
-    U = np.zeros((d_min, K))                  # zeros: untouched pages cost no memory
-    U[np.arange(K), np.arange(K)] = cosines
-    U[K + np.arange(len(moved)), moved] = sines[moved]
-    V, U = _embed(V, U, d)
     diagonal = cosines.astype(np.float64)
     diagonal.setflags(write=False)
-    return Geometry(V, U, kind, params, known_diagonal=diagonal)
+    build = functools.partial(_shifted_arrays, diagonal, sines[moved], moved, d)
+    return Geometry(kind, params, d, K, build, known_diagonal=diagonal)
+
+
+def _shifted_arrays(cosines: np.ndarray, sines: np.ndarray, moved: np.ndarray,
+                    d: int) -> tuple[np.ndarray, np.ndarray]:
+    """V = the first K unit vectors, u_k = cos_k v_k + sin_k w_k for the moved k."""
+    K, d_min = len(cosines), len(cosines) + len(moved)
+    V = np.eye(d_min, K)
+    U = np.zeros((d_min, K))
+    U[np.arange(K), np.arange(K)] = cosines
+    U[K + np.arange(len(moved)), moved] = sines
+    return _embed(V, U, d)
 
 
 def rotation(theta: float, K: int, d: int | None = None) -> Geometry:
@@ -276,7 +304,7 @@ def mean_query(K: int, d: int | None = None) -> Geometry:
     basis[:, 0] = 1.0 / math.sqrt(K)  # exact v̄, not its rounded QR image
     V = np.eye(K)
     V, U = _embed(V, V @ basis, d)
-    return Geometry(V, U, "mean-query", {"mean_feature": 1})
+    return Geometry.of(V, U, "mean-query", {"mean_feature": 1})
 
 
 def orthogonal(K: int, d: int | None = None) -> Geometry:
@@ -304,9 +332,13 @@ def orthogonal(K: int, d: int | None = None) -> Geometry:
     K = check_K(K)
     d = check_dimension(d, 2 * K)
     check_size(d, K, 2 * K)
-    V, U = np.eye(2 * K, K), np.eye(2 * K, 2 * K)[:, K:].copy()
-    V, U = _embed(V, U, d)
-    return Geometry(V, U, "orthogonal", {}, known_diagonal=np.zeros(K))
+    return Geometry("orthogonal", {}, d, K, functools.partial(_orthogonal_arrays, K, d),
+                    known_diagonal=np.zeros(K))
+
+
+def _orthogonal_arrays(K: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """v_k = e_k, u_k = e_{K+k}."""
+    return _embed(np.eye(2 * K, K), np.eye(2 * K, 2 * K)[:, K:].copy(), d)
 
 
 def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMAL_TOL,
@@ -375,7 +407,7 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
         check_orthonormal(F, name, tol)
     if d is not None and d != d_file:
         raise InputError("d", d, f"the feature files fix d = {d_file}; omit d or give {d_file}")
-    return Geometry(V, U, "file", dict(params or {}))
+    return Geometry.of(V, U, "file", dict(params or {}))
 
 
 def feature_shape(path: str | Path) -> tuple[int, ...] | None:

@@ -194,7 +194,10 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
     """How long :func:`predict` will take on ``setting``, to the order of magnitude, before
     it runs (microseconds to compute): ``(seconds, what the time goes to)``, e.g.
     ``(10800.0, "fine-tuning ≈ 1.1e7 steps on 200×200 logits by the K×K descent
-    (NumPy)")``. From the cost model (:mod:`oodcalc.estimates`) on this machine's engines.
+    (NumPy)")``. From the cost model (:mod:`oodcalc.estimates`) on this machine's engines;
+    a run that :func:`predict` refuses before it starts raises the same error here, and a
+    fine-tuning estimated past its step cap a ``ComputationError`` (predict's, after
+    pretraining, names the cause).
 
     >>> import oodcalc as oc
     >>> from oodcalc.predict import expected_seconds
@@ -203,6 +206,8 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
     (True, 'pretraining ≈ 357 steps on the symmetric ray')
     """
     geo, proto, K = setting.geometry, setting.protocol, setting.K
+    limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
+                         M=geo.M if geo.known_diagonal is None else None)
     pretrain = estimates.pretrain_steps(K, proto.eps, proto.eta)
     alpha = None                  # α*, unless pretraining is short enough to run: a coarse
     if pretrain <= SHORT_PRETRAINING:  # step passes α* by far, and fine-tuning starts there
@@ -212,6 +217,10 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
         K, proto, diagonal=geo.known_diagonal,
         M=geo.M if geo.known_diagonal is None else None,
         compiled_available=compiled.finetune_diagonal() is not None, alpha=alpha)
+    if plan is not None and proto.ft_steps is None:     # refused as predict refuses it
+        phase_cap(proto.max_steps, proto.auto_steps, plan[0], "fine-tuning",
+                  f"K = {K}, eps_ft = {proto.eps_ft:g}, eta_ft = {proto.eta_ft:g}",
+                  f"{param('eta', 'lower')} or {param('eps_ft', 'raise')}")
     seconds = estimates.predict_seconds(K, proto, plan)
     if plan is None:
         return seconds, f"pretraining ≈ {pretrain:,.0f} steps on the symmetric ray"

@@ -456,13 +456,14 @@ def test_five_thousand_random_gammas_refused_fast_by_api_and_cli(capsys):
 
     import oodcalc as oc
     gamma = np.random.default_rng(0).uniform(-1, 1, 5000)
-    setting = oc.Setting(oc.parallel_shift(gamma))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
+    setting = oc.Setting(oc.parallel_shift(gamma))
     with pytest.raises(oc.ComputationError) as caught:
         oc.predict(setting)
     assert time.perf_counter() - start < 5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 << 10  # KiB
+    assert "_features" not in vars(setting.geometry)     # V and U (800 MB) never built
     message = str(caught.value)
     assert "lower the geometry's K or raise Protocol.eps" in message and "--" not in message
     code, _, err = run(capsys, "predict", "--gamma", ",".join(f"{g:.6f}" for g in gamma))
@@ -690,6 +691,16 @@ def test_a_long_predict_says_how_long_before_it_starts(capsys, monkeypatch, json
                     r"≈ [\d,]+ steps on 200×200 logits by the ", first), first
     code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", *json_flag)   # a short one
     assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]
+
+
+@pytest.mark.parametrize("args", [["predict", "--mean-query", "--K", "1024"],
+                                  ["predict", "--gamma", "1,-0.9", "--eta", "1e6"],
+                                  ["reproduce", "--eta", "1e6"], ["reproduce", "--eta", "1e300"]])
+def test_a_refused_run_is_not_announced(capsys, args):
+    """The fuzz campaign found the time estimate printed before predict's own refusal (two
+    lines): a run out of reach gets its one refusal line only."""
+    code, _, err = run(capsys, *args)
+    assert code == 1 and one_line(err).startswith("oodcalc: error: fine-tuning would need")
 
 
 def test_the_time_estimate_starts_from_the_logits_a_coarse_step_reaches():

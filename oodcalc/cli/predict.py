@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import limits
-from ..errors import InputError
+from ..errors import ComputationError, InputError
 from .app import app
 from ..console import duration
 from .progress import LONG_RUN_SECONDS
@@ -61,7 +61,10 @@ def predict(
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps, eps_ft=eps_ft, ft_steps=ft_steps,
                             checks=[limits.check_predict])   # predict's own guard, early
-    seconds, words = expected_seconds(setting)
+    try:
+        seconds, words = expected_seconds(setting)
+    except ComputationError:          # predict refuses it, in its own words
+        seconds = 0.0
     if seconds > LONG_RUN_SECONDS:    # said before it starts, with or without --json
         print(f"oodcalc: predict: this run will take about {duration(seconds)} ({words})",
               file=sys.stderr)
