@@ -36,7 +36,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pathlib import Path
+
 from ..report import jsonable
+from .cache import Cache, _numbers, default_directory
 from .experiment import Progress, Results, collect
 from .protocol import DepthConfig, canonical_gamma
 from .statistics import Summary
@@ -183,11 +186,39 @@ def build_ladder(results: Results, configs: Sequence[tuple[Rung, DepthConfig]],
                        tuple(rows.values()))
 
 
+class LadderCache(Cache):
+    """Depth's cache, in its own directory (``$XDG_CACHE_HOME/oodcalc/ladder``), and a
+    record is used only if it holds the per-layer logits the ladder reads (a record from
+    depth's own cache does not)."""
+
+    def __init__(self, directory: str | Path | None = None, *, enabled: bool = True) -> None:
+        super().__init__(default_directory().parent / "ladder" if directory is None
+                         else directory, enabled=enabled)
+
+    def load(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        record = super().load(parameters)
+        if record is None:
+            return None
+        phases = [record["pretrain"]] + ([record["finetune"]] if usable(record) else [])
+        if all(_logits(p.get("logits"), parameters) for p in phases):
+            return record
+        self.rejected += 1
+        return None
+
+
+def _logits(value: Any, parameters: dict[str, Any]) -> bool:
+    """One K × K matrix of finite numbers per layer."""
+    K, layers = parameters["K"], parameters["layers"] if parameters["arch"] in (
+        "attention", "standard") else 1
+    return (isinstance(value, list) and len(value) == layers
+            and all(isinstance(z, list) and len(z) == K and all(_numbers(row, K, False)
+                                                                  for row in z) for z in value))
+
+
 def reproduce_ladder(seeds: Sequence[int] = range(10), gammas: Sequence[float] = (-0.75, 0, 0.75),
                      workers: int = 1, progress: Progress | None = None,
-                     cache: Any = None, **protocol: Any) -> LadderTable:
+                     cache: Cache | None = None, **protocol: Any) -> LadderTable:
     """Train (or read from ``cache``) every rung and tabulate it."""
-    from .cache import Cache
     configs = ladder_configs(**protocol)
     cache = cache if cache is not None else Cache(enabled=False)
     results = collect([c for _, c in configs], list(seeds), gammas, cache, workers, progress)
