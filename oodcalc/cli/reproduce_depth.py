@@ -92,9 +92,20 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
     from ..depth import ARCHITECTURES, OPTIMIZERS, Cache, configs
     n_workers = options.integer("--workers", workers, 1)
 
-    protocol = {}
-    if quick:
-        protocol = {k: v for k, v in QUICK.items() if k != "seeds"}
+    protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts)
+    chosen = configs(choices("--arch", arch, ARCHITECTURES),
+                     choices("--optimizer", optimizer, OPTIMIZERS),
+                     integers("--layers", layers, 1), **protocol)
+    n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
+    check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
+    cache = Cache(cache_dir, enabled=not no_cache)
+    return chosen, list(range(n_seeds)), cache
+
+
+def protocol_options(quick: dict | None, eps, lr, max_steps, eval_prompts) -> dict:
+    """The protocol fields the options set: ``quick``'s values (but its seeds), then each
+    option given, parsed with one-line errors."""
+    protocol = {k: v for k, v in (quick or {}).items() if k != "seeds"}
     if eps is not None:
         protocol["eps"] = options.positive("--eps", eps)
     if lr is not None:
@@ -107,13 +118,7 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
             raise InputError("--eval-prompts", repr(eval_prompts), "expected an even integer")
         protocol["eval_prompts"] = n
         protocol["curve_prompts"] = min(n, protocol.get("curve_prompts", 512))
-    chosen = configs(choices("--arch", arch, ARCHITECTURES),
-                     choices("--optimizer", optimizer, OPTIMIZERS),
-                     integers("--layers", layers, 1), **protocol)
-    n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
-    check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
-    cache = Cache(cache_dir, enabled=not no_cache)
-    return chosen, list(range(n_seeds)), cache
+    return protocol
 
 
 def check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers,

@@ -15,8 +15,8 @@ import typer
 from . import options
 from .progress import count_progress
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, reproduce_app
-from .reproduce_depth import CacheDir, Eps, NoCache, Seeds, Workers, check_memory, \
-    gamma_values
+from .reproduce_depth import PANEL, EvalPrompts, Eps, MaxSteps, NoCache, Seeds, Workers, \
+    check_memory, gamma_values, protocol_options
 
 #: --quick: 3 seeds at ε = 0.02 (about 2 minutes on one thread). At depth's quick ε = 0.05
 #: the theory's F at γ = −0.75 (+0.00024) is a 4% residue of two opposite F_k and cannot be
@@ -26,6 +26,10 @@ QUICK = {"seeds": 3, "eps": 0.02, "eval_prompts": 1024, "curve_prompts": 128}
 Quick = Annotated[bool, typer.Option("--quick",
     help=f"Smoke run: {QUICK['seeds']} seeds, ε = {QUICK['eps']}, {QUICK['eval_prompts']} "
          "evaluation prompts (not the experiment's protocol).")]
+
+
+Lr = Annotated[Optional[str], typer.Option("--lr", metavar="FLOAT", rich_help_panel=PANEL,
+    help="SGD step size of both phases, every rung.", show_default="0.1")]
 
 
 @reproduce_app.command("ladder")
@@ -38,7 +42,8 @@ def ladder(
     cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR",
         help="Where results are cached.", show_default="$XDG_CACHE_HOME/oodcalc/ladder")
     ] = None,
-    no_cache: NoCache = False, eps: Eps = None,
+    no_cache: NoCache = False,
+    eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
 ) -> None:
     """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm + MLP."""
     from ..depth.ladder import LadderCache, ladder_configs, markdown, reproduce_ladder
@@ -47,12 +52,10 @@ def ladder(
     output_format = output_format_for(output, output_format)   # -o checked before training
     gammas = gamma_values("--gamma", gamma)
     n_workers = options.integer("--workers", workers, 1)
-    protocol = {k: v for k, v in QUICK.items() if k != "seeds"} if quick else {}
-    if eps is not None:
-        protocol["eps"] = options.positive("--eps", eps)
+    protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts)
     n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else 10)
     chosen = [c for _, c in ladder_configs(**protocol)]
-    check_memory(chosen, n_seeds, gammas, n_workers, seeds, None, None, workers, gamma)
+    check_memory(chosen, n_seeds, gammas, n_workers, seeds, None, eval_prompts, workers, gamma)
     cache = LadderCache(cache_dir, enabled=not no_cache)
     with count_progress("training", lines=True) as progress:
         table = reproduce_ladder(range(n_seeds), gammas, n_workers, progress, cache, **protocol)
