@@ -159,3 +159,8 @@ def test_reproduce_ladder_end_to_end(tmp_path, capsys):
     assert main([*args, "-f", "markdown"]) == 0
     out = capsys.readouterr()
     assert "| theory | 1 | +0.00 |" in out.out and "training" not in out.err   # all cached
+
+    pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
+    png = tmp_path / "ladder.png"
+    assert main(["plot", *args[1:], "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

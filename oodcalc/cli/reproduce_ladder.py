@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import options
+from .plot import Output, plot_app
 from .progress import count_progress
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, reproduce_app
 from .reproduce_depth import PANEL, EvalPrompts, Eps, MaxSteps, NoCache, Seeds, Workers, \
@@ -32,24 +33,16 @@ Lr = Annotated[Optional[str], typer.Option("--lr", metavar="FLOAT", rich_help_pa
     help="SGD step size of both phases, every rung.", show_default="0.1")]
 
 
-@reproduce_app.command("ladder")
-def ladder(
-    gamma: Annotated[str, typer.Option("--gamma", metavar="G1,G2,...",
-        help="γ = ⟨v2, u2⟩ values (γ1 = 1); numbers or ranges START:STOP:NUM.")
-    ] = "-0.75,0,0.75",
-    seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
-    output_format: FormatOption = None, output: OutputOption = None,
-    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR",
-        help="Where results are cached.", show_default="$XDG_CACHE_HOME/oodcalc/ladder")
-    ] = None,
-    no_cache: NoCache = False,
-    eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
-) -> None:
-    """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm + MLP."""
-    from ..depth.ladder import LadderCache, ladder_configs, markdown, reproduce_ladder
-    from ..io import write_text_atomic
+Gamma = Annotated[str, typer.Option("--gamma", metavar="G1,G2,...",
+    help="γ = ⟨v2, u2⟩ values (γ1 = 1); numbers or ranges START:STOP:NUM.")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR",
+    help="Where results are cached.", show_default="$XDG_CACHE_HOME/oodcalc/ladder")]
 
-    output_format = output_format_for(output, output_format)   # -o checked before training
+
+def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
+           eval_prompts):
+    """Parse every option (one-line errors), then train or read every run: the table."""
+    from ..depth.ladder import LadderCache, ladder_configs, reproduce_ladder
     gammas = gamma_values("--gamma", gamma)
     n_workers = options.integer("--workers", workers, 1)
     protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts)
@@ -58,10 +51,43 @@ def ladder(
     check_memory(chosen, n_seeds, gammas, n_workers, seeds, None, eval_prompts, workers, gamma)
     cache = LadderCache(cache_dir, enabled=not no_cache)
     with count_progress("training", lines=True) as progress:
-        table = reproduce_ladder(range(n_seeds), gammas, n_workers, progress, cache, **protocol)
+        return reproduce_ladder(range(n_seeds), gammas, n_workers, progress, cache, **protocol)
+
+
+@reproduce_app.command("ladder")
+def ladder(
+    gamma: Gamma = "-0.75,0,0.75", seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
+    output_format: FormatOption = None, output: OutputOption = None,
+    cache_dir: CacheDir = None, no_cache: NoCache = False,
+    eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+) -> None:
+    """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm + MLP."""
+    from ..depth.ladder import markdown
+    from ..io import write_text_atomic
+
+    output_format = output_format_for(output, output_format)   # -o checked before training
+    table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
+                   eval_prompts)
     text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
             if output_format is Format.json else markdown(table))
     if output is None:
         print(text)
     else:
         write_text_atomic(output, text + "\n", option="--output")
+
+
+@plot_app.command("ladder")
+def plot_ladder(
+    output: Output, gamma: Gamma = "-0.75,0,0.75", seeds: Seeds = None, workers: Workers = "1",
+    quick: Quick = False, cache_dir: CacheDir = None, no_cache: NoCache = False,
+    eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+) -> None:
+    """F per rung of the ladder (mean, 95% CI, every seed), one panel per γ, with the
+    one-layer theory's F."""
+    from .. import plots
+    from ..depth.plot import ladder_plot
+
+    plots.check_output(output)
+    table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
+                   eval_prompts)
+    print(plots.save(ladder_plot(table), output))
