@@ -157,7 +157,6 @@ def depth(
     """TinyTransformer forgetting F (1-3 layers, width 16) beside the paper and the theory."""
     from ..depth import reproduce
     from ..depth.table import markdown, show
-    from ..io import write_text_atomic
 
     output_format = output_format_for(output, output_format)   # -o checked before training
     gammas = gamma_values("--gamma", gamma)
@@ -170,6 +169,13 @@ def depth(
     if output_format is Format.table:
         show(table)
         return
+    emit(table, output_format, output, markdown)
+
+
+def emit(table, output_format: Format, output: str | None, markdown) -> None:
+    """``table`` as JSON (its ``to_dict``) or ``markdown(table)``, on stdout or written
+    atomically to ``output``."""
+    from ..io import write_text_atomic
     text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
             if output_format is Format.json else markdown(table))
     if output is None:

@@ -7,7 +7,6 @@ output format reads what is there and trains only what is missing.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
@@ -15,9 +14,9 @@ import typer
 from . import options
 from .plot import Output, plot_app
 from .progress import count_progress
-from .reproduce import Format, FormatOption, OutputOption, output_format_for, reproduce_app
+from .reproduce import FormatOption, OutputOption, output_format_for, reproduce_app
 from .reproduce_depth import PANEL, EvalPrompts, Eps, MaxSteps, NoCache, Seeds, Workers, \
-    check_memory, gamma_values, protocol_options
+    check_memory, emit, gamma_values, protocol_options
 
 #: --quick: 3 seeds at ε = 0.02 (about 2 minutes on one thread). At depth's quick ε = 0.05
 #: the theory's F at γ = −0.75 (+0.00024) is a 4% residue of two opposite F_k and cannot be
@@ -63,17 +62,11 @@ def ladder(
 ) -> None:
     """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm + MLP."""
     from ..depth.ladder import markdown
-    from ..io import write_text_atomic
 
     output_format = output_format_for(output, output_format)   # -o checked before training
     table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
                    eval_prompts)
-    text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
-            if output_format is Format.json else markdown(table))
-    if output is None:
-        print(text)
-    else:
-        write_text_atomic(output, text + "\n", option="--output")
+    emit(table, output_format, output, markdown)
 
 
 @plot_app.command("ladder")
