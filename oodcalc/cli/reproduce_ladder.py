@@ -55,12 +55,13 @@ def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps
 
 @reproduce_app.command("ladder")
 def ladder(
-    gamma: Gamma = "-0.75,0,0.75", seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
+    gamma: Gamma = "-0.75,0,0.75", seeds: Seeds = None, workers: Workers = "1",
+    quick: Quick = False,
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
 ) -> None:
-    """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm + MLP."""
+    """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm+MLP."""
     from ..depth.ladder import markdown
 
     output_format = output_format_for(output, output_format)   # -o checked before training

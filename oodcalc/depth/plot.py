@@ -75,6 +75,7 @@ def ladder_plot(table):
     for ax, gamma in zip(axes[0], gammas):
         rows = [r for r in table.rows if r.cell.gamma == gamma]
         x = np.arange(len(rows))
+        names = list(dict.fromkeys(r.rung.name for r in rows))      # one colour per rung
         ax.axhline(0, color="0.6", lw=0.8)
         ax.axhline(rows[0].cell.theory.F, color="k", lw=1.4, ls="--",
                    label=f"theory, 1 layer: F = {rows[0].cell.theory.F:+.4f}")
@@ -83,7 +84,7 @@ def ladder_plot(table):
             if F.n == 0:
                 continue
             ax.errorbar([i], [F.mean], yerr=[[F.mean - F.low], [F.high - F.mean]], fmt="o",
-                        color=f"C{list(dict.fromkeys(r.rung.name for r in rows)).index(row.rung.name)}",
+                        color=f"C{names.index(row.rung.name)}",
                         capsize=3, ms=5)
             ax.plot([i] * len(row.cell.per_seed), [s["F"] for s in row.cell.per_seed], ".",
                     color="0.4", ms=3)
