@@ -63,6 +63,27 @@ def test_alpha_beta_of_a_logit_matrix():
     assert alpha_beta([[1.0, -2.0], [-4.0, 3.0]]) == (2.0, -3.0)
 
 
+def test_ladder_cache_wants_the_logits(tmp_path):
+    """A record without the per-layer logits (what depth's own runs wrote before the ladder)
+    is recomputed, not read; with one K × K matrix per layer it is read."""
+    from fuzz_cases import depth_record
+    from oodcalc.depth import DepthConfig
+    from oodcalc.depth.ladder import LadderCache
+
+    cache = LadderCache(tmp_path)
+    parameters = DepthConfig(arch="attention", layers=2).run_parameters(0, 0.0)
+    record = depth_record(parameters)
+    cache.store(record)
+    assert cache.load(parameters) is None and cache.rejected == 1
+    z = [[1.0, -1.0], [-1.0, 1.0]]
+    record["pretrain"]["logits"] = record["finetune"]["logits"] = [z]     # one layer of two
+    cache.store(record)
+    assert cache.load(parameters) is None and cache.rejected == 2
+    record["pretrain"]["logits"] = record["finetune"]["logits"] = [z, z]
+    cache.store(record)
+    assert cache.load(parameters) == record
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--seeds", "0"], "--seeds: got '0'; expected an integer >= 1"),
     (["--gamma", "2"], "--gamma: got '2'; each γ must lie in [-1, 1]"),
