@@ -180,6 +180,10 @@ def test_reproduce_ladder_end_to_end(tmp_path, capsys):
     assert main([*args, "-f", "markdown"]) == 0
     out = capsys.readouterr()
     assert "| theory | 1 | +0.00 |" in out.out and "training" not in out.err   # all cached
+    assert main(args) == 0                                   # the terminal table
+    out = capsys.readouterr().out
+    assert "oodcalc reproduce ladder" in out and "layernorm-mlp, 3 L" in out
+    assert "one more layer" in out and "L3: α" in out
 
     pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
     png = tmp_path / "ladder.png"

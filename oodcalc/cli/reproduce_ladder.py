@@ -14,7 +14,7 @@ import typer
 from . import options
 from .plot import Output, plot_app
 from .progress import count_progress
-from .reproduce import FormatOption, OutputOption, output_format_for, reproduce_app
+from .reproduce import Format, FormatOption, OutputOption, output_format_for, reproduce_app
 from .reproduce_depth import PANEL, EvalPrompts, Eps, MaxSteps, NoCache, Seeds, Workers, \
     check_memory, emit, gamma_values, protocol_options
 
@@ -62,11 +62,14 @@ def ladder(
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
 ) -> None:
     """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm+MLP."""
-    from ..depth.ladder import markdown
+    from ..depth.ladder import markdown, show
 
     output_format = output_format_for(output, output_format)   # -o checked before training
     table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
                    eval_prompts)
+    if output_format is Format.table:
+        show(table)
+        return
     emit(table, output_format, output, markdown)
 
 

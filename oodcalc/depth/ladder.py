@@ -250,10 +250,8 @@ def markdown(table: LadderTable) -> str:
         "|---|---:|---:|---|---|---:|---|---|---|"]
     for row in table.rows:
         c = row.cell
-        layers = "; ".join(
-            f"L{i + 1}: α {_number(ab['T1']['alpha'].mean, 2)} → "
-            f"{_number(ab['after']['alpha'].mean, 2)}, β {_number(ab['T1']['beta'].mean, 2)} → "
-            f"{_number(ab['after']['beta'].mean, 2)}" for i, ab in enumerate(row.logits))
+        layers = "; ".join(f"L{i + 1}: α {_arrow(ab['alpha'])}, β {_arrow(ab['beta'])}"
+                           for i, ab in enumerate(_by_kind(row.logits)))
         change = ("—" if row.below is None else
                   f"{_interval(row.change)} vs {row.below[0]} ({row.below[1]} L)")
         failed = f" ({sum(c.failed.values())} out)" if c.failed else ""
@@ -264,6 +262,53 @@ def markdown(table: LadderTable) -> str:
     lines += ["", "Changes, rung by rung:"]
     lines += [f"- {r.name} ({', '.join(map(str, r.layers))} L): {r.change}" for r in LADDER]
     return "\n".join(lines)
+
+
+def _by_kind(logits) -> list[dict[str, tuple[float, float]]]:
+    """Per layer: alpha/beta → (mean at T1, mean after fine-tuning)."""
+    return [{k: (ab["T1"][k].mean, ab["after"][k].mean) for k in ("alpha", "beta")}
+            for ab in logits]
+
+
+def _arrow(pair: tuple[float, float]) -> str:
+    return f"{_number(pair[0], 2)}→{_number(pair[1], 2)}"
+
+
+def show(table: LadderTable, console=None) -> None:
+    """The ladder in the terminal (rich): rung × γ, each cell F [95% CI], the paired change
+    from the row below and α, β of every layer at T1 → after fine-tuning."""
+    from rich import box
+    from rich.table import Table
+
+    if console is None:
+        from ..console import make_console
+        console = make_console()
+    console.print("[bold]oodcalc reproduce ladder[/bold]")
+    console.print(markdown(table).split("\n", 1)[0], style="dim")
+    t = Table(box=box.SIMPLE_HEAD, show_lines=True)
+    t.add_column("rung", no_wrap=True)
+    t.add_column("what changes from the row below", overflow="fold", max_width=28)
+    for g in table.gammas:
+        t.add_column(f"γ = {g:+.2f}", overflow="fold")
+    first = [r for r in table.rows if r.rung.name == "theory"]
+    t.add_row("theory, exact", "population dynamics, 1 layer",
+              *(f"F = {_number(r.cell.theory.F)}" for r in first))
+    keys = list(dict.fromkeys((r.rung, r.cell.config.layers) for r in table.rows))
+    for rung, layers in keys:
+        mine = [r for r in table.rows if r.rung == rung and r.cell.config.layers == layers]
+        cells = []
+        for row in mine:
+            lines = [f"F = {_interval(row.cell.F)}"]
+            if row.change is not None:
+                lines.append(f"ΔF = {_interval(row.change)}")
+            lines += [f"L{i + 1}: α {_arrow(ab['alpha'])}, β {_arrow(ab['beta'])}"
+                      for i, ab in enumerate(_by_kind(row.logits))]
+            cells.append("\n".join(lines))
+        down = below(rung, layers)
+        change = ("—" if down is None else "one more layer" if down[0] == rung.name
+                  else rung.change)
+        t.add_row(f"{rung.name}, {layers} L", change, *cells)
+    console.print(t)
 
 
 # --- the theory rung on the finite-prompt simulator's own draws ------------------------
