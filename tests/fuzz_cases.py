@@ -183,6 +183,7 @@ OUT_TEXT_REAL = Pool(("out.md", "out.json", "existing.csv", "link.csv"),
 #: keeps an option's last value).
 DEPTH_FAST = ("--quick", "--arch", "attention", "--optimizer", "sgd", "--layers", "1",
               "--seeds", "1", "--gamma", "0")
+LADDER_FAST = ("--quick", "--seeds", "1", "--gamma", "0")
 
 
 def geometry_options(slow: bool, rng: random.Random) -> list[str]:
@@ -232,6 +233,8 @@ DEPTH_OPTIONS = {"--arch": ARCH, "--optimizer": OPTIMIZER, "--layers": LAYERS,
                "--gamma": DEPTH_GAMMA, "--seeds": SEEDS, "--workers": WORKERS, "--quick": None,
                "--cache-dir": DEPTH_CACHE, "--no-cache": None, "--eps": DEPTH_EPS, "--lr": LR,
                "--max-steps": DEPTH_STEPS, "--eval-prompts": EVAL_PROMPTS}
+LADDER_OPTIONS = {k: v for k, v in DEPTH_OPTIONS.items()
+                  if k not in ("--arch", "--optimizer", "--layers")}
 #: --input is given half the time: without it the experiment runs (minutes: a 'hang').
 REAL_OPTIONS = {"--input": REAL_INPUT, "--quick": None, "--seeds": SEEDS,
                 "--cache-dir": REAL_CACHE, "--threads": THREADS}
@@ -282,6 +285,10 @@ ENTRIES: tuple[Entry, ...] = (
           output="-o", writes=("--cache-dir",), prefix=DEPTH_FAST, weight=0.6),
     Entry(("plot", "depth"), {"-o": OUT_PLOT, **DEPTH_OPTIONS}, output="-o",
           writes=("--cache-dir",), prefix=DEPTH_FAST, weight=0.4),
+    Entry(("reproduce", "ladder"), {**LADDER_OPTIONS, "-f": FORMAT_REPRO, "-o": OUT_TEXT},
+          output="-o", writes=("--cache-dir",), prefix=LADDER_FAST, weight=0.4),
+    Entry(("plot", "ladder"), {"-o": OUT_PLOT, **LADDER_OPTIONS}, output="-o",
+          writes=("--cache-dir",), prefix=LADDER_FAST, weight=0.3),
     Entry(("reproduce", "real"), {**REAL_OPTIONS, "-f": FORMAT_REPRO, "-o": OUT_TEXT_REAL},
           output="-o", writes=("--cache-dir",), weight=0.4),
     Entry(("plot", "real-rotation"), {"-o": OUT_PLOT, **REAL_OPTIONS}, output="-o",
@@ -570,7 +577,8 @@ def unexpected_changes(before: dict, after: dict, requested: str | list[str] | N
                 link = None
             if link is not None:
                 allowed.add(os.path.normpath(os.path.join(os.path.dirname(requested), link)))
-    # The directories that hold an allowed path change their times when it is written.
+    # The directories that hold an allowed path change their times when it is written, and
+    # are made when missing (a cache directory new/cache makes new/).
     holders = {os.path.normpath(os.path.join(a, *[".."] * i)) for a in allowed
                for i in range(1, a.count("/") + 1)}
     def inside(name: str) -> bool:   # "." (derive --write .) holds everything
@@ -581,7 +589,7 @@ def unexpected_changes(before: dict, after: dict, requested: str | list[str] | N
     for name, info in after.items():
         if before.get(name) == info:
             continue
-        if name in holders and before.get(name, (None,))[0] == info[0] == "dir":
+        if name in holders and info[0] == "dir" and before.get(name, (None,))[0] in (None, "dir"):
             continue
         if inside(name):
             if before.get(name) is None or info[0] == before[name][0]:

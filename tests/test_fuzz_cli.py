@@ -128,8 +128,14 @@ def depth_template() -> dict:
 
 
 def depth_stand_in(task) -> list[dict]:
+    """The template under each run's parameters, with one layer's logits per layer."""
     template = depth_template()
-    return [{**template, "parameters": task.config.run_parameters(task.seed, gamma)}
+    layers = task.config.layers
+
+    def phase(name):
+        return {**template[name], "logits": template[name]["logits"][:1] * layers}
+    return [{**template, "pretrain": phase("pretrain"), "finetune": phase("finetune"),
+             "parameters": task.config.run_parameters(task.seed, gamma)}
             for gamma in task.gammas]
 
 
@@ -164,6 +170,7 @@ def fast_engines(tmp_path_factory):
         import oodcalc.depth.plot as depth_plot
         mp.setattr(depth_experiment, "run_task", depth_stand_in)
         mp.setattr(depth_plot, "gamma_curves", lambda *args, **kwargs: "figure")
+        mp.setattr(depth_plot, "ladder_plot", lambda *args, **kwargs: "figure")
         import oodcalc.real as real
         import oodcalc.real.plots as real_plots
         saved = json.loads(fc.REAL_JSON.read_text(encoding="utf-8"))

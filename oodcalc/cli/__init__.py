@@ -35,6 +35,7 @@ from . import simulate as _simulate  # noqa: E402,F401
 from . import verify as _verify  # noqa: E402,F401
 from . import derive as _derive  # noqa: E402,F401
 from . import reproduce_depth as _reproduce_depth  # noqa: E402,F401
+from . import reproduce_ladder as _reproduce_ladder  # noqa: E402,F401
 from . import explore as _explore  # noqa: E402,F401
 
 

@@ -92,9 +92,20 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
     from ..depth import ARCHITECTURES, OPTIMIZERS, Cache, configs
     n_workers = options.integer("--workers", workers, 1)
 
-    protocol = {}
-    if quick:
-        protocol = {k: v for k, v in QUICK.items() if k != "seeds"}
+    protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts)
+    chosen = configs(choices("--arch", arch, ARCHITECTURES),
+                     choices("--optimizer", optimizer, OPTIMIZERS),
+                     integers("--layers", layers, 1), **protocol)
+    n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
+    check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
+    cache = Cache(cache_dir, enabled=not no_cache)
+    return chosen, list(range(n_seeds)), cache
+
+
+def protocol_options(quick: dict | None, eps, lr, max_steps, eval_prompts) -> dict:
+    """The protocol fields the options set: ``quick``'s values (but its seeds), then each
+    option given, parsed with one-line errors."""
+    protocol = {k: v for k, v in (quick or {}).items() if k != "seeds"}
     if eps is not None:
         protocol["eps"] = options.positive("--eps", eps)
     if lr is not None:
@@ -107,13 +118,7 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
             raise InputError("--eval-prompts", repr(eval_prompts), "expected an even integer")
         protocol["eval_prompts"] = n
         protocol["curve_prompts"] = min(n, protocol.get("curve_prompts", 512))
-    chosen = configs(choices("--arch", arch, ARCHITECTURES),
-                     choices("--optimizer", optimizer, OPTIMIZERS),
-                     integers("--layers", layers, 1), **protocol)
-    n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
-    check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
-    cache = Cache(cache_dir, enabled=not no_cache)
-    return chosen, list(range(n_seeds)), cache
+    return protocol
 
 
 def check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers,
@@ -152,7 +157,6 @@ def depth(
     """TinyTransformer forgetting F (1-3 layers, width 16) beside the paper and the theory."""
     from ..depth import reproduce
     from ..depth.table import markdown, show
-    from ..io import write_text_atomic
 
     output_format = output_format_for(output, output_format)   # -o checked before training
     gammas = gamma_values("--gamma", gamma)
@@ -165,6 +169,13 @@ def depth(
     if output_format is Format.table:
         show(table)
         return
+    emit(table, output_format, output, markdown)
+
+
+def emit(table, output_format: Format, output: str | None, markdown) -> None:
+    """``table`` as JSON (its ``to_dict``) or ``markdown(table)``, on stdout or written
+    atomically to ``output``."""
+    from ..io import write_text_atomic
     text = (json.dumps(table.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
             if output_format is Format.json else markdown(table))
     if output is None:

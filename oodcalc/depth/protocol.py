@@ -18,6 +18,9 @@ from ..errors import InputError
 from ..setting import check_positive
 
 ARCHITECTURES = ("attention", "standard")
+#: The ladder's two lowest rungs (docs/depth.md, "The ladder"): the theory's model itself and
+#: that model with a learned read-out; not offered by ``reproduce depth``.
+LADDER_ARCHITECTURES = ("theory", "readout")
 OPTIMIZERS = ("sgd", "adam")
 #: The paper's three γ values (γ1 = 1, γ2 = γ) and the depths it reports.
 PAPER_GAMMAS = (-0.75, 0.0, 0.75)
@@ -60,8 +63,9 @@ class DepthConfig:
     K: int = 2
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHITECTURES:
-            raise InputError("arch", self.arch, f"expected one of {', '.join(ARCHITECTURES)}")
+        if self.arch not in ARCHITECTURES + LADDER_ARCHITECTURES:
+            raise InputError("arch", self.arch, "expected one of "
+                             f"{', '.join(ARCHITECTURES + LADDER_ARCHITECTURES)}")
         if self.optimizer not in OPTIMIZERS:
             raise InputError("optimizer", self.optimizer,
                              f"expected one of {', '.join(OPTIMIZERS)}")

@@ -22,13 +22,13 @@ import copy
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..report import jsonable
-from .models import build
+from .models import build, feature_logits
 from .protocol import DepthConfig
 
 STREAMS = {"data": 0, "init": 1, "pretrain": 2, "finetune": 3}
@@ -161,11 +161,14 @@ class Phase:
 
 
 def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
-          gen: torch.Generator, full: Evaluation, watch: Evaluation | None = None) -> Phase:
+          gen: torch.Generator, full: Evaluation, watch: Evaluation | None = None,
+          batches: Callable[[], Prompts] | None = None) -> Phase:
     """Train on fresh prompts of ``features`` until every e_k <= eps on ``full``, checked
     before every update: the phase stops at the first step where the rule holds.
     ``watch`` (the source's first prompts, during fine-tuning) is recorded at every step:
-    the source-loss curve."""
+    the source-loss curve. ``batches``, if given, replaces the draw from ``gen``: it returns
+    the next training batch (the ladder feeds the finite-prompt simulator's draws through
+    it); ``full`` and ``watch`` need only ``errors(model)`` and ``within(model, eps)``."""
     start = time.perf_counter()
     optimizer = (torch.optim.SGD(model.parameters(), lr=config.lr) if config.optimizer == "sgd"
                  else torch.optim.Adam(model.parameters(), lr=config.lr))
@@ -184,7 +187,8 @@ def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
             return end(step, True, False, error)
         if step == config.max_steps:
             return end(step, False, False)
-        batch = Prompts.build(features, Design.draw(gen, config.batch, config.N, K, D))
+        batch = (batches() if batches is not None
+                 else Prompts.build(features, Design.draw(gen, config.batch, config.N, K, D)))
         loss = 0.5 * ((model(batch.context, batch.query) - batch.target) ** 2).mean()
         if not torch.isfinite(loss):
             return end(step, False, True)
@@ -215,7 +219,8 @@ def _run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[d
     model = build(config.arch, config.layers, config.width, stream_seed(seed, "init"))
     pre = train(model, V, config, generator(seed, "pretrain"), source_full)
     pretrain = {"T1": pre.steps, "converged": pre.converged, "diverged": pre.diverged,
-                "error": pre.error.tolist(), "seconds": pre.seconds}
+                "error": pre.error.tolist(), "seconds": pre.seconds,
+                "logits": feature_logits(model, V)}
 
     records = []
     for gamma in gammas:
@@ -234,7 +239,7 @@ def _run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[d
                 ood_error=ood.tolist(),
                 finetune={"T2": ft.steps, "converged": ft.converged, "diverged": ft.diverged,
                           "error": ft.error.tolist(), "seconds": ft.seconds,
-                          "source_curve": ft.curve},
+                          "source_curve": ft.curve, "logits": feature_logits(tuned, V)},
                 source_before=pre.error.tolist(), source_after=after.tolist(),
                 F=float(F_k.sum()), F_k=F_k.tolist())
         records.append(jsonable(record))
