@@ -49,7 +49,7 @@ def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps
     chosen = [c for _, c in ladder_configs(**protocol)]
     check_memory(chosen, n_seeds, gammas, n_workers, seeds, None, eval_prompts, workers, gamma)
     cache = LadderCache(cache_dir, enabled=not no_cache)
-    with count_progress("training", lines=True) as progress:
+    with count_progress("training", lines=True, eta=True) as progress:
         return reproduce_ladder(range(n_seeds), gammas, n_workers, progress, cache, **protocol)
 
 
