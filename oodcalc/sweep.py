@@ -443,18 +443,24 @@ def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     """The symmetric ray's recurrence once per distinct ``(eps, eta)`` of the grid; per
     row ``z1``, ``T1`` and whether pretraining converged."""
     from .estimates import pretrain_steps
-    pairs = np.stack([grid.eps, grid.eta], axis=1)
-    if len(pairs) and (pairs == pairs[0]).all():   # the usual grid: no row sort
-        unique, row_group = pairs[:1], np.zeros(len(pairs), dtype=np.int64)
-    else:
-        unique, row_group = np.unique(pairs, axis=0, return_inverse=True)
-        row_group = row_group.ravel()
+    unique, row_group = _distinct_pairs(grid.eps, grid.eta)
     rays = [descend_ray(0.0, 0.0, grid.K, eta, eps, max_steps,
                         expected_steps=pretrain_steps(grid.K, eps, eta)) for eps, eta in unique]
     z1 = ray_logits(grid.K, [r.own for r in rays], [r.other for r in rays])
     steps = np.array([r.steps for r in rays], dtype=np.int64)
     ok = np.array([r.converged for r in rays])
     return z1[row_group], steps[row_group], ok[row_group]
+
+
+def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``(a, b)`` and each row's index into them (no row sort when
+    every row is the same, the usual grid: a sort of the rows costs more than a sweep's
+    dynamics)."""
+    pairs = np.stack([a, b], axis=1)
+    if len(pairs) and (pairs == pairs[0]).all():
+        return pairs[:1], np.zeros(len(pairs), dtype=np.int64)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    return unique, inverse.ravel()
 
 
 def _local_workers(executor) -> int:
@@ -469,7 +475,7 @@ def _local_workers(executor) -> int:
 def _check_pretraining(grid: Grid, max_steps: int) -> None:
     """Refuse a grid whose slowest pretraining would run more than ``AUTO_STEP_LIMIT``
     steps (to the rule or to ``max_steps``), as ``predict`` refuses it."""
-    pairs = np.unique(np.stack([grid.eps, grid.eta], axis=1), axis=0)
+    pairs = _distinct_pairs(grid.eps, grid.eta)[0]
     worst = max((estimates.log_steps_from_margin(grid.K, eps, eta, 0.0), eps, eta)
                 for eps, eta in pairs)
     limits.check_sweep_steps(grid.K, worst[0], max_steps, "pretraining",
@@ -489,10 +495,9 @@ def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float 
         rows = slice(start, start + ESTIMATE_CHUNK)
         margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows])).min(axis=-1)
         eps = grid.eps[rows] if eps_ft is None else np.full(len(grid.eps[rows]), eps_ft)
-        keys = np.stack([eps, grid.eta_ft[rows]], axis=1)
-        pairs, inverse = np.unique(keys, axis=0, return_inverse=True)
+        pairs, inverse = _distinct_pairs(eps, grid.eta_ft[rows])
         lowest = np.full(len(pairs), np.inf)
-        np.minimum.at(lowest, inverse.ravel(), margins)
+        np.minimum.at(lowest, inverse, margins)
         for (eps, eta_ft), margin in zip(pairs, lowest):
             log_t = estimates.log_steps_from_margin(grid.K, eps, eta_ft, float(margin))
             worst = max(worst, (log_t, eps, eta_ft))
