@@ -171,8 +171,8 @@ def require_converged(run: Descent, phase: str, describe) -> None:
 
 
 def _is_diagonal(M: np.ndarray) -> bool:
-    K = M.shape[-1]
-    return not np.any(M * ~np.eye(K, dtype=bool))
+    # no nonzero entry off the diagonal (two counts: no (B, K, K) temporary)
+    return np.count_nonzero(M) == np.count_nonzero(np.diagonal(M, axis1=-2, axis2=-1))
 
 
 def _sandwich(A: np.ndarray, W: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -405,17 +405,27 @@ def _stops(remaining: np.ndarray, live: np.ndarray, at: np.ndarray, col: np.ndar
     cfg, at, sign = cfg[mine][order], at[mine][order], sign[mine][order]
     if not cfg.size:
         return cfg, at
-    first = np.flatnonzero(np.r_[True, (cfg[1:] != cfg[:-1]) | (at[1:] != at[:-1])])
+    first = np.flatnonzero(_run_starts(cfg, at))
     cfg, at, net = cfg[first], at[first], np.add.reduceat(sign, first)  # one per step
     total = np.cumsum(net)
-    new = np.r_[True, cfg[1:] != cfg[:-1]]                   # a configuration's first step
+    new = _run_starts(cfg)                                   # a configuration's first step
     level = remaining[cfg] + total - (total - net)[new][np.cumsum(new) - 1]
-    last = np.r_[new[1:], True]
+    last = np.empty_like(new)
+    last[:-1], last[-1] = new[1:], True
     remaining[cfg[last]] = level[last]
     hit = np.flatnonzero(level == 0)
     cfg, at = cfg[hit], at[hit]
-    firsts = np.r_[True, cfg[1:] != cfg[:-1]][:cfg.size]
+    firsts = _run_starts(cfg)
     return cfg[firsts], at[firsts]
+
+
+def _run_starts(*keys: np.ndarray) -> np.ndarray:
+    """Where a run of equal entries (of every key at once) starts."""
+    new = np.zeros(keys[0].size, dtype=bool)
+    new[:1] = True
+    for key in keys:
+        new[1:] |= key[1:] != key[:-1]
+    return new
 
 
 def _distinct(keys: np.ndarray, by_first: bool = False
@@ -430,8 +440,7 @@ def _distinct(keys: np.ndarray, by_first: bool = False
         return first, inverse.ravel(), None
     order = np.argsort(keys[:, 0])                  # one sort (np.unique takes two)
     value = keys[order, 0]
-    new = np.empty(value.size, dtype=bool)
-    new[:1], new[1:] = True, value[1:] != value[:-1]
+    new = _run_starts(value)
     inverse = np.empty(value.size, dtype=np.int64)
     inverse[order] = np.cumsum(new) - 1
     return order[new], inverse, order

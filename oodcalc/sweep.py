@@ -684,10 +684,11 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
            ft_steps: int | None, eps_ft: float | None) -> dict[str, np.ndarray]:
     B, K = len(grid), grid.K
     cols: dict[str, np.ndarray] = {
-        "geometry": np.full(B, grid.geometry, dtype=object),
+        "geometry": np.full(B, None, dtype=object),   # filled below: one str for all
         "K": np.full(B, K, dtype=np.int64),
         "d": grid.d.astype(np.int64),
     }
+    cols["geometry"].fill(grid.geometry)
     if grid.gamma is not None:
         cols |= {f"gamma_{k + 1}": grid.gamma[:, k] for k in range(K)}
     cols |= dict(grid.params)

@@ -209,7 +209,8 @@ def regime_names(gamma: np.ndarray, corrected: bool = False) -> np.ndarray:
     unaffected = np.abs(gamma) <= ZERO_TOL
     if K == 2:
         unaffected |= np.abs(square - lhs0) <= ZERO_TOL
-    out = np.full((B, K), "undetermined", dtype=object)
+    out = np.empty((B, K), dtype=object)
+    out.fill("undetermined")            # one str for all (np.full makes one per entry)
     out[lhs1 < square] = "backward-transfer"
     out[lhs0 > (K - 1 if corrected else 1) * square] = "forgetting"
     out[unaffected] = "unaffected"
@@ -286,7 +287,9 @@ def first_step_D(gamma: np.ndarray, z_ood: np.ndarray) -> np.ndarray:
 def directions_from_D(D: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``rising`` (D > 0), ``falling`` (D < 0) or ``flat`` (``|D| <= FLAT_RTOL·scale``),
     elementwise, object dtype."""
-    out = np.where(D > 0, "rising", "falling").astype(object)
+    out = np.empty(np.shape(D), dtype=object)
+    out.fill("falling")                 # one str for all (np.where makes one per entry)
+    out[D > 0] = "rising"
     out[np.abs(D) <= FLAT_RTOL * scale] = "flat"
     return out
 
