@@ -294,11 +294,13 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     ood_loss = conditional_errors(z_ood0).sum(axis=-1) / K
     ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
                          compiled=chunk.compiled)
-    before = conditional_errors(chunk.z1) / K                      # L_{v_k}(Q^(T1))
+    errors = _errors_of_rows(chunk.z1)
+    before = errors / K                                            # L_{v_k}(Q^(T1))
     after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
     # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
     first = np.where(ft.steps[:, None] > 0,
-                     first_step_change(chunk.z1, chunk.M, chunk.eta_ft) / K, 0.0)
+                     first_step_change(chunk.z1, chunk.M, chunk.eta_ft, z_ood0=z_ood0,
+                                       errors=errors) / K, 0.0)
     fixed = chunk.eps < 0                      # NEVER: ran its fixed number of steps
     columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed,
                "ood_loss": ood_loss, "F_k": after - before, "first_step_k": first,
@@ -307,6 +309,14 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
         D, scale = theory.first_step_terms(chunk.gamma, z_ood0)
         columns |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
     return chunk.start, chunk.stop, columns
+
+
+def _errors_of_rows(z: np.ndarray) -> np.ndarray:
+    """``conditional_errors`` of a stack, computed once when every matrix is the same (the
+    pretrained logits of a chunk with one ``(eps, eta)``, the usual grid)."""
+    if len(z) and (z == z[0]).all():
+        return np.broadcast_to(conditional_errors(z[:1]), z.shape[:-1])
+    return conditional_errors(z)
 
 
 # --- the result -------------------------------------------------------------------------
