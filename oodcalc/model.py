@@ -14,13 +14,13 @@ import numpy as np
 def attention(z: np.ndarray) -> np.ndarray:
     """Aggregated attention ``Attn[n, k]`` that the tokens of ``f_n`` receive for query ``f_k``
     (population limit, balanced features): a softmax down each column, max subtracted."""
-    shifted = z - _down_columns(np.maximum, z)
+    shifted = z - down_columns(np.maximum, z)
     weights = np.exp(shifted)
-    return weights / _down_columns(np.add, weights)
+    return weights / down_columns(np.add, weights)
 
 
-def _down_columns(op: np.ufunc, x: np.ndarray) -> np.ndarray:
-    """``op.reduce`` over axis −2, keepdims. Fewer than 8 rows are reduced one by one, in
+def down_columns(op: np.ufunc, x: np.ndarray) -> np.ndarray:
+    """``op.reduce`` over axis −2 (down each column), keepdims. Fewer than 8 rows are reduced one by one, in
     order (numpy reduces a short axis slowly, batch after batch; below 8 terms its own
     reduction also adds them in order, so the result is the same to the bit)."""
     K = x.shape[-2]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import attention, conditional_errors
+from .model import attention, conditional_errors, down_columns
 
 #: |value| below this counts as zero in the exact-equality cases of the theorems.
 ZERO_TOL = 1e-12
@@ -203,8 +203,9 @@ def regime_names(gamma: np.ndarray, corrected: bool = False) -> np.ndarray:
     B, K = gamma.shape
     products = gamma[:, :, None] * gamma[:, None, :]          # γ_k γ_m at [b, k, m]
     self_pair = np.eye(K, dtype=bool)
-    lhs0 = -np.where(self_pair, -np.inf, products).max(axis=2)   # −γ_k γ_m0
-    lhs1 = -np.where(self_pair, np.inf, products).min(axis=2)    # −γ_k γ_m1
+    # over m ≠ k; products are symmetric, so down the columns (fast for small K)
+    lhs0 = -down_columns(np.maximum, np.where(self_pair, -np.inf, products))[:, 0]  # −γ_kγ_m0
+    lhs1 = -down_columns(np.minimum, np.where(self_pair, np.inf, products))[:, 0]   # −γ_kγ_m1
     square = gamma ** 2
     unaffected = np.abs(gamma) <= ZERO_TOL
     if K == 2:
