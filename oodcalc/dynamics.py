@@ -322,7 +322,7 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
 
     # Who uses which column, counted with multiplicity (a configuration whose columns
     # share a distinct column counts it twice, in its count above ε as in the users):
-    # configuration b uses slots[b]; CSR by column, from one stable sort.
+    # configuration b uses slots[b]; CSR by column (order within a column: any).
     U = int(inverse.max()) + 1
     fan = np.bincount(inverse, minlength=U)
     by_col = np.concatenate([[0], np.cumsum(fan)])
