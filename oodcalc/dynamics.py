@@ -171,8 +171,8 @@ def require_converged(run: Descent, phase: str, describe) -> None:
 
 
 def _is_diagonal(M: np.ndarray) -> bool:
-    K = M.shape[-1]
-    return not np.any(M * ~np.eye(K, dtype=bool))
+    # no nonzero entry off the diagonal (two counts: no (B, K, K) temporary)
+    return np.count_nonzero(M) == np.count_nonzero(np.diagonal(M, axis1=-2, axis2=-1))
 
 
 def _sandwich(A: np.ndarray, W: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -199,16 +199,19 @@ def source_logits(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
     return z1 + _sandwich(M, z_ood - z_ood0, np.swapaxes(M, -1, -2))
 
 
-def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float
+def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float, *,
+                      z_ood0: np.ndarray | None = None, errors: np.ndarray | None = None
                       ) -> np.ndarray:
     """The exact change of ``e_k`` on every source feature ``v_k`` over one fine-tuning
     step of size ``eta_ft`` from ``Q = V Z1 Vᵀ`` (one step of :func:`descend` on the OOD
     logits, carried to the source by claim 7): ``(B, K)`` for stacks ``z1``, ``M``
     ``(B, K, K)``. The step is taken whatever ε says; a caller whose run stopped at
-    ``T2 = 0`` has no first step."""
-    z_ood0 = ood_start(z1, M)
+    ``T2 = 0`` has no first step. A caller that has them passes ``ood_start(z1, M)`` as
+    ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``."""
+    z_ood0 = ood_start(z1, M) if z_ood0 is None else z_ood0
+    errors = conditional_errors(z1) if errors is None else errors
     step = descend(z_ood0, eta_ft, 0.0, 1)       # ε = 0: the rule cannot stop it at t = 0
-    return conditional_errors(source_logits(z1, M, z_ood0, step.z)) - conditional_errors(z1)
+    return conditional_errors(source_logits(z1, M, z_ood0, step.z)) - errors
 
 
 # --- columns: every OOD column descends on its own -------------------------------------
@@ -239,39 +242,49 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
       F_k to 1e-12 in the tests), several times faster. Choose ``compiled`` for a whole
       sweep, not per batch, so that results do not depend on how it is split.
 
-    Configuration ``b`` stops at the first step where all of its columns meet ``e <= ε``.
-    When every column is two-valued this is found in two passes over the margins (see
-    :func:`_margins_two_pass`); otherwise, or when that finds a column rising above ε
-    again, the count of each configuration's columns above ε is kept up to date as
-    columns cross the threshold (either way): the rule is applied exactly either way.
+    Configuration ``b`` stops at the first step where all of its columns meet ``e <= ε``:
+    the count of each configuration's columns above ε is kept up to date from the
+    columns that cross the threshold (either way). When every column is two-valued the
+    margins of the last :data:`MARGIN_ROUND` steps are kept and the count is brought up
+    to date once per round (:func:`_stops`), each configuration reading its margins at
+    its own stopping step: the rule is applied exactly, step by step, either way.
     """
     z0 = np.asarray(z0, dtype=np.float64)
     B, K = z0.shape[0], z0.shape[-1]
     eta = np.broadcast_to(np.asarray(eta, dtype=np.float64), (B,))
     eps = np.broadcast_to(np.asarray(eps, dtype=np.float64), (B,))
-    columns = z0.transpose(0, 2, 1).reshape(B * K, K)        # row b*K + k: column k of b
-    own = np.tile(np.arange(K), B)
-    own_value = columns[np.arange(B * K), own]
-    others = np.where(np.eye(K, dtype=bool)[own], np.nan, columns)
-    other_value = np.nanmax(others, axis=1) if K > 1 else own_value
-    two_valued = np.all(np.isnan(others) | (others == other_value[:, None]), axis=1)
+    # Each column's own logit and the largest and smallest of its others (equal: the
+    # column is two-valued), reduced over rows n with the batch innermost (fast).
+    x = z0.transpose(1, 2, 0).copy()                          # x[n, k, b]
+    own_diag = x.reshape(K * K, B)[::K + 1]                   # view of x[k, k, :]
+    own_values = own_diag.T.copy()                            # (B, K)
+    if K > 1:
+        own_diag[...] = -np.inf
+        hi = x.max(axis=0).T
+        own_diag[...] = np.inf
+        two_valued = (x.min(axis=0).T == hi).ravel()          # row b*K + k: column k of b
+        margins = own_values - hi
+    else:
+        two_valued, margins = np.ones(B, dtype=bool), np.zeros((B, 1))
     row_eta, row_eps = np.repeat(eta, K), np.repeat(eps, K)
-    margin = own_value - other_value
 
     # Distinct columns: margins first (indices 0..Um−1), then full columns.
-    tv = np.flatnonzero(two_valued)
-    full = np.flatnonzero(~two_valued)
     inverse = np.empty(B * K, dtype=np.int64)
-    parts = []
-    if tv.size:
-        keys = np.stack([margin[tv], row_eta[tv], row_eps[tv]], axis=1)
-        first, inverse[tv] = _distinct(keys, by_first=bool((keys[:, 1:] == keys[0, 1:]).all()))
+    parts, grouped = [], None
+    tv = slice(None) if two_valued.all() else np.flatnonzero(two_valued)
+    if two_valued.any():
+        keys = np.stack([margins.ravel()[tv], row_eta[tv], row_eps[tv]], axis=1)
+        first, inverse[tv], order = _distinct(keys, by_first=bool((keys[:, 1:] == keys[0, 1:]).all()))
         parts.append(_Margins(keys[first, 0], K, keys[first, 1], keys[first, 2]))
-    Um = parts[0].d.size if tv.size else 0
-    if full.size:
+        grouped = order if isinstance(tv, slice) else None    # rows, by distinct column
+    Um = parts[0].slot.size if parts else 0
+    if not isinstance(tv, slice):
+        full = np.flatnonzero(~two_valued)
+        columns = z0.transpose(0, 2, 1).reshape(B * K, K)    # row b*K + k: column k of b
+        own = np.tile(np.arange(K), B)
         keys = np.concatenate([columns[full], own[full, None].astype(np.float64),
                                row_eta[full, None], row_eps[full, None]], axis=1)
-        first, index = _distinct(keys)
+        first, index, _ = _distinct(keys)
         inverse[full] = Um + index
         from . import compiled as kernels
         use = kernels.column_kernels() if compiled else None
@@ -287,190 +300,154 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     slots = inverse.reshape(B, K)
     z = np.empty((B, K, K))
 
-    def blocks(done: np.ndarray, margins: np.ndarray | None = None) -> np.ndarray:
-        """The final logits of configurations ``done`` (their columns' current values,
-        or, for all-margin batches, the given ``margins`` of their K columns)."""
-        rows = (done[:, None] * K + np.arange(K)).ravel()
-        distinct = slots[done].ravel()
-        block = np.empty((rows.size, K))
+    def blocks(done, final: np.ndarray | None = None) -> np.ndarray:
+        """The final logits of configurations ``done`` (indices or a slice): their
+        columns' current values, or, for all-margin batches, their ``final`` margins."""
+        distinct = slots[done]
         is_margin = distinct < Um
-        if is_margin.any():
-            # Column sums are conserved: own gains (K−1)/K of the margin's change,
-            # every other logit loses 1/K of it.
-            r, d = rows[is_margin], distinct[is_margin]
-            final = engine.margins(d) if margins is None else margins.ravel()[is_margin]
-            change = final - margin[r]
-            block[is_margin] = columns[r] - (change / K)[:, None]
-            block[np.flatnonzero(is_margin), own[r]] = own_value[r] + change * (K - 1) / K
+        if final is None:
+            final = margins[done].copy()                      # full columns: no change
+            if is_margin.any():
+                final[is_margin] = engine.margins(distinct[is_margin])
+        # Column sums are conserved: every other logit loses 1/K of the margin's
+        # change, own gains (K−1)/K of it.
+        change = final - margins[done]
+        block = z0[done] - (change / K)[:, None, :]
+        own_logits = block.reshape(-1, K * K)[:, ::K + 1]     # view of block[:, k, k]
+        own_logits[is_margin] = (own_values[done] + change * (K - 1) / K)[is_margin]
         if not is_margin.all():
-            block[~is_margin] = engine.columns(distinct[~is_margin] - Um).T
-        return block.reshape(done.size, K, K).transpose(0, 2, 1)   # [b, k, n] → z[b, n, k]
+            b, k = np.nonzero(~is_margin)
+            block[b, :, k] = engine.columns(distinct[b, k] - Um).T
+        return block
 
-    if isinstance(engine, _Margins):                           # every column a margin
-        fast = _margins_two_pass(engine, slots, max_steps, progress)
-        if fast is not None:
-            steps, converged, final = fast
-            z[...] = blocks(np.arange(B), final)
-            return Descent(z, steps, converged)
-        engine = _Margins(engine.start, K, engine.eta, engine.eps0)
-
-    # Who uses which column: distinct (column, configuration) pairs, grouped both ways.
+    # Who uses which column, counted with multiplicity (a configuration whose columns
+    # share a distinct column counts it twice, in its count above ε as in the users):
+    # configuration b uses slots[b]; CSR by column (order within a column: any).
     U = int(inverse.max()) + 1
-    config = np.repeat(np.arange(B), K)
-    pairs = np.unique(inverse * B + config)
-    pair_col, pair_cfg = pairs // B, pairs % B
-    by_col = np.searchsorted(pair_col, np.arange(U + 1))     # CSR: column → configurations
-    order = np.argsort(pair_cfg, kind="stable")
-    cfg_cols = pair_col[order]
-    by_cfg = np.searchsorted(pair_cfg[order], np.arange(B + 1))
-    users = np.diff(by_col).astype(np.int64)                 # live configurations per column
+    fan = np.bincount(inverse, minlength=U)
+    by_col = np.concatenate([[0], np.cumsum(fan)])
+    pair_cfg = (np.argsort(inverse) if grouped is None else grouped) // K   # column → configurations
+    users = fan.copy()                                       # live uses of each column
 
     steps = np.full(B, max_steps, dtype=np.int64)
     converged = np.zeros(B, dtype=bool)
     live = np.ones(B, dtype=bool)
+    # Every column a margin: the engine keeps its states over a round of steps, the
+    # stopping rule is applied to the whole round at once, each configuration's margins
+    # are taken at its stop and the logits built once at the end. Otherwise a round is
+    # one step (a K×K state is not worth keeping).
+    final = np.empty((B, K)) if isinstance(engine, _Margins) else None
+    rounds = engine.keep_rounds(MARGIN_ROUND) if final is not None else 1
+    below = np.empty((rounds, U), dtype=bool)
+    flips = np.empty((rounds, U), dtype=bool)
 
-    def finish(done: np.ndarray, t: int, ok: bool) -> None:
-        z[done] = blocks(done)
+    def finish(done: np.ndarray, t, ok: bool, at: np.ndarray | None = None) -> None:
+        """Stop configurations ``done`` at steps ``t``, their state kept at round step
+        ``at`` (None: the current state)."""
+        used = slots[done]
+        if final is None:
+            z[done] = blocks(done)
+        else:
+            final[done] = engine.margins(used, None if at is None else at[:, None])
         steps[done], converged[done], live[done] = t, ok, False
-        np.subtract.at(users, _expand(by_cfg, done, cfg_cols), 1)
-        engine.retire(users == 0)
+        used = used.ravel()
+        np.subtract.at(users, used, 1)
+        engine.retire(used[users[used] == 0])
         if progress is not None and ok:
             progress(int(done.size))
 
-    flag = np.zeros(B, dtype=bool)
     above = ~engine.evaluate()                               # (U,) e > ε at step 0
-    remaining = np.zeros(B, dtype=np.int64)
-    np.add.at(remaining, pair_cfg, above[pair_col])
-    t = 0
+    remaining = above[slots].sum(axis=1)                     # columns above ε, per configuration
     done = np.flatnonzero(remaining == 0)
-    while True:
-        if done.size:
-            finish(done, t, True)
-        if not live.any() or t >= max_steps:
-            break
-        engine.step()
-        t += 1
-        now_above = ~engine.evaluate()
-        changed = np.flatnonzero((now_above != above) & engine.running)
-        if changed.size == 0:
-            done = changed
-            continue
-        above[changed] = now_above[changed]
-        touched = _expand(by_col, changed, pair_cfg)
-        sign = np.where(now_above[changed], 1, -1)
-        np.add.at(remaining, touched, np.repeat(sign, np.diff(by_col)[changed]))
-        ready = touched[live[touched] & (remaining[touched] == 0)]
-        flag[ready] = True                                   # distinct, in order, no sort
-        done = np.flatnonzero(flag) if ready.size else ready
-        flag[done] = False
+    if done.size:
+        finish(done, 0, True)
+    t = 0
+    while live.any() and t < max_steps:
+        n = min(rounds, max_steps - t)
+        for s in range(n):
+            engine.step()                                    # margins: kept in row s
+            below[s] = engine.evaluate()
+        # Where a column changed sides of ε in the round (retired columns are frozen, or
+        # read as below, as they were when retired: they never change sides).
+        np.equal(below[0], above, out=flips[0])
+        np.not_equal(below[1:n], below[:n - 1], out=flips[1:n])
+        np.logical_not(below[n - 1], out=above)
+        at, col = np.divmod(np.flatnonzero(flips[:n]), U)    # by step, then column
+        if col.size:
+            done, at = _stops(remaining, live, at, col, below[at, col], by_col, pair_cfg)
+            if done.size:
+                finish(done, t + 1 + at, True, at)
+        t += n
     rest = np.flatnonzero(live)
     if rest.size:
         finish(rest, max_steps, False)
+    if final is not None:
+        z[...] = blocks(slice(None), final)
     return Descent(z, steps, converged)
 
 
-def _distinct(keys: np.ndarray, by_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """First row of each distinct row of ``keys`` and every row's distinct index
-    (``by_first``: the rows differ in their first entry only)."""
+#: Steps per round of an all-margin descent (its states are kept for a round; the
+#: stopping rule's bookkeeping runs once a round, not once a step). 8: the kept states of
+#: 23,022 margins (the 201×201 phase diagram) stay in the L2 cache; 4 and 16 are slower.
+MARGIN_ROUND = 8
+
+
+def _stops(remaining: np.ndarray, live: np.ndarray, at: np.ndarray, col: np.ndarray,
+           below: np.ndarray, by_col: np.ndarray, pair_cfg: np.ndarray):
+    """The configurations that stop in a round, and the round step they stop at.
+
+    Column ``col[i]`` changed sides of ε at round step ``at[i]`` (to ``below[i]``; events
+    in step order); ``remaining`` counts each live configuration's columns above ε at
+    the start of the round and is brought to its end. A configuration stops at the first
+    step at which its count, after all of that step's changes, is 0.
+    """
+    fan = by_col[col + 1] - by_col[col]
+    cfg = _expand(by_col, col, pair_cfg)
+    at, sign = np.repeat(at, fan), np.repeat(np.where(below, -1, 1), fan)
+    mine = live[cfg]
+    order = np.argsort(cfg[mine], kind="stable")             # by configuration, then step
+    cfg, at, sign = cfg[mine][order], at[mine][order], sign[mine][order]
+    if not cfg.size:
+        return cfg, at
+    first = np.flatnonzero(_run_starts(cfg, at))
+    cfg, at, net = cfg[first], at[first], np.add.reduceat(sign, first)  # one per step
+    total = np.cumsum(net)
+    new = _run_starts(cfg)                                   # a configuration's first step
+    level = remaining[cfg] + total - (total - net)[new][np.cumsum(new) - 1]
+    last = np.empty_like(new)
+    last[:-1], last[-1] = new[1:], True
+    remaining[cfg[last]] = level[last]
+    hit = np.flatnonzero(level == 0)
+    cfg, at = cfg[hit], at[hit]
+    firsts = _run_starts(cfg)
+    return cfg[firsts], at[firsts]
+
+
+def _run_starts(*keys: np.ndarray) -> np.ndarray:
+    """Where a run of equal entries (of every key at once) starts."""
+    new = np.zeros(keys[0].size, dtype=bool)
+    new[:1] = True
+    for key in keys:
+        new[1:] |= key[1:] != key[:-1]
+    return new
+
+
+def _distinct(keys: np.ndarray, by_first: bool = False
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A row of each distinct row of ``keys`` and every row's distinct index (distinct
+    rows in sorted order); with ``by_first`` (the rows differ in their first entry only)
+    also the rows grouped by distinct index, from the one sort this takes."""
     keys = np.ascontiguousarray(keys)
-    if by_first:
-        _, first, inverse = np.unique(keys[:, 0], return_index=True, return_inverse=True)
-    else:
+    if not by_first:
         _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
                                       return_index=True, return_inverse=True)
-    return first, inverse.ravel()
-
-
-#: Margin trajectories kept by the first pass of :func:`_margins_two_pass` (beyond, a
-#: second pass recomputes the margins it needs).
-MARGIN_RECORD_BYTES = 128 * 2**20
-
-
-def _margins_two_pass(engine: "_Margins", slots: np.ndarray, max_steps: int,
-                      progress: Callable[[int], None] | None):
-    """The stopping rule for batches whose columns are all margins, without following
-    configurations step by step.
-
-    A margin only grows (its GD step is ``η/K (1 + 1/(K−1))² p (1−p)² >= 0``) and its
-    error falls as it grows, so a configuration stops at the latest first crossing of
-    its columns, ``T2 = max_c T_c``, provided that every column stays below ε from its
-    crossing on. The first pass finds each distinct margin's first crossing ``T_c``,
-    keeping the whole margin trajectory while it fits :data:`MARGIN_RECORD_BYTES`
-    (otherwise it drops each margin once it has crossed, and a second pass runs them
-    again up to the last step a configuration needs); each configuration then takes its
-    margins at its T2. Every column is checked to stay below ε from ``T_c`` to the last
-    step it is taken at (in floating point the error could tick up where a margin
-    stalls); if one does not, returns None and the caller applies the rule step by step.
-
-    Returns ``(steps, converged, margins)`` with ``margins`` ``(B, K)`` at each T2.
-    """
-    U = engine.d.size
-    crossed = np.full(U, -1, dtype=np.int64)
-    has_crossed = np.zeros(U, dtype=bool)
-    count = 0
-    record = [engine.d.copy()]
-    t = 0
-    while True:                                                 # pass 1
-        below = engine.evaluate()
-        if record is not None and np.any(has_crossed > below):
-            return None                                         # rose above ε again
-        newly = below > has_crossed
-        if newly.any():
-            crossed[newly] = t
-            has_crossed |= newly
-            count += int(newly.sum())
-            if record is None:
-                engine.retire(newly)
-        if count == U or t >= max_steps:
-            break
-        engine.step()
-        t += 1
-        if record is not None:
-            if (len(record) + 1) * U * 8 > MARGIN_RECORD_BYTES:
-                record = None                                   # too long: two passes
-                engine.retire(has_crossed)
-            else:
-                record.append(engine.d.copy())
-    never = crossed < 0
-    steps = np.where(never[slots], max_steps, crossed[slots]).max(axis=1)
-    converged = ~never[slots].any(axis=1)
-    if progress is not None and converged.any():
-        progress(int(converged.sum()))
-    if record is not None:                                      # gather, step by step
-        B, K = slots.shape
-        margins = np.empty((B, K))
-        order = np.argsort(steps, kind="stable")
-        bounds = np.searchsorted(steps[order], np.arange(int(steps.max()) + 2))
-        for t in np.flatnonzero(np.diff(bounds)):
-            rows = order[bounds[t]:bounds[t + 1]]
-            margins[rows] = record[t][slots[rows]]
-        return steps, converged, margins
-
-    # Pass 2: (column, step) requests, in step order.
-    B, K = slots.shape
-    request_col, request_step = slots.ravel(), np.repeat(steps, K)
-    order = np.argsort(request_step, kind="stable")
-    request_col, request_step = request_col[order], request_step[order]
-    end = int(steps.max())
-    bounds = np.searchsorted(request_step, np.arange(end + 2))
-    last = np.full(U, -1, dtype=np.int64)
-    np.maximum.at(last, request_col, request_step)
-    values = np.empty(request_col.size)
-    again = _Margins(engine.start, engine.K, engine.eta, engine.eps0)
-    crossed_by = np.where(never, np.iinfo(np.int64).max, crossed)
-    for t in range(end + 1):
-        below = again.evaluate()
-        if (~below & again.running & (crossed_by <= t)).any():
-            return None                                         # rose above ε again
-        take = slice(bounds[t], bounds[t + 1])
-        values[take] = again.margins(request_col[take])
-        again.retire(last == t)
-        if not again.running.any():
-            break
-        again.step()
-    margins = np.empty(request_col.size)
-    margins[order] = values
-    return steps, converged, margins.reshape(B, K)
+        return first, inverse.ravel(), None
+    order = np.argsort(keys[:, 0])                  # one sort (np.unique takes two)
+    value = keys[order, 0]
+    new = _run_starts(value)
+    inverse = np.empty(value.size, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return order[new], inverse, order
 
 
 def _expand(indptr: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -502,14 +479,15 @@ class _Engine:
         return below
 
     def retire(self, unused: np.ndarray) -> None:
-        """Stop the columns no live configuration needs; compact once a quarter is idle."""
-        gone = unused & self.running
-        if not gone.any():
+        """Stop the distinct columns ``unused`` (indices, repeats allowed) that no live
+        configuration needs; compact once a quarter of the state is idle."""
+        gone = unused[self.running[unused]]
+        if not gone.size:
             return
-        self.running &= ~gone
+        self.running[gone] = False
         self._freeze(self.slot[gone])
-        kept = np.flatnonzero(self.running)
-        if 4 * kept.size <= 3 * self._positions():
+        if 4 * np.count_nonzero(self.running) <= 3 * self._positions():
+            kept = np.flatnonzero(self.running)
             self._compact(self.slot[kept])
             self.slot = np.full(self.slot.size, -1)
             self.slot[kept] = np.arange(kept.size)
@@ -531,47 +509,72 @@ class _Margins(_Engine):
     u/(1+u)`` (accurately, no cancellation), each other ``r/m``. Then
     ``e = ½(1 + 1/m) r²`` and the GD step of ``_Batch`` (``η/K · (g_other − g_own)``,
     ``g = a (r − Σ a r)``) moves the margin by ``η/K (1 + 1/m)² p r²``, never down.
+
+    A step costs one exp and a few multiplies per margin, so the loop keeps nothing but
+    that: the negated margin ``w = −d`` is held (exp takes it as it is), every
+    intermediate has its own buffer (a fresh array per step costs page faults that
+    outweigh the arithmetic), and ``e`` is ``r²`` itself when ``½(1 + 1/m) = 1`` (K = 2).
     """
 
     def __init__(self, d: np.ndarray, K: int, eta: np.ndarray, eps: np.ndarray) -> None:
         super().__init__(d.size)
         self.K, self.m = K, float(K - 1)
-        self.start, self.eta, self.eps0 = d.copy(), eta, eps     # for a second pass
-        self.d, self.eps = d.copy(), eps.copy()
-        self.rate = eta / K * (1.0 + 1.0 / self.m) ** 2
         self.half = 0.5 * (1.0 + 1.0 / self.m)
-        self.floor = True
+        self.floor, self.kept = True, None
+        self._load(-d, eta / K * (1.0 + 1.0 / self.m) ** 2, eps.copy())
+        if eps.size and (eps == eps[0]).all():
+            self.eps = eps[0]               # one ε: compared as a number, not an array
+
+    def _load(self, w: np.ndarray, rate: np.ndarray, eps: np.ndarray) -> None:
+        self.w, self.rate, self.eps = w, rate, eps
+        self.u, self.p, self.r2 = np.empty_like(w), np.empty_like(w), np.empty_like(w)
 
     def evaluate(self) -> np.ndarray:
         # Below d = −600 the own attention is < 1e−260 and a step cannot move d (its
         # change rounds away); the floor only keeps u finite so that u·p stays exact.
         # Margins never fall, so once above it they need no floor.
+        u, p, r2 = self.u, self.p, self.r2
         if self.floor:
-            u = np.maximum(self.d, -600.0)
-            np.negative(u, out=u)
-            self.floor = bool((self.d < -600.0).any())
+            np.minimum(self.w, 600.0, out=u)
+            self.floor = bool((self.w > 600.0).any())
+            np.exp(u, out=u)
         else:
-            u = np.negative(self.d)
-        np.exp(u, out=u)
+            np.exp(self.w, out=u)
         if self.m != 1.0:
             u *= self.m
-        p = np.add(u, 1.0)
-        self.p = p = np.reciprocal(p, out=p)                      # 1/(1+u)
+        np.add(u, 1.0, out=p)
+        np.reciprocal(p, out=p)                                   # 1/(1+u)
         u *= p                                                    # r = 1 − p, accurately
-        self.r2 = r2 = np.multiply(u, u)
-        return self._below(np.multiply(r2, self.half, out=u))     # e
+        np.multiply(u, u, out=r2)
+        return self._below(r2 if self.half == 1.0 else np.multiply(r2, self.half, out=u))
 
     def step(self) -> None:
-        change = self.p * self.r2
+        change = np.multiply(self.p, self.r2, out=self.u)         # u is free until evaluate
         change *= self.rate
-        self.d += change
+        if self.kept is None:
+            self.w -= change                                      # d += change, exactly
+            return
+        out = self.kept[self.row, :self.w.size]                   # the new state, kept
+        self.w = np.subtract(self.w, change, out=out)
+        self.row = (self.row + 1) % len(self.kept)
 
-    def margins(self, distinct: np.ndarray) -> np.ndarray:
-        return self.d[self.slot[distinct]]
+    def keep_rounds(self, rounds: int) -> int:
+        """From now on keep the states of the last ``rounds`` steps (at most 32 MiB of
+        them): step ``i`` (from 1) writes row ``(i − 1) % rounds``."""
+        rounds = max(1, min(rounds, 2**22 // max(1, self.w.size)))
+        self.kept, self.row = np.empty((rounds, self.w.size)), 0
+        return rounds
+
+    def margins(self, distinct: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
+        """The margins now, or at the kept round steps ``at`` (broadcast with distinct)."""
+        pos = self.slot[distinct]
+        return -(self.w[pos] if at is None else self.kept[at, pos])
 
     def _compact(self, pos: np.ndarray) -> None:
-        self.d, self.rate, self.eps = self.d[pos], self.rate[pos], self.eps[pos]
-        self.p, self.r2 = self.p[pos], self.r2[pos]
+        p, r2 = self.p[pos], self.r2[pos]                         # step() still needs them
+        self._load(self.w[pos], self.rate[pos], self.eps if np.ndim(self.eps) == 0
+                   else self.eps[pos])
+        self.p, self.r2 = p, r2
 
 
 class _Composite:
@@ -580,11 +583,7 @@ class _Composite:
 
     def __init__(self, margins: "_Margins", columns: "_Columns") -> None:
         self.parts = (margins, columns)
-        self.split = margins.d.size
-
-    @property
-    def running(self) -> np.ndarray:
-        return np.concatenate([part.running for part in self.parts])
+        self.split = margins.slot.size
 
     def evaluate(self) -> np.ndarray:
         return np.concatenate([part.evaluate() for part in self.parts])
@@ -594,8 +593,9 @@ class _Composite:
             part.step()
 
     def retire(self, unused: np.ndarray) -> None:
-        self.parts[0].retire(unused[:self.split])
-        self.parts[1].retire(unused[self.split:])
+        margin = unused < self.split
+        self.parts[0].retire(unused[margin])
+        self.parts[1].retire(unused[~margin] - self.split)
 
     def margins(self, distinct: np.ndarray) -> np.ndarray:
         return self.parts[0].margins(distinct)

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from .model import down_columns
 from .theory import alpha_star, stopping_margin
 
 #: Natural log of the largest step count we express as a float.
@@ -105,8 +106,8 @@ def effective_margins(z: np.ndarray) -> np.ndarray:
     K = z.shape[-1]
     own = np.diagonal(z, axis1=-2, axis2=-1)
     others = np.where(np.eye(K, dtype=bool), -np.inf, z)
-    top = others.max(axis=-2)
-    lse = top + np.log(np.exp(others - top[..., None, :]).sum(axis=-2))
+    top = down_columns(np.maximum, others)
+    lse = (top + np.log(down_columns(np.add, np.exp(others - top))))[..., 0, :]
     return own - lse + math.log(K - 1)
 
 

@@ -14,9 +14,22 @@ import numpy as np
 def attention(z: np.ndarray) -> np.ndarray:
     """Aggregated attention ``Attn[n, k]`` that the tokens of ``f_n`` receive for query ``f_k``
     (population limit, balanced features): a softmax down each column, max subtracted."""
-    shifted = z - z.max(axis=-2, keepdims=True)
+    shifted = z - down_columns(np.maximum, z)
     weights = np.exp(shifted)
-    return weights / weights.sum(axis=-2, keepdims=True)
+    return weights / down_columns(np.add, weights)
+
+
+def down_columns(op: np.ufunc, x: np.ndarray) -> np.ndarray:
+    """``op.reduce`` over axis −2 (down each column), keepdims. Fewer than 8 rows are reduced one by one, in
+    order (numpy reduces a short axis slowly, batch after batch; below 8 terms its own
+    reduction also adds them in order, so the result is the same to the bit)."""
+    K = x.shape[-2]
+    if K >= 8:
+        return op.reduce(x, axis=-2, keepdims=True)
+    out = x[..., :1, :].copy()
+    for n in range(1, K):
+        op(out, x[..., n:n + 1, :], out=out)
+    return out
 
 
 def errors_from_attention(attn: np.ndarray) -> np.ndarray:

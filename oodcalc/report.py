@@ -60,7 +60,9 @@ def directions(change: np.ndarray) -> np.ndarray:
     """``rising``, ``falling`` or ``flat`` (within :data:`TREND_TOL`) for loss changes,
     elementwise, as :func:`trend` names a one-step series; object dtype."""
     change = np.asarray(change, dtype=np.float64)
-    out = np.where(change > 0, "rising", "falling").astype(object)
+    out = np.empty(change.shape, dtype=object)
+    out.fill("falling")                 # one str for all (np.where makes one per entry)
+    out[change > 0] = "rising"
     out[np.abs(change) <= TREND_TOL] = "flat"
     return out
 

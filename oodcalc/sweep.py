@@ -294,11 +294,13 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     ood_loss = conditional_errors(z_ood0).sum(axis=-1) / K
     ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
                          compiled=chunk.compiled)
-    before = conditional_errors(chunk.z1) / K                      # L_{v_k}(Q^(T1))
+    errors = _errors_of_rows(chunk.z1)
+    before = errors / K                                            # L_{v_k}(Q^(T1))
     after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
     # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
     first = np.where(ft.steps[:, None] > 0,
-                     first_step_change(chunk.z1, chunk.M, chunk.eta_ft) / K, 0.0)
+                     first_step_change(chunk.z1, chunk.M, chunk.eta_ft, z_ood0=z_ood0,
+                                       errors=errors) / K, 0.0)
     fixed = chunk.eps < 0                      # NEVER: ran its fixed number of steps
     columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed,
                "ood_loss": ood_loss, "F_k": after - before, "first_step_k": first,
@@ -307,6 +309,14 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
         D, scale = theory.first_step_terms(chunk.gamma, z_ood0)
         columns |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
     return chunk.start, chunk.stop, columns
+
+
+def _errors_of_rows(z: np.ndarray) -> np.ndarray:
+    """``conditional_errors`` of a stack, computed once when every matrix is the same (the
+    pretrained logits of a chunk with one ``(eps, eta)``, the usual grid)."""
+    if len(z) and (z == z[0]).all():
+        return np.broadcast_to(conditional_errors(z[:1]), z.shape[:-1])
+    return conditional_errors(z)
 
 
 # --- the result -------------------------------------------------------------------------
@@ -443,18 +453,24 @@ def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     """The symmetric ray's recurrence once per distinct ``(eps, eta)`` of the grid; per
     row ``z1``, ``T1`` and whether pretraining converged."""
     from .estimates import pretrain_steps
-    pairs = np.stack([grid.eps, grid.eta], axis=1)
-    if len(pairs) and (pairs == pairs[0]).all():   # the usual grid: no row sort
-        unique, row_group = pairs[:1], np.zeros(len(pairs), dtype=np.int64)
-    else:
-        unique, row_group = np.unique(pairs, axis=0, return_inverse=True)
-        row_group = row_group.ravel()
+    unique, row_group = _distinct_pairs(grid.eps, grid.eta)
     rays = [descend_ray(0.0, 0.0, grid.K, eta, eps, max_steps,
                         expected_steps=pretrain_steps(grid.K, eps, eta)) for eps, eta in unique]
     z1 = ray_logits(grid.K, [r.own for r in rays], [r.other for r in rays])
     steps = np.array([r.steps for r in rays], dtype=np.int64)
     ok = np.array([r.converged for r in rays])
     return z1[row_group], steps[row_group], ok[row_group]
+
+
+def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``(a, b)`` and each row's index into them (no row sort when
+    every row is the same, the usual grid: a sort of the rows costs more than a sweep's
+    dynamics)."""
+    pairs = np.stack([a, b], axis=1)
+    if len(pairs) and (pairs == pairs[0]).all():
+        return pairs[:1], np.zeros(len(pairs), dtype=np.int64)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    return unique, inverse.ravel()
 
 
 def _local_workers(executor) -> int:
@@ -469,7 +485,7 @@ def _local_workers(executor) -> int:
 def _check_pretraining(grid: Grid, max_steps: int) -> None:
     """Refuse a grid whose slowest pretraining would run more than ``AUTO_STEP_LIMIT``
     steps (to the rule or to ``max_steps``), as ``predict`` refuses it."""
-    pairs = np.unique(np.stack([grid.eps, grid.eta], axis=1), axis=0)
+    pairs = _distinct_pairs(grid.eps, grid.eta)[0]
     worst = max((estimates.log_steps_from_margin(grid.K, eps, eta, 0.0), eps, eta)
                 for eps, eta in pairs)
     limits.check_sweep_steps(grid.K, worst[0], max_steps, "pretraining",
@@ -489,10 +505,9 @@ def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float 
         rows = slice(start, start + ESTIMATE_CHUNK)
         margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows])).min(axis=-1)
         eps = grid.eps[rows] if eps_ft is None else np.full(len(grid.eps[rows]), eps_ft)
-        keys = np.stack([eps, grid.eta_ft[rows]], axis=1)
-        pairs, inverse = np.unique(keys, axis=0, return_inverse=True)
+        pairs, inverse = _distinct_pairs(eps, grid.eta_ft[rows])
         lowest = np.full(len(pairs), np.inf)
-        np.minimum.at(lowest, inverse.ravel(), margins)
+        np.minimum.at(lowest, inverse, margins)
         for (eps, eta_ft), margin in zip(pairs, lowest):
             log_t = estimates.log_steps_from_margin(grid.K, eps, eta_ft, float(margin))
             worst = max(worst, (log_t, eps, eta_ft))
@@ -679,10 +694,11 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
            ft_steps: int | None, eps_ft: float | None) -> dict[str, np.ndarray]:
     B, K = len(grid), grid.K
     cols: dict[str, np.ndarray] = {
-        "geometry": np.full(B, grid.geometry, dtype=object),
+        "geometry": np.full(B, None, dtype=object),   # filled below: one str for all
         "K": np.full(B, K, dtype=np.int64),
         "d": grid.d.astype(np.int64),
     }
+    cols["geometry"].fill(grid.geometry)
     if grid.gamma is not None:
         cols |= {f"gamma_{k + 1}": grid.gamma[:, k] for k in range(K)}
     cols |= dict(grid.params)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import attention, conditional_errors
+from .model import attention, conditional_errors, down_columns
 
 #: |value| below this counts as zero in the exact-equality cases of the theorems.
 ZERO_TOL = 1e-12
@@ -203,13 +203,15 @@ def regime_names(gamma: np.ndarray, corrected: bool = False) -> np.ndarray:
     B, K = gamma.shape
     products = gamma[:, :, None] * gamma[:, None, :]          # γ_k γ_m at [b, k, m]
     self_pair = np.eye(K, dtype=bool)
-    lhs0 = -np.where(self_pair, -np.inf, products).max(axis=2)   # −γ_k γ_m0
-    lhs1 = -np.where(self_pair, np.inf, products).min(axis=2)    # −γ_k γ_m1
+    # over m ≠ k; products are symmetric, so down the columns (fast for small K)
+    lhs0 = -down_columns(np.maximum, np.where(self_pair, -np.inf, products))[:, 0]  # −γ_kγ_m0
+    lhs1 = -down_columns(np.minimum, np.where(self_pair, np.inf, products))[:, 0]   # −γ_kγ_m1
     square = gamma ** 2
     unaffected = np.abs(gamma) <= ZERO_TOL
     if K == 2:
         unaffected |= np.abs(square - lhs0) <= ZERO_TOL
-    out = np.full((B, K), "undetermined", dtype=object)
+    out = np.empty((B, K), dtype=object)
+    out.fill("undetermined")            # one str for all (np.full makes one per entry)
     out[lhs1 < square] = "backward-transfer"
     out[lhs0 > (K - 1 if corrected else 1) * square] = "forgetting"
     out[unaffected] = "unaffected"
@@ -286,7 +288,9 @@ def first_step_D(gamma: np.ndarray, z_ood: np.ndarray) -> np.ndarray:
 def directions_from_D(D: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``rising`` (D > 0), ``falling`` (D < 0) or ``flat`` (``|D| <= FLAT_RTOL·scale``),
     elementwise, object dtype."""
-    out = np.where(D > 0, "rising", "falling").astype(object)
+    out = np.empty(np.shape(D), dtype=object)
+    out.fill("falling")                 # one str for all (np.where makes one per entry)
+    out[D > 0] = "rising"
     out[np.abs(D) <= FLAT_RTOL * scale] = "flat"
     return out
 

@@ -47,25 +47,51 @@ def test_two_valued_margins_match_descend(K):
 
 
 @pytest.mark.parametrize("K", [2, 3, 5])
-def test_margin_passes_equal_the_step_by_step_rule(K, monkeypatch):
-    """The two-pass rule (trajectory kept, or recomputed in a second pass) gives exactly
-    what following every configuration step by step gives."""
+def test_margin_rounds_equal_the_step_by_step_rule(K, monkeypatch):
+    """Applying the stopping rule once per round of kept margin states gives exactly
+    what applying it after every step gives, capped or not."""
     rng = np.random.default_rng(20 + K)
     own, other = rng.normal(scale=2.0, size=(2, 60))
     z0 = ray_logits(K, own, other)
     z0[7], z0[8, :, 1] = z0[3], z0[3, :, 1]                     # shared columns
     eta, eps = rng.choice([0.1, 0.5], 60), rng.choice([0.01, 0.03], 60)
-    kept = descend_columns(z0, eta, eps, 20000)
-    monkeypatch.setattr(dynamics, "MARGIN_RECORD_BYTES", 0)
-    recomputed = descend_columns(z0, eta, eps, 20000)
-    monkeypatch.setattr(dynamics, "_margins_two_pass", lambda *args: None)
-    stepwise = descend_columns(z0, eta, eps, 20000)
-    for run in (recomputed, stepwise):
-        assert np.array_equal(run.steps, kept.steps) and np.array_equal(run.z, kept.z)
-    capped = descend_columns(z0, eta, eps, 40)                  # some do not converge
-    monkeypatch.undo()
-    assert np.array_equal(capped.steps, descend_columns(z0, eta, eps, 40).steps)
-    assert not capped.converged.all() and capped.converged.any()
+    for cap in (20000, 40, 33):                                 # 40, 33: some do not converge
+        rounds = descend_columns(z0, eta, eps, cap)
+        monkeypatch.setattr(dynamics, "MARGIN_ROUND", 1)
+        stepwise = descend_columns(z0, eta, eps, cap)
+        monkeypatch.undo()
+        assert np.array_equal(rounds.steps, stepwise.steps)
+        assert np.array_equal(rounds.converged, stepwise.converged)
+        assert np.array_equal(rounds.z, stepwise.z)
+    assert not rounds.converged.all() and rounds.converged.any()
+
+
+def test_round_stops_follow_the_rule_when_columns_go_back_above():
+    """``_stops`` against the rule applied step by step, with columns that cross ε both
+    ways within a round and configurations that use a column twice."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        U, B, K, n = 12, 30, 3, 8
+        slots = rng.integers(0, U, size=(B, K))
+        above0 = rng.random(U) < 0.7
+        below = rng.random((n, U)) < 0.5                          # after each round step
+        inverse = slots.ravel()
+        fan = np.bincount(inverse, minlength=U)
+        by_col = np.concatenate([[0], np.cumsum(fan)])
+        pair_cfg = np.argsort(inverse) // K
+        live = rng.random(B) < 0.8
+        remaining = above0[slots].sum(axis=1)
+        live &= remaining > 0
+        flips = np.vstack([below[:1] == above0, below[1:] != below[:-1]])
+        at, col = np.divmod(np.flatnonzero(flips), U)
+        done, when = dynamics._stops(remaining.copy(), live, at, col, below[at, col],
+                                     by_col, pair_cfg)
+        expected = {}
+        for b in np.flatnonzero(live):
+            hits = np.flatnonzero(below[:, slots[b]].all(axis=1))
+            if hits.size:
+                expected[b] = hits[0]
+        assert dict(zip(done.tolist(), when.tolist())) == expected
 
 
 def test_columns_do_not_depend_on_the_rest_of_the_batch():

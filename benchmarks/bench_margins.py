@@ -1,0 +1,84 @@
+"""The K = 2 margin engine against the two NumPy peers of bench_peers.py, in one process.
+
+    python benchmarks/bench_margins.py [--n 201] [--repeat 7]
+
+The 201×201 K = 2 phase diagram: every column is a margin, so ``descend_columns`` is the
+margin engine plus its bookkeeping. Rows: oodcalc's sweep (every column of the table), the
+peers' outputs only (T1, T2, F_k, as bench_peers.py's row), ``descend_columns`` alone on
+the OOD logits at T1, and the peers: batched NumPy with the (K, K, B) layout and NumPy on
+K = 2 scalar margins (every distinct start once, trajectories kept). Before any time is
+printed, every peer's T1 and T2 must be identical to the sweep's and F_k agree to 1e-12.
+The rows run interleaved, best of ``--repeat`` (the batched peer: of 2, it takes seconds);
+each time is given as wall time and as CPU time of this process (on a shared machine a
+preempted process loses wall time, not CPU time), each as a ratio to the batched peer's.
+Target (issue 22, item 3): the sweep within 0.15× the batched NumPy peer, the peers'
+outputs ahead of the scalar-margin peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from _common import load, machine, table, verdict
+from bench_peers import check, margin_peer, numpy_peer, oodcalc_dynamics
+
+from oodcalc.dynamics import descend_columns, ood_start
+from oodcalc.sweep import _pretrain, gamma_grid, sweep
+
+TARGET = 0.15
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=201)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    print(machine())
+    g = np.linspace(-1, 1, args.n)
+    grid = gamma_grid([g, g])
+    z1, _, _ = _pretrain(grid, 10**7)
+    z0 = ood_start(z1, grid.M)
+    ours = sweep(grid)
+    rows = {"oodcalc sweep (every column of the table)": lambda: sweep(grid),
+            "oodcalc, the peers' outputs only (T1, T2, F_k)": lambda: oodcalc_dynamics(grid),
+            "descend_columns alone (the margin engine)":
+                lambda: descend_columns(z0, grid.eta_ft, grid.eps, 10**7),
+            "batched NumPy, (K, K, B) layout": lambda: numpy_peer(grid.M),
+            "NumPy on K = 2 scalar margins, distinct starts": lambda: margin_peer(grid.M)}
+    checked = list(rows)[1:2] + list(rows)[3:]
+    wall, cpu, loads = {n: np.inf for n in rows}, {n: np.inf for n in rows}, {}
+    for rep in range(args.repeat):
+        for name, run in rows.items():
+            if name.startswith("batched") and rep >= 2:
+                continue
+            start, start_cpu = time.perf_counter(), time.process_time()
+            result = run()
+            wall[name] = min(wall[name], time.perf_counter() - start)
+            cpu[name] = min(cpu[name], time.process_time() - start_cpu)
+            loads[name] = load()
+            if rep == 0 and name in checked:
+                check(ours, [grid], [result], name)
+    peer = "batched NumPy, (K, K, B) layout"
+    out = [[name, f"{wall[name]:.3f} s", f"{wall[name] / wall[peer]:.3f}",
+            f"{cpu[name]:.3f} s", f"{cpu[name] / cpu[peer]:.3f}", loads[name]]
+           for name in rows]
+    print(f"\n### {args.n}×{args.n} K = 2 phase diagram, the margin engine\n\n"
+          f"{len(grid):,} configurations; both peers agree (T1, T2 identical, |ΔF_k| <= "
+          f"1e-12); best of {args.repeat} (batched NumPy: of 2)\n")
+    print(table(["implementation", "wall", "wall / batched", "CPU", "CPU / batched",
+                 "load"], out))
+    sweep_name, outputs = list(rows)[0], list(rows)[1]
+    scalar = "NumPy on K = 2 scalar margins, distinct starts"
+    for clock, times in (("wall", wall), ("CPU", cpu)):
+        print(f"\n{clock}: sweep <= {TARGET}× batched NumPy: "
+              f"{verdict(times[sweep_name] <= TARGET * times[peer])} "
+              f"({times[sweep_name] / times[peer]:.3f}); peers' outputs ahead of the scalar "
+              f"margins: {verdict(times[outputs] < times[scalar])} "
+              f"({times[outputs] / times[scalar]:.2f}×)")
+
+
+if __name__ == "__main__":
+    main()
