@@ -192,7 +192,7 @@ SHORT_PRETRAINING = 10_000
 
 def expected_seconds(setting: Setting) -> tuple[float, str]:
     """How long :func:`predict` will take on ``setting``, to the order of magnitude, before
-    it runs (microseconds to compute): ``(seconds, what the time goes to)``, e.g.
+    it runs (milliseconds to compute): ``(seconds, what the time goes to)``, e.g.
     ``(10800.0, "fine-tuning ≈ 1.1e7 steps on 200×200 logits by the K×K descent
     (NumPy)")``. From the cost model (:mod:`oodcalc.estimates`) on this machine's engines;
     a run that :func:`predict` refuses before it starts raises the same error here, and a

@@ -10,9 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from .. import limits
+from ..console import duration
 from ..errors import ComputationError, InputError
 from .app import app
-from ..console import duration
 from .progress import LONG_RUN_SECONDS
 from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
                               MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
