@@ -103,6 +103,11 @@ def check_output(path: str | Path, option: str = "--output", *,
     if text.endswith(os.sep):
         raise _refuse(option, text, "a directory; give a file name inside it")
     requested = Path(text)
+    if text.startswith("="):      # "-o=out.png": a short option keeps the "=" in its value
+        short = " (-o=FILE names the file '=FILE': write -o FILE)" if option == "--output" \
+            else ""
+        raise _refuse(option, text, f"a file name starting with '='{short}; write "
+                      f"{option} FILE or {option}=FILE, or ./{text} for such a file")
     if _system(text):
         raise _refuse(option, text, "a system path (devices, /proc); oodcalc writes regular "
                       "files only (for the terminal, leave out the output option or use '-' "

@@ -765,3 +765,18 @@ def test_long_runs_print_progress_when_piped_with_an_eta(capsys):
     assert err[0] == "oodcalc: real: fine-tuning and evaluating: 0/100"
     assert len(err) == 10 and re.fullmatch(
         r"oodcalc: real: fine-tuning and evaluating: 90/100 \(ETA \d+ s\)", err[-1]), err
+
+
+def test_a_short_option_with_an_equals_sign_is_not_a_file_name(tmp_path, capsys,
+                                                              monkeypatch):
+    """The fuzz campaign: ``-o=out.svg`` wrote a file named '=out.svg' (click keeps the '='
+    of a short option's attached value, as getopt does)."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o=x.csv")
+    assert code == 2 and one_line(err) == (
+        "oodcalc: error: --output: got '=x.csv'; a file name starting with '=' (-o=FILE "
+        "names the file '=FILE': write -o FILE); write --output FILE or --output=FILE, or "
+        "./=x.csv for such a file")
+    assert not list(tmp_path.iterdir())
+    code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", "./=x.csv")
+    assert code == 0 and (tmp_path / "=x.csv").exists()
