@@ -46,6 +46,23 @@ def test_config_rejects_bad_values(field, value):
         DepthConfig(**{field: value})
 
 
+def test_a_fixed_fine_tuning_length_keys_its_own_runs_and_the_theory():
+    """--ft-steps N: its own cache key (the stopping rule's keys, written before the
+    option existed, unchanged), N checked, and the theory column under the same protocol."""
+    from oodcalc.depth.table import theory
+    assert "ft_steps" not in DepthConfig().describe()      # earlier caches still hit
+    assert DepthConfig(ft_steps=500).describe()["ft_steps"] == 500
+    assert DepthConfig(ft_steps=500).run_parameters(0, 0.5) != \
+        DepthConfig().run_parameters(0, 0.5)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError):
+            DepthConfig(ft_steps=bad)
+    fixed = oc.predict(oc.Setting(oc.parallel_shift([1, -0.75]),
+                                  oc.Protocol(eps=0.05, ft_steps=500)))
+    assert fixed.finetune.T2 == 500
+    assert theory(-0.75, 0.05, 500).F == fixed.F != theory(-0.75, 0.05).F
+
+
 def test_default_learning_rates_and_gamma_keys():
     assert DepthConfig(optimizer="sgd").lr == 0.1 and DepthConfig(optimizer="adam").lr == 1e-3
     assert canonical_gamma(-0.0) == 0.0 and str(canonical_gamma(-0.0)) == "0.0"
@@ -273,6 +290,8 @@ def test_paper_amplification_is_its_own_table_ratio():
     (["--seeds", "0"], "--seeds"),
     (["--eval-prompts", "101"], "even"),
     (["--eps", "nan"], "--eps"),
+    (["--ft-steps", "0"], "--ft-steps: got '0'"),
+    (["--ft-steps", "1.5"], "--ft-steps"),
     (["-f", "table", "-o", "out.md"], "write a file with --format markdown or json"),
     (["-o", "out.csv"], "a name ending in .md or .json"),
     (["-o", "missing/out.md"], "the directory missing does not exist"),   # before training
@@ -353,6 +372,20 @@ def test_tiny_configuration_end_to_end(tmp_path, capsys):
                  "sgd", "--layers", "1,2", "--seeds", "2", "--gamma", "-0.75,0,0.75",
                  "--cache-dir", str(tmp_path), *PIPELINE_CLI]) == 0
     assert target.read_bytes().startswith(b"\x89PNG")
+
+
+def test_fixed_length_fine_tuning_runs_exactly_that_many_steps(tmp_path):
+    needs_torch()
+    from oodcalc.depth import reproduce
+    chosen = configs(["attention"], ["sgd"], [1], **PIPELINE, ft_steps=7)
+    table = reproduce(chosen, seeds=range(1), gammas=[0.0], cache=Cache(tmp_path))
+    cell, = table.cells
+    assert cell.T2 == 7 and not cell.failed
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert record["parameters"]["ft_steps"] == 7 and record["finetune"]["T2"] == 7
+    assert len(record["finetune"]["source_curve"]) == 8          # steps 0..7
+    assert cell.theory.F == oc.predict(oc.Setting(oc.parallel_shift([1, 0.0]),
+                                                  oc.Protocol(eps=0.1, ft_steps=7))).F
 
 
 def test_worker_processes_give_the_same_numbers(tmp_path):

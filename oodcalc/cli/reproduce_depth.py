@@ -59,6 +59,9 @@ MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT", rich_help_
     show_default="5000")]
 EvalPrompts = Annotated[Text, typer.Option("--eval-prompts", metavar="INT",
     rich_help_panel=PANEL, help="Fixed evaluation prompts per seed (even).", show_default="4096")]
+FtSteps = Annotated[Text, typer.Option("--ft-steps", metavar="N", rich_help_panel=PANEL,
+    help="Fine-tune exactly N steps (no stopping rule); the theory column follows the same "
+         "protocol.", show_default="off: fine-tuning stops at --eps too")]
 
 
 def choices(option: str, text: str | None, allowed: tuple[str, ...]) -> list[str]:
@@ -86,13 +89,15 @@ def gamma_values(option: str, text: str) -> list[float]:
 
 
 def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eval_prompts,
-                  cache_dir, no_cache, gammas, gamma, workers, default_seeds=10):
+                  cache_dir, no_cache, gammas, gamma, workers, default_seeds=10,
+                  ft_steps=None):
     """Parse every option (one-line errors) before any work: configs, seeds, cache, and
     the memory all of it needs."""
     from ..depth import ARCHITECTURES, OPTIMIZERS, Cache, configs
     n_workers = options.integer("--workers", workers, 1)
 
-    protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts)
+    protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts,
+                                ft_steps)
     chosen = configs(choices("--arch", arch, ARCHITECTURES),
                      choices("--optimizer", optimizer, OPTIMIZERS),
                      integers("--layers", layers, 1), **protocol)
@@ -102,7 +107,8 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
     return chosen, list(range(n_seeds)), cache
 
 
-def protocol_options(quick: dict | None, eps, lr, max_steps, eval_prompts) -> dict:
+def protocol_options(quick: dict | None, eps, lr, max_steps, eval_prompts,
+                     ft_steps=None) -> dict:
     """The protocol fields the options set: ``quick``'s values (but its seeds), then each
     option given, parsed with one-line errors."""
     protocol = {k: v for k, v in (quick or {}).items() if k != "seeds"}
@@ -118,6 +124,8 @@ def protocol_options(quick: dict | None, eps, lr, max_steps, eval_prompts) -> di
             raise InputError("--eval-prompts", repr(eval_prompts), "expected an even integer")
         protocol["eval_prompts"] = n
         protocol["curve_prompts"] = min(n, protocol.get("curve_prompts", 512))
+    if ft_steps is not None:
+        protocol["ft_steps"] = options.integer("--ft-steps", ft_steps, 1)
     return protocol
 
 
@@ -153,6 +161,7 @@ def depth(
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+    ft_steps: FtSteps = None,
 ) -> None:
     """TinyTransformer forgetting F (1-3 layers, width 16) beside the paper and the theory."""
     from ..depth import reproduce
@@ -162,7 +171,8 @@ def depth(
     gammas = gamma_values("--gamma", gamma)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
                                              max_steps, eval_prompts, cache_dir,
-                                             no_cache, gammas, gamma, workers)
+                                             no_cache, gammas, gamma, workers,
+                                             ft_steps=ft_steps)
     n_workers = options.integer("--workers", workers, 1)
     with count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
         table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
@@ -194,6 +204,7 @@ def plot_depth(
     seeds: CurveSeeds = None, workers: Workers = "1", quick: Quick = False,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+    ft_steps: FtSteps = None,
 ) -> None:
     """F against γ per depth (mean and 95% CI over seeds), the one-layer theory's curve
     and the paper's nine points; one panel per architecture and optimizer."""
@@ -205,7 +216,8 @@ def plot_depth(
     gammas = sorted(gamma_values("--gamma", gamma))
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
                                              max_steps, eval_prompts, cache_dir, no_cache,
-                                             gammas, gamma, workers, default_seeds=CURVE_SEEDS)
+                                             gammas, gamma, workers, default_seeds=CURVE_SEEDS,
+                                             ft_steps=ft_steps)
     n_workers = options.integer("--workers", workers, 1)
     with count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
         results = collect(chosen, seed_list, gammas, cache, n_workers, progress)

@@ -15,8 +15,8 @@ from . import options
 from .plot import Output, plot_app
 from .progress import count_progress
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, reproduce_app
-from .reproduce_depth import PANEL, EvalPrompts, Eps, MaxSteps, NoCache, Seeds, Workers, \
-    check_memory, emit, gamma_values, protocol_options
+from .reproduce_depth import PANEL, EvalPrompts, Eps, FtSteps, MaxSteps, NoCache, Seeds, \
+    Workers, check_memory, emit, gamma_values, protocol_options
 
 #: --quick: 3 seeds at ε = 0.02 (about 2 minutes on one thread). At depth's quick ε = 0.05
 #: the theory's F at γ = −0.75 (+0.00024) is a 4% residue of two opposite F_k and cannot be
@@ -39,12 +39,13 @@ CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR",
 
 
 def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
-           eval_prompts):
+           eval_prompts, ft_steps=None):
     """Parse every option (one-line errors), then train or read every run: the table."""
     from ..depth.ladder import LadderCache, ladder_configs, reproduce_ladder
     gammas = gamma_values("--gamma", gamma)
     n_workers = options.integer("--workers", workers, 1)
-    protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts)
+    protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts,
+                                ft_steps)
     n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else 10)
     chosen = [c for _, c in ladder_configs(**protocol)]
     check_memory(chosen, n_seeds, gammas, n_workers, seeds, None, eval_prompts, workers, gamma)
@@ -60,13 +61,14 @@ def ladder(
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+    ft_steps: FtSteps = None,
 ) -> None:
     """Forgetting F rung by rung: theory → read-out → factorised → depth → LayerNorm+MLP."""
     from ..depth.ladder import markdown, show
 
     output_format = output_format_for(output, output_format)   # -o checked before training
     table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
-                   eval_prompts)
+                   eval_prompts, ft_steps)
     if output_format is Format.table:
         show(table)
         return
@@ -78,6 +80,7 @@ def plot_ladder(
     output: Output, gamma: Gamma = "-0.75,0,0.75", seeds: Seeds = None, workers: Workers = "1",
     quick: Quick = False, cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
+    ft_steps: FtSteps = None,
 ) -> None:
     """F per rung of the ladder (mean, 95% CI, every seed), one panel per γ, with the
     one-layer theory's F."""
@@ -86,5 +89,5 @@ def plot_ladder(
 
     plots.check_output(output)
     table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
-                   eval_prompts)
+                   eval_prompts, ft_steps)
     print(plots.save(ladder_plot(table), output))

@@ -93,12 +93,14 @@ def alpha_beta(z: Sequence[Sequence[float]]) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=None)
-def theory_alpha_beta(gamma: float, eps: float) -> dict[str, tuple[float, float]]:
+def theory_alpha_beta(gamma: float, eps: float, ft_steps: int | None = None
+                      ) -> dict[str, tuple[float, float]]:
     """The one-layer theory's source α, β at T1 and after fine-tuning (exact dynamics)."""
     from ..geometry import parallel_shift
     from ..predict import predict
     from ..setting import Protocol, Setting
-    report = predict(Setting(parallel_shift([1.0, gamma]), Protocol(eps=eps)))
+    report = predict(Setting(parallel_shift([1.0, gamma]),
+                             Protocol(eps=eps, ft_steps=ft_steps)))
     return {"T1": alpha_beta(report.pretrain.z), "after": alpha_beta(report.finetune.z_source)}
 
 
@@ -112,7 +114,7 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         c = self.cell
-        theory_ab = theory_alpha_beta(c.gamma, c.config.eps)
+        theory_ab = theory_alpha_beta(c.gamma, c.config.eps, c.config.ft_steps)
         return {"rung": self.rung.name, "layers": c.config.layers, "arch": c.config.arch,
                 "gamma": c.gamma, "F": c.F.to_dict(), "F_k": [s.to_dict() for s in c.F_k],
                 "failed": c.failed, "T1_median": c.T1, "T2_median": c.T2,

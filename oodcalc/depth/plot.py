@@ -28,12 +28,13 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
     fig, axes = plt.subplots(len(archs), len(optimizers), squeeze=False, sharex=True,
                              figsize=(5.6 * len(optimizers), 4.2 * len(archs)))
     fine = np.linspace(-1, 1, 81)
-    eps = configs[0].eps
-    theory_line = [theory(float(g), eps).F for g in fine]
+    eps, ft_steps = configs[0].eps, configs[0].ft_steps
+    theory_line = [theory(float(g), eps, ft_steps).F for g in fine]
     for (arch, optimizer), group in panels.items():
         ax = axes[archs.index(arch)][optimizers.index(optimizer)]
         ax.axhline(0, color="0.6", lw=0.8)
-        ax.plot(fine, theory_line, color="k", lw=1.6, label=f"theory, 1 layer (ε = {eps:g})")
+        ax.plot(fine, theory_line, color="k", lw=1.6, label=f"theory, 1 layer (ε = {eps:g}"
+                + (f", {ft_steps} fine-tuning steps)" if ft_steps else ")"))
         for i, config in enumerate(sorted(group, key=lambda c: c.layers)):
             color = f"C{i}"
             cells = [make_cell(results, config, seeds, g) for g in gammas]

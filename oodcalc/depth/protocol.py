@@ -45,8 +45,9 @@ class DepthConfig:
     ``batch`` (256 fresh prompts per step), ``eval_prompts`` (4096, fixed per seed, half
     with each query feature), ``eps`` (0.01: a phase stops at the first step where every
     e_k <= eps on the evaluation prompts), ``lr`` (:data:`DEFAULT_LR`), ``max_steps``
-    (5,000 per phase) and ``curve_prompts`` (the source-loss curve along fine-tuning is
-    recorded on the first 512 evaluation prompts).
+    (5,000 per phase), ``curve_prompts`` (the source-loss curve along fine-tuning is
+    recorded on the first 512 evaluation prompts) and ``ft_steps`` (None: fine-tuning
+    stops at the rule too; N: exactly N fine-tuning steps).
     """
 
     arch: str = "attention"
@@ -61,6 +62,9 @@ class DepthConfig:
     max_steps: int = 5_000
     curve_prompts: int = 512
     K: int = 2
+    #: fine-tune exactly this many steps, no stopping rule (None: stop at the rule, as
+    #: pretraining does); omitted from ``describe`` when None, so earlier cache keys hold
+    ft_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHITECTURES + LADDER_ARCHITECTURES:
@@ -74,6 +78,10 @@ class DepthConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise InputError(name, value, f"expected an integer >= {minimum}")
+        if self.ft_steps is not None and (isinstance(self.ft_steps, bool) or not isinstance(
+                self.ft_steps, int) or self.ft_steps < 1):
+            raise InputError("ft_steps", self.ft_steps, "expected an integer >= 1 (or None: "
+                             "fine-tune to the stopping rule)")
         if self.K != 2:
             raise InputError("K", self.K, "the depth experiment has K = 2 (γ1 = 1, γ2 = γ)")
         if self.width < self.K + 2:
@@ -99,7 +107,10 @@ class DepthConfig:
         return replace(self, **changes)
 
     def describe(self) -> dict[str, Any]:
-        return asdict(self)
+        described = asdict(self)
+        if self.ft_steps is None:
+            del described["ft_steps"]
+        return described
 
     def run_parameters(self, seed: int, gamma: float) -> dict[str, Any]:
         """Everything one run's numbers depend on (the cache key hashes this)."""

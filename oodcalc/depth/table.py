@@ -31,7 +31,8 @@ def paper_figure(layers: int, gamma: float) -> paper.Figure | None:
 
 @dataclass(frozen=True)
 class Theory:
-    """The one-layer theory (exact population dynamics) for γ = (1, γ) at this ε."""
+    """The one-layer theory (exact population dynamics) for γ = (1, γ) at this ε (and
+    fine-tuning length, where one is fixed)."""
 
     F: float
     F_k: tuple[float, ...]
@@ -39,11 +40,12 @@ class Theory:
 
 
 @functools.lru_cache(maxsize=None)
-def theory(gamma: float, eps: float) -> Theory:
+def theory(gamma: float, eps: float, ft_steps: int | None = None) -> Theory:
     from ..geometry import parallel_shift
     from ..predict import predict
     from ..setting import Protocol, Setting
-    report = predict(Setting(parallel_shift([1.0, gamma]), Protocol(eps=eps)))
+    report = predict(Setting(parallel_shift([1.0, gamma]),
+                             Protocol(eps=eps, ft_steps=ft_steps)))
     return Theory(report.F, tuple(f.F_k for f in report.forgetting),
                   report.parameters["eta"])
 
@@ -129,7 +131,8 @@ def make_cell(results: Results, config: DepthConfig, seeds: Sequence[int], gamma
         T2=float(np.median([r["finetune"]["T2"] for _, r in good])) if good else math.nan,
         per_seed=tuple({"seed": s, "F": r["F"], "F_k": r["F_k"], "T1": r["pretrain"]["T1"],
                         "T2": r["finetune"]["T2"]} for s, r in good),
-        theory=theory(gamma, config.eps), paper=paper_figure(config.layers, gamma))
+        theory=theory(gamma, config.eps, config.ft_steps),
+        paper=paper_figure(config.layers, gamma))
 
 
 @dataclass(frozen=True)
@@ -232,8 +235,12 @@ def describe_protocol(config: DepthConfig, seeds: Sequence[int]) -> str:
     from .protocol import torch_version
     return (f"width {config.width} (15 feature dims + label slot), N = {config.N} context "
             f"tokens, batch {config.batch} fresh prompts per step, {config.eval_prompts} fixed "
-            f"evaluation prompts, stop when every e_k <= ε = {config.eps:g} (both phases, "
-            f"≤ {config.max_steps} steps each), fresh optimizer for fine-tuning; "
+            f"evaluation prompts, " + (
+                f"stop when every e_k <= ε = {config.eps:g} (both phases, ≤ "
+                f"{config.max_steps} steps each)" if config.ft_steps is None else
+                f"pretraining stops when every e_k <= ε = {config.eps:g} (≤ "
+                f"{config.max_steps} steps), fine-tuning runs exactly {config.ft_steps} "
+                "steps") + ", fresh optimizer for fine-tuning; "
             f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}); torch {torch_version()}, "
             "1 thread, deterministic kernels")
 

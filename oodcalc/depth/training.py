@@ -162,9 +162,10 @@ class Phase:
 
 def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
           gen: torch.Generator, full: Evaluation, watch: Evaluation | None = None,
-          batches: Callable[[], Prompts] | None = None) -> Phase:
+          batches: Callable[[], Prompts] | None = None, steps: int | None = None) -> Phase:
     """Train on fresh prompts of ``features`` until every e_k <= eps on ``full``, checked
-    before every update: the phase stops at the first step where the rule holds.
+    before every update: the phase stops at the first step where the rule holds; with
+    ``steps``, exactly that many updates instead (no rule; ``converged`` when they ran).
     ``watch`` (the source's first prompts, during fine-tuning) is recorded at every step:
     the source-loss curve. ``batches``, if given, replaces the draw from ``gen``: it returns
     the next training batch (the ladder feeds the finite-prompt simulator's draws through
@@ -179,14 +180,18 @@ def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
         error = full.errors(model) if error is None else error
         return Phase(step, converged, diverged, error, curve, time.perf_counter() - start)
 
-    for step in range(config.max_steps + 1):
+    for step in range(config.max_steps + 1 if steps is None else steps + 1):
         if curve is not None:
             curve.append(watch.errors(model).tolist())
-        error = full.within(model, config.eps)
-        if error is not None:
-            return end(step, True, False, error)
-        if step == config.max_steps:
-            return end(step, False, False)
+        if steps is not None:
+            if step == steps:
+                return end(step, True, False)
+        else:
+            error = full.within(model, config.eps)
+            if error is not None:
+                return end(step, True, False, error)
+            if step == config.max_steps:
+                return end(step, False, False)
         batch = (batches() if batches is not None
                  else Prompts.build(features, Design.draw(gen, config.batch, config.N, K, D)))
         loss = 0.5 * ((model(batch.context, batch.query) - batch.target) ** 2).mean()
@@ -232,7 +237,7 @@ def _run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[d
             tuned = copy.deepcopy(model)
             ood = target_full.errors(tuned)
             ft = train(tuned, U, config, generator(seed, "finetune"), target_full,
-                       watch=source_curve)
+                       watch=source_curve, steps=config.ft_steps)
             after = source_full.errors(tuned)
             F_k = (after - pre.error) / K            # L_{v_k} = e_k / K, as in the theory
             record.update(
