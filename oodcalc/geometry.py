@@ -102,11 +102,16 @@ def _pair(V: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return V, U
 
 
-def describe_text(description: dict[str, Any]) -> str:
-    """One line for people, from :meth:`Geometry.describe`'s dict."""
+def describe_text(description: dict[str, Any], max_values: int | None = None) -> str:
+    """One line for people, from :meth:`Geometry.describe`'s dict; with ``max_values``, a
+    longer γ shows its first and last values (a figure's title)."""
     kind = description["kind"]
     if kind == "parallel-shift":
-        return "parallel shift, γ = (" + ", ".join(f"{g:.5g}" for g in description["gamma"]) + ")"
+        gamma = [f"{g:.5g}" for g in description["gamma"]]
+        if max_values is not None and len(gamma) > max_values:
+            gamma = gamma[:max_values // 2] + ["…"] + gamma[-(max_values // 2):]
+            return f"parallel shift, γ = ({', '.join(gamma)}) ({len(description['gamma'])} values)"
+        return "parallel shift, γ = (" + ", ".join(gamma) + ")"
     if kind == "rotation":
         return f"rotation by θ = {description['theta']:.5g} rad"
     if kind == "mean-query":

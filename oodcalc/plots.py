@@ -180,7 +180,20 @@ def _phases(report: Report):
 
 def _title(report: Report) -> str:
     p = report.parameters
-    return f"{geo.describe_text(p['geometry'])}; K = {p['K']}, {protocol_text(p)}"
+    return (f"{geo.describe_text(p['geometry'], max_values=LABELLED)}; K = {p['K']}, "
+            f"{protocol_text(p)}")
+
+
+#: Up to this many features every curve has its own legend entry; beyond, one entry per
+#: kind of curve (K = 64 gave legends of 4,000 entries that buried the axes).
+LABELLED = 6
+
+
+def _label(k: int, K: int, each: str, together: str) -> str | None:
+    """Feature k's legend entry: its own up to ``LABELLED`` features, else one for all."""
+    if K <= LABELLED:
+        return each
+    return together if k == 0 else None
 
 
 def loss_trajectories(report: Report):
@@ -193,9 +206,9 @@ def loss_trajectories(report: Report):
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for k in range(K):
         ax.plot(steps, conditional_errors(source)[:, k] / K, color=f"C{k}", lw=1.8,
-                label=f"source v{k + 1}")
+                label=_label(k, K, f"source v{k + 1}", f"source v_k, k = 1..{K}"))
         ax.plot(steps, conditional_errors(ood)[:, k] / K, color=f"C{k}", lw=1.2, ls="--",
-                label=f"OOD u{k + 1}")
+                label=_label(k, K, f"OOD u{k + 1}", f"OOD u_k, k = 1..{K}"))
     eps = report.parameters["eps"]
     ax.axhline(eps / K, color="grey", ls=":", lw=1, label=f"stopping level ε/K = {eps / K:g}")
     ax.axvline(T1, color="black", lw=0.8)
@@ -221,7 +234,7 @@ def forgetting_curve(report: Report):
     shown = steps >= 1                                    # step 0: F = 0 by definition
     for k in range(K):
         ax.plot(steps[shown], curve["F_k"][shown, k], color=f"C{k}", lw=1.4,
-                label=f"F_{k + 1} (source v{k + 1})" if K <= 10 else None)
+                label=_label(k, K, f"F_{k + 1} (source v{k + 1})", f"F_k, k = 1..{K}"))
     ax.plot(steps[shown], curve["F"][shown], color="black", lw=2.2, label="F = Σ F_k")
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xscale("log")
@@ -248,26 +261,30 @@ def weight_trajectories(report: Report):
         steps = start + np.arange(len(z))
         ax = axes[row, 0]
         for k in range(K):
-            ax.plot(steps, z[:, k, k], color=f"C{k}", lw=1.8, label=f"α_{k + 1}")
+            ax.plot(steps, z[:, k, k], color=f"C{k}", lw=1.8,
+                    label=_label(k, K, f"α_{k + 1}", f"α_k, k = 1..{K}"))
             for n in range(K):
                 if n != k:
                     ax.plot(steps, z[:, n, k], color=f"C{k}", lw=0.9, ls="--",
-                            label=f"β_{{{n + 1},{k + 1}}}" if K <= 3 else None)
+                            label=f"β_{{{n + 1},{k + 1}}}" if K <= 3 else
+                            "β_{n,k}, n ≠ k (dashed)" if (k, n) == (0, 1) else None)
         ax.set_title(label, fontsize=9)
         ax.set_ylabel("weight (logit)")
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, ncol=2, loc="upper left")   # "best" is slow on K² curves
         ax.grid(alpha=0.3)
         ax = axes[row, 1]
         change = z - z[0]
         for k in range(K):
             growth = change[:, k, k]
             decrease = -(change[:, :, k].sum(axis=1) - change[:, k, k])
-            ax.plot(steps, growth, color=f"C{k}", lw=3, alpha=0.4, label=f"Δα_{k + 1}")
+            ax.plot(steps, growth, color=f"C{k}", lw=3, alpha=0.4,
+                    label=_label(k, K, f"Δα_{k + 1}", f"Δα_k, k = 1..{K}"))
             ax.plot(steps, decrease, color=f"C{k}", lw=1, ls="--",
-                    label=f"Σ_n Λ_{{{k + 1},n}} (decrease of β)")
+                    label=_label(k, K, f"Σ_n Λ_{{{k + 1},n}} (decrease of β)",
+                                 "Σ_n Λ_{k,n} (decrease of β, dashed)"))
         gap = np.abs(change.sum(axis=1)).max()
         ax.set_title(f"conservation: Δα_k = Σ_(n≠k) Λ_(k,n)  (max gap {gap:.1e})", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
     for ax in axes[1]:
         ax.set_xlabel("gradient step")

@@ -2,8 +2,10 @@
 
 import json
 
+import numpy as np
 import pytest
 
+import oodcalc as oc
 from oodcalc.cli import main
 from oodcalc import paper
 from oodcalc.experiments import READERS, TABLES, quantities, reproduce
@@ -125,3 +127,28 @@ def test_plot_bad_input(tmp_path, capsys, args, fragment):
     assert main(["plot", *[a.format(tmp=tmp_path) for a in args]]) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("figure", ["loss_trajectories", "weight_trajectories",
+                                    "forgetting_curve"])
+def test_many_features_get_one_legend_entry_per_kind_and_a_short_title(figure):
+    """K = 64 drew legends of 4,000 entries over the axes, a title of 64 γ past the figure's
+    edge and two matplotlib warnings on stderr (looked at): above 6 features one entry per
+    kind of curve, the title shows the first and last γ."""
+    import warnings
+
+    from oodcalc import plots
+    gamma = np.round(np.random.default_rng(0).uniform(-1, 1, 12), 3)
+    report = oc.predict(oc.Setting(oc.parallel_shift(gamma)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # no "legend 'best' is slow", no layout
+        fig = getattr(plots, figure)(report)
+        fig.canvas.draw()
+    entries = [len(ax.get_legend().get_texts()) for ax in fig.axes if ax.get_legend()]
+    assert entries and max(entries) <= 3, entries
+    titles = [fig._suptitle.get_text()] if fig._suptitle else [ax.get_title() for ax in fig.axes]
+    assert any("(12 values)" in t and "…" in t for t in titles), titles
+    small = getattr(plots, figure)(oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]))))
+    legend = [t.get_text() for ax in small.axes if ax.get_legend()
+              for t in ax.get_legend().get_texts()]
+    assert len(legend) >= 2 and not any("k = 1.." in t for t in legend)   # K = 2: each named
