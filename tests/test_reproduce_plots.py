@@ -152,3 +152,23 @@ def test_many_features_get_one_legend_entry_per_kind_and_a_short_title(figure):
     legend = [t.get_text() for ax in small.axes if ax.get_legend()
               for t in ax.get_legend().get_texts()]
     assert len(legend) >= 2 and not any("k = 1.." in t for t in legend)   # K = 2: each named
+
+
+def test_real_rotation_draws_measured_and_theory_on_their_own_axes():
+    """Issue: one panel with a twin axis put a cross-entropy against a squared error; now
+    two panels, each with its own y-axis, intervals on every measured curve and the paper's
+    scenario-1 points drawn (from the committed docs/real.json)."""
+    from pathlib import Path
+
+    from oodcalc import paper
+    from oodcalc.real.plots import rotation
+    result = json.loads((Path(__file__).parents[1] / "docs" / "real.json").read_text())
+    fig = rotation(result)
+    measured, theory = [ax for ax in fig.axes if ax.get_ylabel()]
+    assert "cross-entropy" in measured.get_ylabel() and "squared error" in theory.get_ylabel()
+    assert len(measured.collections) == len(result["rotation"]["families"])   # the bands
+    crosses = [line for line in measured.get_lines() if line.get_marker() == "x"]
+    assert [list(line.get_ydata()) for line in crosses] == [
+        [paper.figure("bert-rotation-scenario1-start").value,
+         paper.figure("bert-rotation-scenario1-end").value]]
+    assert [ax for ax in fig.axes if ax.lines] == [measured, theory]   # no twin axis

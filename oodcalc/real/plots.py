@@ -1,5 +1,5 @@
-"""Figures of a real-text result (matplotlib; no torch): the rotation curves with the
-theory on a second axis, and the natural shift against the representation geometry."""
+"""Figures of a real-text result (matplotlib; no torch): the rotation curves beside the
+theory's, and the natural shift against the representation geometry."""
 
 from __future__ import annotations
 
@@ -22,39 +22,51 @@ def _subtitle(result: dict[str, Any]) -> str:
 
 
 def rotation(result: dict[str, Any]):
-    """CE on held-out source reviews against θ for each rotation, and the theory's OOD
-    error (rotation geometry, γ = cos θ) on the right-hand axis."""
+    """Two panels over θ: the CE measured on held-out source reviews for each rotation
+    (95 % bands, the paper's scenario-1 figures drawn), and the theory's OOD error e for the
+    rotation geometry and the real class-mean geometry. Two scales, two panels: a second
+    y-axis on one panel invited reading a cross-entropy against a squared error."""
+    from .. import paper
     plt = _pyplot()
     rot = result["rotation"]
     theta = np.array(rot["theta"])
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, (measured, theory) = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
     for fam, v in rot["families"].items():
         mean = np.array([x["mean"] for x in v["loss"]])
         lo = np.array([x["lo"] for x in v["loss"]])
         hi = np.array([x["hi"] for x in v["loss"]])
         color = COLORS.get(fam)
-        ax.plot(theta, mean, "o-", ms=3, color=color,
-                label=f"{FAMILY_TITLES.get(fam, fam)}: measured CE")
-        ax.fill_between(theta, lo, hi, color=color, alpha=0.2, lw=0)
-    ax.set_xlabel("rotation angle θ (top axis: γ = cos θ)")
-    ax.set_ylabel("cross-entropy on held-out source reviews (nats)")
-    ticks = [0, math.pi / 4, math.pi / 2, 3 * math.pi / 4, math.pi]
-    ax.set_xticks(ticks, ["0", "π/4", "π/2", "3π/4", "π"])
-    top = ax.secondary_xaxis("top")
-    top.set_xticks(ticks, [f"{math.cos(t):+.2f}" for t in ticks])
-    twin = ax.twinx()
-    twin.plot(theta, rot["theory_rotation"], "k--", lw=1.5,
-              label="theory, rotation geometry γ = cos θ (oodcalc predict --theta, K = 2)")
+        measured.plot(theta, mean, "o-", ms=3, color=color,
+                      label=f"{FAMILY_TITLES.get(fam, fam)} (n = {result['parameters']['seeds']}"
+                            f" seed(s) × {result['parameters']['folds']} folds)")
+        measured.fill_between(theta, lo, hi, color=color, alpha=0.2, lw=0)
+    start, end = paper.figure("bert-rotation-scenario1-start"), \
+        paper.figure("bert-rotation-scenario1-end")
+    measured.plot([theta[0], theta[-1]], [start.value, end.value], "x", ms=9, mew=2,
+                  color=COLORS["scenario 1"], ls="none",
+                  label=f"paper, scenario 1 ({start.setting['model']} on "
+                        f"{start.setting['data']}): {start.printed}")
+    measured.set_ylabel("cross-entropy on held-out source reviews (nats)")
+    measured.set_title("measured (real encoder)", fontsize=9)
+    measured.legend(fontsize=7.5, loc="upper left")
+    theory.plot(theta, rot["theory_rotation"], "k--", lw=1.5,
+                label="rotation geometry γ = cos θ (oodcalc predict --theta, K = 2)")
     for fam, v in rot["families"].items():
         if fam != "all":     # for all dimensions the real geometry gives the line above
-            twin.plot(theta, v["theory_real"], ":", lw=1.5, color=COLORS.get(fam),
-                      label=f"theory, real class-mean geometry: {fam}")
-    twin.set_ylabel("theory's OOD error e (squared error)")
-    twin.set_ylim(bottom=0)
-    lines = ax.get_legend_handles_labels()
-    more = twin.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
-    ax.set_title("Rotating hidden dimensions of a real encoder\n" + _subtitle(result),
+            theory.plot(theta, v["theory_real"], ":", lw=1.8, color=COLORS.get(fam),
+                        label=f"real class-mean geometry: {FAMILY_TITLES.get(fam, fam)}")
+    theory.set_ylabel("theory's OOD error e (squared error)")
+    theory.set_ylim(bottom=0)
+    theory.set_title("theory (exact dynamics, one layer)", fontsize=9)
+    theory.legend(fontsize=7.5, loc="upper left")
+    ticks = [0, math.pi / 4, math.pi / 2, 3 * math.pi / 4, math.pi]
+    for ax in (measured, theory):
+        ax.set_xticks(ticks, ["0", "π/4", "π/2", "3π/4", "π"])
+        ax.set_xlabel("rotation angle θ (top axis: γ = cos θ)")
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(ticks, [f"{math.cos(t):+.2f}" for t in ticks])
+        ax.grid(alpha=0.3)
+    fig.suptitle("Rotating hidden dimensions of a real encoder\n" + _subtitle(result),
                  fontsize=9)
     fig.tight_layout()
     return fig
