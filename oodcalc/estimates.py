@@ -244,13 +244,26 @@ SECONDS_PER_STEP = {"compiled": 1e-7, "numpy": 2e-4}
 SECONDS_PER_RAY_STEP = 3e-6
 
 
+#: The per-column kernel pays for loading Numba (about a second) from this many logit
+#: updates (T2 × K²): predict's NumPy path, which follows the source view at every
+#: step, does about 1e7 a second.
+COMPILED_FROM_WORK = 1e7
+
+
+def compiled_pays(work: float) -> bool:
+    """Whether a diagonal fine-tuning of ``work`` logit updates goes to the compiled
+    kernel (when Numba is there): the one rule for predict and for its estimates."""
+    return work >= COMPILED_FROM_WORK
+
+
 def finetune_plan(K: int, protocol, *, diagonal: np.ndarray | None = None,
                   M: np.ndarray | None = None, compiled_available: bool = False,
                   alpha: float | None = None) -> tuple[float, str] | None:
     """How ``predict`` will fine-tune: ``(log of its steps, engine)`` with ``engine`` a key
     of :data:`ENGINES`, or ``None`` when it runs by the scalar recurrence (``M = cI``) or
-    nothing is known of M. The compiled engine applies to a diagonal M, when Numba is
-    there (``compiled_available``); ``alpha`` as for :func:`finetune_log_steps`."""
+    nothing is known of M. The compiled engine applies to a diagonal M with enough work
+    (:func:`compiled_pays`), when Numba is there (``compiled_available``); ``alpha`` as for
+    :func:`finetune_log_steps`."""
     if diagonal is None and M is not None:
         M = np.asarray(M)
         if not (M - np.diag(np.diag(M))).any():
@@ -264,7 +277,8 @@ def finetune_plan(K: int, protocol, *, diagonal: np.ndarray | None = None,
     else:
         log_t2 = finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal,
                                     M=M, eps_ft=protocol.eps_ft, alpha=alpha)[0]
-    fast = diagonal is not None and compiled_available
+    fast = diagonal is not None and compiled_available and \
+        compiled_pays(exp_steps(log_t2) * K * K)
     return log_t2, "compiled" if fast else "numpy"
 
 

@@ -357,14 +357,8 @@ def _on_ray(M: np.ndarray) -> bool:
     return bool(np.array_equal(M, c * np.eye(M.shape[0])))
 
 
-#: The per-column kernel pays for loading Numba (about a second) from this many logit
-#: updates (T2 × K²): predict's NumPy path, which follows the source view at every
-#: step, does about 1e7 a second.
-COMPILED_FROM_WORK = 1e7
-
-
 def _compiled_pays(work: float) -> bool:
-    return work >= COMPILED_FROM_WORK and compiled.finetune_diagonal() is not None
+    return estimates.compiled_pays(work) and compiled.finetune_diagonal() is not None
 
 
 @dataclass(frozen=True)

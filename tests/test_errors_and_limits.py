@@ -683,12 +683,13 @@ def _stub_predict(monkeypatch):
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_a_long_predict_says_how_long_before_it_starts(capsys, monkeypatch, json_flag):
     _stub_predict(monkeypatch)
-    gamma = ",".join(map(str, np.random.default_rng(0).uniform(-1, 1, 200).round(3)))
+    # K = 300: minutes with the compiled kernel (the fast extra), half an hour without
+    gamma = ",".join(map(str, np.random.default_rng(0).uniform(-1, 1, 300).round(3)))
     code, _, err = run(capsys, "predict", f"--gamma={gamma}", *json_flag)
     first, last = err.splitlines()[0], err.splitlines()[-1]
     assert code == 1 and last.startswith("oodcalc: error: stub")
-    assert re.match(r"oodcalc: predict: this run will take about \d+ (min|h) \(fine-tuning "
-                    r"≈ [\d,]+ steps on 200×200 logits by the ", first), first
+    assert re.match(r"oodcalc: predict: this run will take about \d+ (s|min|h) \(fine-tuning "
+                    r"≈ [\d,]+ steps on 300×300 logits by the ", first), first
     code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", *json_flag)   # a short one
     assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]
 
@@ -780,3 +781,19 @@ def test_a_short_option_with_an_equals_sign_is_not_a_file_name(tmp_path, capsys,
     assert not list(tmp_path.iterdir())
     code, _, err = run(capsys, "sweep", "--gamma", "1,-0.9", "-o", "./=x.csv")
     assert code == 0 and (tmp_path / "=x.csv").exists()
+
+
+def test_the_estimate_picks_predicts_engine():
+    """With Numba present, predict runs a small diagonal fine-tuning by NumPy (loading the
+    kernel does not pay); the estimate said 'compiled' and promised 0.02 s for the 80 s of
+    `reproduce --eta 1000` (CI with the fast extra caught it)."""
+    from oodcalc.setting import Protocol
+    small = estimates.finetune_plan(2, Protocol(eta=1000), diagonal=np.array([1.0, -0.2]),
+                                    compiled_available=True, alpha=125.0)
+    assert small[1] == "numpy" and estimates.exp_steps(small[0]) * 4 < \
+        estimates.COMPILED_FROM_WORK
+    big = estimates.finetune_plan(300, Protocol(), diagonal=np.linspace(-1, 1, 300),
+                                  compiled_available=True)
+    assert big[1] == "compiled"
+    assert estimates.finetune_plan(300, Protocol(), diagonal=np.linspace(-1, 1, 300),
+                                   compiled_available=False)[1] == "numpy"
