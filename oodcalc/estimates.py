@@ -29,6 +29,7 @@ millisecond).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -256,12 +257,19 @@ def compiled_pays(work: float) -> bool:
     return work >= COMPILED_FROM_WORK
 
 
+class Plan(NamedTuple):
+    """How ``predict`` will fine-tune (:func:`finetune_plan`)."""
+
+    log_steps: float     # natural log of the estimated steps
+    engine: str          # a key of ENGINES
+    faster: bool         # the NumPy descent where Numba's kernel would apply (M diagonal)
+
+
 def finetune_plan(K: int, protocol, *, diagonal: np.ndarray | None = None,
                   M: np.ndarray | None = None, compiled_available: bool = False,
-                  alpha: float | None = None) -> tuple[float, str] | None:
-    """How ``predict`` will fine-tune: ``(log of its steps, engine)`` with ``engine`` a key
-    of :data:`ENGINES`, or ``None`` when it runs by the scalar recurrence (``M = cI``) or
-    nothing is known of M. The compiled engine applies to a diagonal M with enough work
+                  alpha: float | None = None) -> Plan | None:
+    """How ``predict`` will fine-tune, a :class:`Plan`, or ``None`` when it runs by the
+    scalar recurrence (``M = cI``) or nothing is known of M. The compiled engine applies to a diagonal M with enough work
     (:func:`compiled_pays`), when Numba is there (``compiled_available``); ``alpha`` as for
     :func:`finetune_log_steps`."""
     if diagonal is None and M is not None:
@@ -279,10 +287,10 @@ def finetune_plan(K: int, protocol, *, diagonal: np.ndarray | None = None,
                                     M=M, eps_ft=protocol.eps_ft, alpha=alpha)[0]
     fast = diagonal is not None and compiled_available and \
         compiled_pays(exp_steps(log_t2) * K * K)
-    return log_t2, "compiled" if fast else "numpy"
+    return Plan(log_t2, "compiled" if fast else "numpy", diagonal is not None and not fast)
 
 
-def predict_seconds(K: int, protocol, plan: tuple[float, str] | None) -> float:
+def predict_seconds(K: int, protocol, plan: Plan | None) -> float:
     """Seconds ``predict`` will take, to the order of magnitude (for messages): pretraining
     on the ray plus the fine-tuning ``plan`` (:func:`finetune_plan`) on its engine."""
     steps = pretrain_steps(K, protocol.eps, protocol.eta)
@@ -291,7 +299,7 @@ def predict_seconds(K: int, protocol, plan: tuple[float, str] | None) -> float:
     seconds = steps * SECONDS_PER_RAY_STEP
     if plan is None:
         return 2 * seconds                     # fine-tuning on the ray too, at most as long
-    log_t2, engine = plan
+    log_t2, engine, _ = plan
     return seconds + exp_steps(log_t2) * (SECONDS_PER_STEP[engine]
                                           + K * K * SECONDS_PER_UPDATE[engine])
 

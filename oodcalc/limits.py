@@ -218,13 +218,7 @@ def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> 
     plan = estimates.finetune_plan(K, protocol, diagonal=diagonal, M=M,
                                    compiled_available=compiled.available())
     if plan is not None:
-        log_t2, engine = plan
-        check_finetune_work(K, protocol, log_t2, engine,
-                            faster=engine == "numpy" and _is_diagonal(diagonal, M))
-
-
-def _is_diagonal(diagonal, M) -> bool:
-    return diagonal is not None or not (np.asarray(M) - np.diag(np.diag(M))).any()
+        check_finetune_work(K, protocol, plan.log_steps, plan.engine, faster=plan.faster)
 
 
 def check_population(K: int, d: int | None, protocol, *, diagonal=None) -> None:

@@ -218,16 +218,15 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
         M=geo.M if geo.known_diagonal is None else None,
         compiled_available=compiled.finetune_diagonal() is not None, alpha=alpha)
     if plan is not None and proto.ft_steps is None:     # refused as predict refuses it
-        phase_cap(proto.max_steps, proto.auto_steps, plan[0], "fine-tuning",
+        phase_cap(proto.max_steps, proto.auto_steps, plan.log_steps, "fine-tuning",
                   f"K = {K}, eps_ft = {proto.eps_ft:g}, eta_ft = {proto.eta_ft:g}",
                   f"{param('eta', 'lower')} or {param('eps_ft', 'raise')}")
     seconds = estimates.predict_seconds(K, proto, plan)
     if plan is None:
         return seconds, f"pretraining ≈ {pretrain:,.0f} steps on the symmetric ray"
-    log_t2, engine = plan
-    words = (f"fine-tuning ≈ {estimates.format_steps(log_t2)} steps on {K}×{K} logits by "
-             f"the {ENGINES[engine]}")
-    if engine == "numpy" and (geo.known_diagonal is not None or _is_diagonal(geo.M)):
+    words = (f"fine-tuning ≈ {estimates.format_steps(plan.log_steps)} steps on {K}×{K} "
+             f"logits by the {ENGINES[plan.engine]}")
+    if plan.faster:
         words += '; pip install "oodcalc[fast]" runs it about 10× faster'
     return seconds, words
 

@@ -10,10 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from .. import limits
-from ..console import duration
 from ..errors import ComputationError, InputError
 from .app import app
-from .progress import LONG_RUN_SECONDS
+from .progress import announce
 from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
                               MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
                               Tolerance, build_setting)
@@ -64,10 +63,8 @@ def predict(
     try:
         seconds, words = expected_seconds(setting)
     except ComputationError:          # predict refuses it, in its own words
-        seconds = 0.0
-    if seconds > LONG_RUN_SECONDS:    # said before it starts, with or without --json
-        print(f"oodcalc: predict: this run will take about {duration(seconds)} ({words})",
-              file=sys.stderr)
+        seconds, words = 0.0, ""
+    announce("predict", seconds, f" ({words})")
     if as_json or not sys.stderr.isatty():
         report = run_predict(setting)
     else:                                  # a bar on stderr if the run lasts a while

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import threading
 import time
 from typing import Callable, Iterator
@@ -79,6 +80,14 @@ PROGRESS_LINE = re.compile(r"^[a-z]+: \d+/\d+ ")
 
 #: A run estimated to last longer than this says so on stderr before it starts.
 LONG_RUN_SECONDS = 60.0
+
+
+def announce(command: str, seconds: float, words: str) -> None:
+    """``oodcalc: COMMAND: this run will take about 12 min WORDS`` on stderr, for a run
+    estimated past :data:`LONG_RUN_SECONDS` (with or without --json: stdout is the result)."""
+    if seconds > LONG_RUN_SECONDS:
+        print(f"oodcalc: {command}: this run will take about {duration(seconds)}{words}",
+              file=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -271,16 +271,12 @@ def synthetic(
         "the finite-prompt column (batches of 1024 prompts of N tokens)",
         [("--prompts", prompts, 0.0, "lower --prompts")])
     from ..experiments import expected_seconds
-    from ..console import duration
-    from .progress import LONG_RUN_SECONDS
-    seconds = expected_seconds(protocol)            # the theory and GD on Q
-    if seconds > LONG_RUN_SECONDS:
-        more = " and the finite-prompt column" if n_tokens is not None else ""
-        print(f"oodcalc: reproduce: this run will take about {duration(seconds)}{more} "
-              f"(eps = {p.eps:g}, eta = {p.eta:g}, eta_ft = {p.eta_ft:g})", file=sys.stderr)
+    from .progress import announce, count_progress
+    more = " and the finite-prompt column" if n_tokens is not None else ""
+    announce("reproduce", expected_seconds(protocol),          # the theory and GD on Q
+             f"{more} (eps = {p.eps:g}, eta = {p.eta:g}, eta_ft = {p.eta_ft:g})")
     # progress on stderr: a bar on a terminal; piped, a line per finished setting for the
     # slow finite-prompt column
-    from .progress import count_progress
     with count_progress("reproduce", lines=n_tokens is not None) as progress:
         tables = run(protocol, simulators(n_tokens, root_seed), progress=progress)
     for warning in warnings_of(tables):      # as predict gives them
