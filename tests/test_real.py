@@ -18,8 +18,9 @@ import pytest
 from oodcalc.cli import main
 from oodcalc.errors import InputError
 from oodcalc.real import assets, data
-from oodcalc.real.experiment import (Config, Progress, class_geometry, interval, local_maxima, lowdin,
-                                     shape, stratified_folds, theory_for, theory_ood_error)
+from oodcalc.real.experiment import (Z95, Z_POWER, Config, Progress, class_geometry, interval,
+                                     local_maxima, lowdin, power, shape, stratified_folds,
+                                     theory_for, theory_ood_error)
 from oodcalc.real.top import Rotation, Training, dimension_pairs, probe
 
 
@@ -78,15 +79,53 @@ def test_interval_and_shape_contrasts():
     assert iv["lo"] < iv["mean"] < iv["hi"] and iv["hi"] - iv["lo"] < 0.05
     assert interval(x + 1, np.random.default_rng(0), 500)["lo"] > iv["hi"]
     thetas = np.linspace(0, math.pi, 9)
-    noise = rng.normal(0, 0.01, size=(1, 300))
-    hump = 1 + np.sin(thetas)[:, None] + noise
-    ramp = 1 + thetas[:, None] + noise
-    flat = 1 + 0 * thetas[:, None] + rng.normal(0, 0.01, size=(9, 300))
+    # (seeds, θ, reviews): a review effect shared by every θ, and noise per seed
+    noise = rng.normal(0, 0.01, size=(3, 1, 300))
+    hump = 1 + np.sin(thetas)[None, :, None] + noise
+    ramp = 1 + thetas[None, :, None] + noise
+    flat = 1 + 0 * thetas[None, :, None] + rng.normal(0, 0.01, size=(3, 9, 300))
+    twin = 1 + np.sin(2 * thetas)[None, :, None] ** 2 + rng.normal(0, 0.01, size=(3, 9, 300))
     rng_b = np.random.default_rng(0)
     assert shape(hump, thetas, rng_b, 300)["verdict"].startswith("non-monotone")
     assert shape(ramp, thetas, rng_b, 300)["verdict"] == "rises through π/2 to π"
     assert shape(flat, thetas, rng_b, 300)["verdict"] == "no resolved change at π/2 or π"
     assert local_maxima(np.array([0, 2, 1, 3, 1]), np.arange(5.0)) == [1.0, 3.0]
+    # the double-peak test: peaks at π/4 and 3π/4 pass; one peak, a hump or a flat curve
+    # do not, and the verdict names the contrast that fails
+    assert shape(twin, thetas, rng_b, 300)["double_peak"]["resolved"]
+    one_peak = twin.copy()
+    one_peak[:, 6:] = twin[:, 4:5]                       # right half flat after π/2
+    for curve, failing in ((one_peak, "CE(3π/4)"), (hump, "CE(π/4) − CE(π/2)"),
+                           (flat, "")):
+        test = shape(curve, thetas, rng_b, 300)["double_peak"]
+        assert not test["resolved"] and failing in test["verdict"]
+        assert test["verdict"].startswith("no double peak")
+
+
+def test_power_recovers_the_variance_components_and_the_seeds_needed():
+    """d[s, i] = μ + a_i + e_si: the estimated spreads are the ones drawn, the seeds it
+    asks for give 80 % power by the same formula and one fewer does not; a review spread
+    that alone forbids 80 % power asks for reviews, not seeds."""
+    rng = np.random.default_rng(4)
+    S, n, mu, sd_review, sd_seed = 8, 400, 0.02, 0.1, 0.4
+    d = mu + rng.normal(0, sd_review, (1, n)) + rng.normal(0, sd_seed, (S, n))
+    p = power(d)
+    assert p["review_var"] ** 0.5 == pytest.approx(sd_review, rel=0.25)
+    assert p["seed_var"] ** 0.5 == pytest.approx(sd_seed, rel=0.02)
+    assert p["se"] == pytest.approx(math.sqrt((sd_review ** 2 + sd_seed ** 2 / S) / n),
+                                    rel=0.05)
+
+    def power_at(seeds):
+        se = math.sqrt((p["review_var"] + p["seed_var"] / seeds) / n)
+        return abs(p["effect"]) / se
+
+    need = p["seeds_for_80"]
+    assert need is not None and need > S
+    assert power_at(need) >= Z95 + Z_POWER > power_at(need - 1)
+    small = mu + rng.normal(0, 2.0, (1, 200)) + rng.normal(0, 0.1, (3, 200))
+    q = power(small)
+    assert q["seeds_for_80"] is None and q["reviews_for_80"] > 200
+    assert 0 <= q["power"] < 0.2
 
 
 def test_lowdin_and_the_theory_on_class_means():

@@ -24,6 +24,10 @@ from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
 
 #: Rows of the shipped data set (an upper bound on the reviews an estimate counts).
 REVIEWS = 979
+#: Layers of all-MiniLM-L6-v2 (the cut --layer lies in 1 .. LAYERS - 1).
+LAYERS = 6
+#: Largest --ft-steps: 100 epochs of the source's training folds (about 9 steps each).
+MAX_FT_STEPS = 1000
 
 Quick = Annotated[bool, typer.Option("--quick",
     help="A smaller run of the same pipeline: 1 seed, 3 folds, 12 θ steps (a few minutes).")]
@@ -36,9 +40,21 @@ Threads = Annotated[Optional[str], typer.Option("--threads", metavar="N",
          "last digits with another count).", show_default="1")]
 Input = Annotated[Optional[Path], typer.Option("--input", "-i", metavar="FILE",
     help="Show a saved result (the JSON of 'reproduce real -f json') instead of running.")]
+PANEL = "Protocol (defaults: docs/real.md)"
+Eps = Annotated[Optional[str], typer.Option("--eps", metavar="FLOAT", rich_help_panel=PANEL,
+    help="The theory columns' stopping rule (every e_k <= eps).", show_default="0.01")]
+FtSteps = Annotated[Optional[str], typer.Option("--ft-steps", metavar="N",
+    rich_help_panel=PANEL,
+    help="Forgetting fine-tunes run exactly N AdamW steps (batches of 16) instead of one "
+         "epoch; the theory's F is then after N of its own steps.",
+    show_default="off: one epoch")]
+Layer = Annotated[Optional[str], typer.Option("--layer", metavar="L", rich_help_panel=PANEL,
+    help="Where the rotations act: the input of layer L's attention block, which is trained "
+         "(layers below it frozen).", show_default="5, the last")]
 
 
-def config_for(quick: bool, seeds: str | None, threads: str | None):
+def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | None = None,
+               ft_steps: str | None = None, layer: str | None = None):
     from dataclasses import replace
 
     from ..real.experiment import FAMILIES, FORGET_THETAS, QUICK, Config
@@ -46,8 +62,19 @@ def config_for(quick: bool, seeds: str | None, threads: str | None):
     n = options.integer("--seeds", seeds, 1)
     t = options.integer("--threads", threads, 1, limits.MAX_THREADS,
                         "torch crashes on far larger counts")
-    config = replace(config, **({"seeds": n} if n is not None else {}),
-                     **({"threads": t} if t is not None else {}))
+    e = options.positive("--eps", eps)
+    steps = options.integer("--ft-steps", ft_steps, 1, MAX_FT_STEPS,
+                            "each step is a batch of 16 reviews")
+    cut = options.integer("--layer", layer, 1, LAYERS - 1,
+                          f"all-MiniLM-L6-v2 has layers 0-{LAYERS - 1}; layer 0 takes the "
+                          "embeddings, which are not cached")
+    protocol = replace(config.protocol, **({"eps": e} if e is not None else {}),
+                       **({"ft_steps": steps} if steps is not None else {}))
+    config = replace(config, protocol=protocol, **({"seeds": n} if n is not None else {}),
+                     **({"threads": t} if t is not None else {}),
+                     **({"layer": cut} if cut is not None else {}),
+                     **({"finetune": replace(config.finetune, steps=steps)}
+                        if steps is not None else {}))
     # the per-review losses of every seed, θ and rotation family, and the forgetting runs
     # (at most every review of the data set each), held until the statistics
     per_seed = (len(FAMILIES) * (config.steps + 1) + len(FORGET_THETAS) + 8) * REVIEWS * 8
@@ -158,11 +185,18 @@ MINUTES_PER_SEED = 8
 
 
 def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
-           threads: str | None) -> dict[str, Any]:
+           threads: str | None, eps: str | None = None, ft_steps: str | None = None,
+           layer: str | None = None) -> dict[str, Any]:
     """A saved result, or a fresh run (progress on stderr, timing on stderr)."""
     if input_file is not None:
+        given = [name for name, value in (("--quick", quick or None), ("--seeds", seeds),
+                                          ("--eps", eps), ("--ft-steps", ft_steps),
+                                          ("--layer", layer)) if value is not None]
+        if given:
+            raise InputError(given[0], "given with --input", "a saved result is shown as "
+                             "it was run; drop the option, or run anew without --input")
         return load_result(input_file)
-    config = config_for(quick, seeds, threads)
+    config = config_for(quick, seeds, threads, eps, ft_steps, layer)
     directory = cache_directory(cache_dir)
     from ..real import run_installed
     from ..real.encoder import require
@@ -184,6 +218,7 @@ def real(
     quick: Quick = False, seeds: Seeds = None,
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, threads: Threads = None, input_file: Input = None,
+    eps: Eps = None, ft_steps: FtSteps = None, layer: Layer = None,
 ) -> None:
     """The paper's BERT experiments on real text: rotation, natural shift and forgetting
     with a pretrained MiniLM on drug reviews, beside the paper's figures and the theory."""
@@ -191,7 +226,7 @@ def real(
     from ..real import render
 
     output_format = output_format_for(output, output_format)   # -o checked before the run
-    result = obtain(input_file, quick, seeds, cache_dir, threads)
+    result = obtain(input_file, quick, seeds, cache_dir, threads, eps, ft_steps, layer)
     if output_format is Format.table:
         shown(input_file, lambda: render.show(result))
         return

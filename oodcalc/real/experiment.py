@@ -41,11 +41,21 @@ from ..predict import pretrain_logits, predict
 from ..setting import Protocol, Setting
 from .data import DOMAINS, SOURCE, Review, counts
 from .encoder import Encoder, hidden_states
-from .top import (Rotation, Training, dimension_pairs, init_head, losses, make_top, probe,
-                  train)
+from .top import (Rotation, Training, dimension_pairs, head_difference, init_head, losses,
+                  make_top, probe, train)
 
-FAMILIES = ("scenario 1", "scenario 2", "all")
+#: Bumped whenever a change to the code changes the numbers of a run; every result records
+#: it (``parameters.version``), and the docs' saved run must carry the current one.
+#: 2: frozen-head / frozen-attention fine-tunings, scenarios ranked by the trained head, the
+#: double-peak test and the power of each contrast; --ft-steps, --eps, --layer.
+VERSION = 2
+#: Rotation families: scenarios 1 and 2 with dimensions ranked by the linear probe on the
+#: block's input, the same two ranked by the trained head (on the block's output), and all.
+FAMILIES = ("scenario 1", "scenario 2", "scenario 1 (head)", "scenario 2 (head)", "all")
 FORGET_THETAS = (("π/2", math.pi / 2), ("3π/4", 3 * math.pi / 4), ("π", math.pi))
+#: Which part of the trained model a forgetting fine-tune moves: F with everything moving,
+#: with the head frozen (only attention) and with the attention frozen (only the head).
+FINETUNED = {"both": None, "attention only": "head", "head only": "attention"}
 
 
 @dataclass(frozen=True)
@@ -69,9 +79,9 @@ class Config:
                                  ("--steps", self.steps, 2), ("--threads", self.threads, 1)):
             if value < low:
                 raise InputError(name, value, f"expected an integer >= {low}")
-        if self.steps % 2:
-            raise InputError("--steps", self.steps, "expected an even number, so that "
-                             "θ = π/2 lies on the grid")
+        if self.steps % 4:
+            raise InputError("--steps", self.steps, "expected a multiple of 4, so that "
+                             "θ = π/4, π/2 and 3π/4 lie on the grid")
         return self
 
     def describe(self) -> dict[str, Any]:
@@ -79,7 +89,7 @@ class Config:
                 "pairs": self.pairs, "layer": self.layer, "max_len": self.max_len,
                 "source": self.source, "bootstrap": self.bootstrap, "threads": self.threads,
                 "training": self.training.describe(), "finetune": self.finetune.describe(),
-                "theory_protocol": self.protocol.describe()}
+                "theory_protocol": self.protocol.describe(), "version": VERSION}
 
 
 #: ``--quick``: the same pipeline, smaller (one CV repetition of 3 folds, 12 θ steps).
@@ -217,9 +227,9 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     shift = {d: np.zeros((S, len(i))) for d, i in tgt_idx.items()}
     forget_names = [f"rotation θ = {name}" for name, _ in FORGET_THETAS] + \
                    [f"domain: {d}" for d in targets]
-    forget = {c: np.zeros((S, n_src)) for c in forget_names}
+    forget = {c: {part: np.zeros((S, n_src)) for part in FINETUNED} for c in forget_names}
     # the fine-tuning task's own held-out loss before and after, one mean per fit
-    forget_ood = {c: [] for c in forget_names}
+    forget_ood = {c: {part: [] for part in FINETUNED} for c in forget_names}
     theory_forget_real = {name: [] for name, _ in FORGET_THETAS}
 
     per_fold = 2 + len(forget_names)
@@ -239,6 +249,11 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
             top = make_top(encoder, config.layer, seed)
             init_head(top, hidden, labels, train_idx)
             train(top, hidden, labels, train_idx, config.training, seed)
+            # the same scenarios, ranked by what the trained head reads (its weight
+            # difference times the spread of the block's output, dimension by dimension)
+            by_head = dimension_pairs(head_difference(top, hidden, train_idx), config.pairs,
+                                      np.random.default_rng([s, f, 1]))
+            pairs.update({f"{fam} (head)": by_head[fam] for fam in ("scenario 1", "scenario 2")})
             progress.advance()
 
             base = losses(top, hidden, labels, test_idx)
@@ -261,26 +276,29 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
 
             state = {k: v.clone() for k, v in top.state_dict().items()}
             a, b = pairs["all"]
+            # (condition, examples fine-tuned on, their rotation, held-out examples of the
+            # new task and its rotation, the batches' seed)
+            tasks = []
             for (name, theta), cond in zip(FORGET_THETAS, forget_names):
-                top.load_state_dict(state)
                 R = Rotation(a, b, theta)
-                before = losses(top, hidden, labels, test_idx, R).mean()
-                train(top, hidden, labels, train_idx, config.finetune, seed + 500, R)
-                forget[cond][s, test_pos] = losses(top, hidden, labels, test_idx) - base
-                forget_ood[cond].append((before, losses(top, hidden, labels, test_idx, R).mean()))
+                tasks.append((cond, train_idx, R, test_idx, seed + 500))
                 theory_forget_real[name].append(
                     theory_for(means, R.apply(means.T).T, config.protocol)["F"])
-                progress.advance()
             for d in targets:
-                top.load_state_dict(state)
                 pick = np.random.default_rng([s, f, 2]).permutation(tgt_idx[d])
                 tune = pick[:min(len(train_idx), len(pick) // 2)]
-                held = pick[len(tune):len(tune) + 64]
-                before = losses(top, hidden, labels, held).mean()
-                train(top, hidden, labels, tune, config.finetune, seed + 700)
-                forget[f"domain: {d}"][s, test_pos] = \
-                    losses(top, hidden, labels, test_idx) - base
-                forget_ood[f"domain: {d}"].append((before, losses(top, hidden, labels, held).mean()))
+                tasks.append((f"domain: {d}", tune, None, pick[len(tune):len(tune) + 64],
+                              seed + 700))
+            for cond, tune, R, held, batch_seed in tasks:
+                before = losses(top, hidden, labels, held, R).mean()
+                for part, frozen in FINETUNED.items():
+                    # every part fine-tunes on the same batches (common random numbers)
+                    top.load_state_dict(state)
+                    train(top, hidden, labels, tune, config.finetune, batch_seed, R, frozen)
+                    forget[cond][part][s, test_pos] = \
+                        losses(top, hidden, labels, test_idx) - base
+                    forget_ood[cond][part].append(
+                        (before, losses(top, hidden, labels, held, R).mean()))
                 progress.advance()
             fit += 1
 
@@ -306,7 +324,7 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                      else None,
                      "gamma_eff": gamma_eff[fam].mean(axis=0).tolist(),
                      "theory_real": theory_real[fam].mean(axis=0).tolist(),
-                     "shape": shape(per_ex, thetas, rng, B)}
+                     "shape": shape(rot[fam], thetas, rng, B)}
     result["rotation"] = {"theta": thetas.tolist(), "gamma": np.cos(thetas).tolist(),
                           "theory_rotation": theory_rot,
                           "families": fams}
@@ -321,17 +339,24 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
 
     # forgetting
     frows = []
+    def measured(cond: str) -> dict[str, Any]:
+        """F with everything fine-tuned, and with one part frozen (paired: the same
+        reviews, folds and batches), each with the new task's own loss before and after."""
+        both = forget[cond]["both"].mean(axis=0)
+        return {"F": interval(both, rng, B), **ood_before_after(forget_ood[cond]["both"]),
+                "by_part": {part: {"F": interval(forget[cond][part].mean(axis=0), rng, B),
+                                   "share": share(forget[cond][part].mean(axis=0), both),
+                                   **ood_before_after(forget_ood[cond][part])}
+                            for part in FINETUNED if part != "both"}}
+
     for (name, theta), cond in zip(FORGET_THETAS, forget_names):
         frows.append({"condition": cond, "theta": theta, "gamma": math.cos(theta),
-                      "F": interval(forget[cond].mean(axis=0), rng, B),
-                      **ood_before_after(forget_ood[cond]),
+                      **measured(cond),
                       "theory_F_rotation": theory_rotation_F(theta, config.protocol),
                       "theory_F_real": float(np.mean(theory_forget_real[name]))})
     for d, row in zip(targets, rows[1:]):
         cond = f"domain: {d}"
-        frows.append({"condition": cond, "theta": None, "gamma": None,
-                      "F": interval(forget[cond].mean(axis=0), rng, B),
-                      **ood_before_after(forget_ood[cond]),
+        frows.append({"condition": cond, "theta": None, "gamma": None, **measured(cond),
                       "theory_F_rotation": None, "theory_F_real": row["theory"]["F"]})
     result["forgetting"] = frows
     result["paper"] = beside_paper(result)
@@ -351,11 +376,84 @@ def ood_before_after(pairs: list[tuple[float, float]]) -> dict[str, float]:
     return {"ood_before": float(before), "ood_after": float(after)}
 
 
-def shape(per_ex: np.ndarray, thetas: np.ndarray, rng: np.random.Generator,
+def share(part: np.ndarray, whole: np.ndarray) -> float | None:
+    """The part's F as a fraction of the whole's (mean over reviews); None when the whole
+    is too small to divide by (|F| < 1e-3 nats)."""
+    total = float(whole.mean())
+    return None if abs(total) < 1e-3 else float(part.mean()) / total
+
+
+#: Two-sided 95 % and 80 % power: z_0.975 + z_0.8.
+Z95, Z_POWER = 1.959963984540054, 0.8416212335729143
+
+
+def power(per_seed: np.ndarray) -> dict[str, Any]:
+    """How well a contrast is resolved, and what would resolve it.
+
+    ``per_seed`` is (seeds, reviews): the contrast of each review in each seed's
+    cross-validation. Its seed-averaged mean over reviews has variance
+    (σ_r² + σ_s²/S)/n, with σ_r² the spread between reviews and σ_s² that of one review
+    between seeds (one-way random effects, moment estimates). Returned: both components,
+    the standard error at the seeds run, the power of a two-sided 5 % test against the
+    observed mean, the seeds that would give 80 % power against it (None when the
+    review-to-review spread alone forbids it, whatever the seeds) and the reviews that
+    would at the seeds run."""
+    d = np.asarray(per_seed, dtype=np.float64)
+    S, n = d.shape
+    effect = float(d.mean())
+    between = float(d.mean(axis=0).var(ddof=1))          # σ_r² + σ_s²/S
+    within = float(d.var(axis=0, ddof=1).mean()) if S > 1 else None
+    sigma_r2 = max(0.0, between - (within or 0.0) / S)
+    se = math.sqrt(between / n)
+    from statistics import NormalDist
+    normal = NormalDist()
+    achieved = normal.cdf(abs(effect) / se - Z95) if se > 0 else 1.0
+    target = (abs(effect) / (Z95 + Z_POWER)) ** 2        # the variance 80 % power needs
+    if within is None or abs(effect) == 0:
+        seeds = None
+    elif sigma_r2 / n >= target:
+        seeds = None
+    else:
+        seeds = max(1, math.ceil(within / (n * target - sigma_r2)))
+    reviews = math.ceil(between / target) if target > 0 else None
+    return {"effect": effect, "se": se, "review_var": sigma_r2, "seed_var": within,
+            "power": achieved, "seeds_for_80": seeds, "reviews_for_80": reviews,
+            "seeds": S, "reviews": n}
+
+
+#: The pre-registered double-peak test (fixed before the full run of version 2): two
+#: interior peaks, at π/4 and 3π/4, each above both its neighbours on the grid
+#: {0, π/4, π/2, 3π/4, π}. All four paired contrasts must have a 95 % interval above 0
+#: (an intersection-union test: its level is at most that of each contrast).
+DOUBLE_PEAK = (("CE(π/4) − CE(0)", 1, 0), ("CE(π/4) − CE(π/2)", 1, 2),
+               ("CE(3π/4) − CE(π/2)", 3, 2), ("CE(3π/4) − CE(π)", 3, 4))
+
+
+def double_peak(per_seed: np.ndarray, rng: np.random.Generator, B: int) -> dict[str, Any]:
+    """The double-peak test on a (seeds, θ, reviews) curve whose grid holds the quarters
+    of π; each contrast with its interval and power."""
+    quarters = [round(i * (per_seed.shape[1] - 1) / 4) for i in range(5)]
+    contrasts = []
+    for name, i, j in DOUBLE_PEAK:
+        d = per_seed[:, quarters[i]] - per_seed[:, quarters[j]]
+        contrasts.append({"contrast": name, **interval(d.mean(axis=0), rng, B),
+                          "power": power(d)})
+    resolved = all(c["lo"] > 0 for c in contrasts)
+    weakest = min(contrasts, key=lambda c: c["mean"])
+    return {"resolved": resolved, "contrasts": contrasts, "weakest": weakest["contrast"],
+            "verdict": "double peak (every contrast above 0)" if resolved else
+            f"no double peak: {weakest['contrast']} = {weakest['mean']:+.3f} "
+            f"[{weakest['lo']:+.3f}, {weakest['hi']:+.3f}]"}
+
+
+def shape(per_seed: np.ndarray, thetas: np.ndarray, rng: np.random.Generator,
           B: int) -> dict[str, Any]:
     """Pre-registered contrasts at θ = 0, π/2, π (paired over reviews): the theory's
     attention channel peaks at π/2 and is symmetric about it; a linear read-out of the
-    rotated dimensions rises to π."""
+    rotated dimensions rises to π. ``per_seed`` is (seeds, θ, reviews); the intervals are
+    over reviews of the seed-averaged losses, and the change from 0 to π carries its
+    power (:func:`power`), as does every contrast of the double-peak test."""
+    per_ex = per_seed.mean(axis=0)
     i0, ih, ipi = 0, len(thetas) // 2, len(thetas) - 1
     rise = interval(per_ex[ih] - per_ex[i0], rng, B)
     fall = interval(per_ex[ih] - per_ex[ipi], rng, B)
@@ -369,9 +467,11 @@ def shape(per_ex: np.ndarray, thetas: np.ndarray, rng: np.random.Generator,
         verdict = "falls"
     else:
         verdict = "no resolved change at π/2 or π"
-    return {"rise_0_to_half_pi": rise, "fall_half_pi_to_pi": fall, "change_0_to_pi": total,
+    return {"rise_0_to_half_pi": rise, "fall_half_pi_to_pi": fall,
+            "change_0_to_pi": {**total, "power": power(per_seed[:, ipi] - per_seed[:, i0])},
             "argmax_theta": float(thetas[int(np.argmax(mean_curve))]),
-            "local_maxima": local_maxima(mean_curve, thetas), "verdict": verdict}
+            "local_maxima": local_maxima(mean_curve, thetas), "verdict": verdict,
+            "double_peak": double_peak(per_seed, rng, B)}
 
 
 def local_maxima(curve: np.ndarray, thetas: np.ndarray) -> list[float]:

@@ -11,7 +11,8 @@ import numpy as np
 from ..plots import _pyplot
 from .render import FAMILY_TITLES
 
-COLORS = {"scenario 1": "tab:red", "scenario 2": "tab:blue", "all": "tab:green"}
+COLORS = {"scenario 1": "tab:red", "scenario 2": "tab:blue", "scenario 1 (head)": "tab:orange",
+          "scenario 2 (head)": "tab:purple", "all": "tab:green"}
 
 
 def _subtitle(result: dict[str, Any]) -> str:
@@ -36,7 +37,7 @@ def rotation(result: dict[str, Any]):
         lo = np.array([x["lo"] for x in v["loss"]])
         hi = np.array([x["hi"] for x in v["loss"]])
         color = COLORS.get(fam)
-        measured.plot(theta, mean, "o-", ms=3, color=color,
+        measured.plot(theta, mean, "s--" if "(head)" in fam else "o-", ms=3, color=color,
                       label=f"{FAMILY_TITLES.get(fam, fam)} (n = {result['parameters']['seeds']}"
                             f" seed(s) × {result['parameters']['folds']} folds)")
         measured.fill_between(theta, lo, hi, color=color, alpha=0.2, lw=0)

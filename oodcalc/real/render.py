@@ -12,6 +12,8 @@ from .. import paper
 
 FAMILY_TITLES = {"scenario 1": "scenario 1 (large × small)",
                  "scenario 2": "scenario 2 (small × small)",
+                 "scenario 1 (head)": "scenario 1, ranked by the trained head",
+                 "scenario 2 (head)": "scenario 2, ranked by the trained head",
                  "all": "all dimensions"}
 
 
@@ -53,11 +55,15 @@ def setup_lines(result: dict[str, Any]) -> list[str]:
         f"seed(s) ({', '.join(map(str, p['seed_list']))}).",
         f"Training: {t['optimizer']}, lr {t['lr']:g}, {t['epochs']} epochs, batch {t['batch']}, "
         f"head initialised by a linear probe; forgetting fine-tune: lr {ft['lr']:g}, "
-        f"{ft['epochs']} epoch(s). Rotations: {p['pairs']} pairs per scenario, θ on "
-        f"{p['steps'] + 1} points over [0, π].",
+        + (f"{ft['epochs']} epoch(s)" if "steps" not in ft else f"exactly {ft['steps']} steps")
+        + f" (everything, or with the head or the attention frozen). Rotations: {p['pairs']} "
+        f"pairs per scenario, θ on {p['steps'] + 1} points over [0, π], at the input of "
+        f"layer {p['layer']}.",
         f"Intervals: 95 % percentile bootstrap over reviews ({p['bootstrap']} resamples; "
         f"each review's loss averaged over seeds). Theory: oodcalc predict, K = 2, "
-        f"ε = {th['eps']:g}, η = {th['eta']:g}; its OOD error e is a squared error of "
+        f"ε = {th['eps']:g}, η = {th['eta']:g}"
+        + ("" if th.get("ft_steps") is None else f", fine-tuned exactly {th['ft_steps']} steps")
+        + f"; its OOD error e is a squared error of "
         f"in-context regression, on another scale than cross-entropy: compare shapes and "
         f"orderings, not values.",
     ]
@@ -143,14 +149,45 @@ def forgetting_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]
                 "bert-forgetting-theta=pi/2": "rotation θ = π/2"}
     printed = {cond: paper.figure(fid).printed for fid, cond in by_theta.items()}
     header = ["fine-tuned on", "γ", "its own loss before → after", "F on the source [95 %]",
+              "F, head frozen (attention moves)", "F, attention frozen (head moves)",
               "theory F (rotation)", "theory F (real geometry)", "paper (BERT-base, MRPC)"]
     rows = []
     for r in result["forgetting"]:
         gamma = "" if r["gamma"] is None else f"{r['gamma']:+.3f}"
         ideal = "" if r["theory_F_rotation"] is None else f"{r['theory_F_rotation']:+.4f}"
+        parts = [signed_ci(r["by_part"][part]["F"]) for part in ("attention only", "head only")]
         rows.append([r["condition"], gamma, f"{r['ood_before']:.3f} → {r['ood_after']:.3f}",
-                     signed_ci(r["F"]), ideal, f"{r['theory_F_real']:+.4f}",
+                     signed_ci(r["F"]), *parts, ideal, f"{r['theory_F_real']:+.4f}",
                      printed.get(r["condition"], "")])
+    return header, rows
+
+
+def seeds_text(p: dict[str, Any]) -> str:
+    """Seeds that would give 80 % power against the observed contrast."""
+    if p["seeds_for_80"] is None:
+        return f"none suffice (needs ≈ {p['reviews_for_80']:,} reviews)" \
+            if p["reviews_for_80"] else "—"
+    return f"{p['seeds_for_80']:,}"
+
+
+def power_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per rotation family: the change from 0 to π and the pre-registered double-peak
+    contrasts, each with its power at the seeds run and what 80 % power would need."""
+    header = ["rotation", "contrast", "mean [95 %]", "power now",
+              "seeds for 80 % power", "sd between reviews · within a review (seeds)"]
+    rows = []
+    for fam, v in result["rotation"]["families"].items():
+        shape = v["shape"]
+        contrasts = [("CE(π) − CE(0)", shape["change_0_to_pi"])] + \
+            [(c["contrast"], c) for c in shape["double_peak"]["contrasts"]]
+        for name, c in contrasts:
+            p = c["power"]
+            spread = f"{p['review_var'] ** 0.5:.3f} · " + \
+                ("—" if p["seed_var"] is None else f"{p['seed_var'] ** 0.5:.3f}")
+            rows.append([FAMILY_TITLES.get(fam, fam), name, signed_ci(c), f"{p['power']:.0%}",
+                         seeds_text(p), spread])
+        rows.append([FAMILY_TITLES.get(fam, fam), "double peak (all four above 0)",
+                     shape["double_peak"]["verdict"], "", "", ""])
     return header, rows
 
 
@@ -160,6 +197,7 @@ SECTIONS = (
     ("Natural shift: the source model on the other domains", shift_rows),
     ("Forgetting: fine-tune further, then the change of the held-out source loss",
      forgetting_rows),
+    ("Contrasts and their power: the double-peak test (pre-registered)", power_rows),
 )
 
 

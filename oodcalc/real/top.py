@@ -13,18 +13,26 @@ import numpy as np
 from .encoder import Encoder, Hidden, extended_mask
 
 
+#: What a fine-tuning may leave untouched: nothing, the linear head (only the attention
+#: block moves) or the attention block (only the head moves).
+FROZEN = (None, "head", "attention")
+
+
 @dataclass(frozen=True)
 class Training:
-    """Fine-tuning protocol (AdamW, constant learning rate, fixed number of epochs)."""
+    """Fine-tuning protocol (AdamW, constant learning rate): a fixed number of epochs, or,
+    with ``steps``, exactly that many optimizer steps (batches drawn epoch after epoch)."""
 
     epochs: int = 4
     lr: float = 1e-4
     batch: int = 16
     weight_decay: float = 0.01
+    steps: int | None = None
 
     def describe(self) -> dict:
-        return {"optimizer": "AdamW", "epochs": self.epochs, "lr": self.lr,
-                "batch": self.batch, "weight_decay": self.weight_decay}
+        length = {"epochs": self.epochs} if self.steps is None else {"steps": self.steps}
+        return {"optimizer": "AdamW", **length, "lr": self.lr, "batch": self.batch,
+                "weight_decay": self.weight_decay}
 
 
 @dataclass(frozen=True)
@@ -90,14 +98,30 @@ def init_head(top, hidden: Hidden, labels: np.ndarray, idx: np.ndarray) -> None:
     regression on the untrained block's pooled outputs, so that fine-tuning starts from a
     sensible read-out instead of a random one."""
     import torch
-    top.eval()
-    with torch.no_grad():
-        feats = np.concatenate([top.pooled(*_batch(hidden, b, None)).numpy()
-                                for b in np.array_split(idx, max(1, len(idx) // 64))])
-    w, bias = probe(feats, labels[idx])
+    w, bias = probe(pooled_outputs(top, hidden, idx), labels[idx])
     with torch.no_grad():
         top.head.weight.copy_(torch.from_numpy(np.stack([-w / 2, w / 2])).float())
         top.head.bias.copy_(torch.tensor([-bias / 2, bias / 2], dtype=torch.float32))
+
+
+def head_difference(top, hidden: Hidden, idx: np.ndarray) -> np.ndarray:
+    """What the trained head leans on, per hidden dimension: the difference of its two
+    rows (positive minus negative) times the spread of the block's pooled output over
+    examples ``idx``. The residual connection carries each input dimension to the same
+    output dimension, so this ranks the rotations' dimensions by the read-out's use."""
+    import torch
+    with torch.no_grad():
+        w = (top.head.weight[1] - top.head.weight[0]).numpy().astype(np.float64)
+    return w * pooled_outputs(top, hidden, idx).std(axis=0)
+
+
+def pooled_outputs(top, hidden: Hidden, idx: np.ndarray) -> np.ndarray:
+    """The block's mean-pooled output on examples ``idx`` (eval mode, no rotation)."""
+    import torch
+    top.eval()
+    with torch.no_grad():
+        return np.concatenate([top.pooled(*_batch(hidden, b, None)).numpy()
+                               for b in np.array_split(idx, max(1, len(idx) // 64))])
 
 
 def _batch(hidden: Hidden, idx: np.ndarray, rotation: Rotation | None):
@@ -120,26 +144,51 @@ def train_batches(lengths: np.ndarray, idx: np.ndarray, batch: int,
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def batches(lengths: np.ndarray, idx: np.ndarray, training: Training,
+            rng: np.random.Generator):
+    """The training's batches in order: ``epochs`` shuffled passes, or exactly ``steps``
+    batches taken from as many passes as they need."""
+    if training.steps is None:
+        for _ in range(training.epochs):
+            yield from train_batches(lengths, idx, training.batch, rng)
+        return
+    left = training.steps
+    while left:
+        epoch = train_batches(lengths, idx, training.batch, rng)[:left]
+        yield from epoch
+        left -= len(epoch)
+
+
 def train(top, hidden: Hidden, labels: np.ndarray, idx: np.ndarray, training: Training,
-          seed: int, rotation: Rotation | None = None) -> None:
-    """Fine-tune ``top`` in place on examples ``idx`` (optionally rotated)."""
+          seed: int, rotation: Rotation | None = None, frozen: str | None = None) -> None:
+    """Fine-tune ``top`` in place on examples ``idx`` (optionally rotated); ``frozen``
+    ("head" or "attention") keeps that part's weights as they are."""
     import torch
     import torch.nn.functional as F
 
+    if frozen not in FROZEN:
+        raise ValueError(f"frozen: expected one of {FROZEN}, got {frozen!r}")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     y = torch.from_numpy(labels.astype(np.int64))
-    opt = torch.optim.AdamW(top.parameters(), lr=training.lr,
-                            weight_decay=training.weight_decay)
-    top.train()
-    for _ in range(training.epochs):
-        for b in train_batches(hidden.lengths, idx, training.batch, rng):
+    held = [p for name, p in top.named_parameters()
+            if frozen is not None and name.startswith(frozen + ".")]
+    for p in held:
+        p.requires_grad_(False)
+    try:
+        opt = torch.optim.AdamW([p for p in top.parameters() if p.requires_grad],
+                                lr=training.lr, weight_decay=training.weight_decay)
+        top.train()
+        for b in batches(hidden.lengths, idx, training, rng):
             h, mask = _batch(hidden, b, rotation)
             loss = F.cross_entropy(top(h, mask), y[b])
             opt.zero_grad()
             loss.backward()
             opt.step()
-    top.eval()
+    finally:
+        for p in held:
+            p.requires_grad_(True)
+        top.eval()
 
 
 def losses(top, hidden: Hidden, labels: np.ndarray, idx: np.ndarray,
