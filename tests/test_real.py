@@ -18,7 +18,7 @@ import pytest
 from oodcalc.cli import main
 from oodcalc.errors import InputError
 from oodcalc.real import assets, data
-from oodcalc.real.experiment import (Z95, Z_POWER, Config, Progress, class_geometry, interval,
+from oodcalc.real.experiment import (VERSION, Z95, Z_POWER, Config, Progress, class_geometry, interval,
                                      local_maxima, lowdin, power, shape, stratified_folds,
                                      theory_for, theory_ood_error)
 from oodcalc.real.top import Rotation, Training, dimension_pairs, probe
@@ -466,8 +466,86 @@ def test_pipeline_numbers_mean_what_they_say(tiny_run):
     conditions = [r["condition"] for r in result["forgetting"]]
     assert conditions == ["rotation θ = π/2", "rotation θ = 3π/4", "rotation θ = π",
                           "domain: mental health", "domain: pain", "domain: other"]
+    # the rotation reaches the model: the OOD loss at θ = π/2 is not the loss at θ = 0,
+    # and the rotated task is a new task before its fine-tuning
+    assert abs(fams["all"]["loss"][2]["mean"] - base) > 0.01
+    by = {r["condition"]: r for r in result["forgetting"]}
+    assert abs(by["rotation θ = π"]["ood_before"] - base) > 0.01
+    # each part fine-tuned alone: a paired F of its own, the same new task before
+    for r in result["forgetting"]:
+        assert set(r["by_part"]) == {"attention only", "head only"}
+        assert r["by_part"]["head only"]["ood_before"] == r["ood_before"]
+        assert r["by_part"]["head only"]["F"]["mean"] != r["F"]["mean"]
+    assert result["parameters"]["version"] == VERSION
+    for fam in ("scenario 1 (head)", "scenario 2 (head)"):
+        assert fam in fams and fams[fam]["loss"][0]["mean"] == pytest.approx(base)
+    test = fams["scenario 2"]["shape"]["double_peak"]
+    assert len(test["contrasts"]) == 4 and test["verdict"]
+    assert fams["all"]["shape"]["change_0_to_pi"]["power"]["seeds"] == TINY.seeds
     assert {r["figure"] for r in result["paper"]} >= {"bert-forgetting-theta=pi",
                                                       "bert-natural-shift-end"}
+
+
+def tiny_top_and_hidden():
+    """A trained tiny top on the generated reviews' hidden states (layer 1)."""
+    from oodcalc.real.encoder import hidden_states
+    from oodcalc.real.top import init_head, make_top, train
+    encoder, reviews = tiny_encoder(), generated_reviews()
+    hidden, _ = hidden_states(encoder, [r.text for r in reviews], "f" * 64, layer=1,
+                              max_len=16, cache_dir=None)
+    labels = np.array([r.label for r in reviews])
+    idx = np.arange(len(reviews))
+    top = make_top(encoder, 1, seed=0)
+    init_head(top, hidden, labels, idx)
+    train(top, hidden, labels, idx, TINY.training, seed=0)
+    return top, hidden, labels, idx
+
+
+def test_rotations_reach_the_trained_block():
+    """The rotation acts on what the trained block reads: its loss under a rotation is its
+    loss on hidden states rotated beforehand (and not the unrotated loss), and fine-tuning
+    under a rotation is fine-tuning on rotated states. Fails if any of losses, train or
+    the batches drops the rotation."""
+    import copy
+    from dataclasses import replace
+
+    from oodcalc.real.top import losses, train
+    top, hidden, labels, idx = tiny_top_and_hidden()
+    R = Rotation(np.arange(0, 8), np.arange(8, 16), math.pi / 2)
+    rotated = replace(hidden, X=R.apply(hidden.X))
+    assert np.array_equal(losses(top, hidden, labels, idx, R), losses(top, rotated, labels, idx))
+    assert np.abs(losses(top, hidden, labels, idx, R) - losses(top, hidden, labels, idx)).max() > 1e-3
+    a, b = copy.deepcopy(top), copy.deepcopy(top)
+    train(a, hidden, labels, idx, TINY.finetune, seed=1, rotation=R)
+    train(b, rotated, labels, idx, TINY.finetune, seed=1)
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert np.array_equal(x.numpy(), y.numpy()), name
+
+
+def test_frozen_parts_stay_put_and_steps_count_batches():
+    """frozen='head' moves only the attention block, frozen='attention' only the head;
+    Training(steps=N) takes exactly N optimizer steps, whatever the epochs."""
+    import copy
+
+    from oodcalc.real.top import batches, train
+    top, hidden, labels, idx = tiny_top_and_hidden()
+    before = {k: v.clone() for k, v in top.state_dict().items()}
+    for frozen, moving in (("head", "attention."), ("attention", "head.")):
+        tuned = copy.deepcopy(top)
+        train(tuned, hidden, labels, idx, TINY.finetune, seed=2, frozen=frozen)
+        changed = {name for name, value in tuned.state_dict().items()
+                   if not np.array_equal(value.numpy(), before[name].numpy())}
+        assert changed and all(name.startswith(moving) for name in changed), (frozen, changed)
+        assert all(p.requires_grad for p in tuned.parameters())     # restored afterwards
+    with pytest.raises(ValueError, match="frozen"):
+        train(copy.deepcopy(top), hidden, labels, idx, TINY.finetune, seed=2, frozen="all")
+    rng = np.random.default_rng(0)
+    per_epoch = -(-len(idx) // 8)
+    for steps in (1, per_epoch, 2 * per_epoch + 3):
+        got = list(batches(hidden.lengths, idx, Training(batch=8, steps=steps), rng))
+        assert len(got) == steps
+    assert len(list(batches(hidden.lengths, idx, Training(batch=8, epochs=2), rng))) == \
+        2 * per_epoch
 
 
 def test_lower_layers_match_transformers_own_forward():
