@@ -102,30 +102,46 @@ def test_interval_and_shape_contrasts():
         assert test["verdict"].startswith("no double peak")
 
 
-def test_power_recovers_the_variance_components_and_the_seeds_needed():
-    """d[s, i] = μ + a_i + e_si: the estimated spreads are the ones drawn, the seeds it
-    asks for give 80 % power by the same formula and one fewer does not; a review spread
-    that alone forbids 80 % power asks for reviews, not seeds."""
-    rng = np.random.default_rng(4)
-    S, n, mu, sd_review, sd_seed = 8, 400, 0.02, 0.1, 0.4
-    d = mu + rng.normal(0, sd_review, (1, n)) + rng.normal(0, sd_seed, (S, n))
-    p = power(d)
-    assert p["review_var"] ** 0.5 == pytest.approx(sd_review, rel=0.25)
-    assert p["seed_var"] ** 0.5 == pytest.approx(sd_seed, rel=0.02)
-    assert p["se"] == pytest.approx(math.sqrt((sd_review ** 2 + sd_seed ** 2 / S) / n),
-                                    rel=0.05)
+def draw_contrasts(rng, S, n, mu, sd_review, sd_fold, sd_noise, folds=5):
+    """d[s, i] = μ + a_i + b_(s, fold of i in seed s) + e_si: a review effect, a shared
+    effect of each fold's model, and noise (the real experiment's structure)."""
+    a = rng.normal(0, sd_review, n)
+    d = np.empty((S, n))
+    for s in range(S):
+        fold = rng.permutation(n) % folds
+        d[s] = mu + a + rng.normal(0, sd_fold, folds)[fold] + rng.normal(0, sd_noise, n)
+    return d
 
-    def power_at(seeds):
-        se = math.sqrt((p["review_var"] + p["seed_var"] / seeds) / n)
-        return abs(p["effect"]) / se
+
+def test_power_counts_the_folds_and_asks_for_the_right_seeds():
+    """The standard error is the spread of the estimate over repeated experiments (the
+    folds' shared effects included: a review-level formula would be ~35 % low here); the
+    seeds it asks for give 80 % power by its own formula and one fewer does not; a review
+    spread that alone forbids 80 % power asks for reviews, not seeds; one seed leaves the
+    runs' share unknown."""
+    rng = np.random.default_rng(4)
+    S, n, mu = 5, 180, 0.02
+    draws = [draw_contrasts(rng, S, n, mu, 0.3, 0.1, 0.1) for _ in range(400)]
+    effects = np.array([d.mean() for d in draws])
+    ses = np.array([power(d)["se"] for d in draws])
+    assert np.mean(ses) == pytest.approx(effects.std(), rel=0.12)
+    assert np.mean([abs(e - mu) <= Z95 * se for e, se in zip(effects, ses)]) > 0.9
+
+    p = power(draw_contrasts(np.random.default_rng(2), S, 400, 0.04, 0.1, 0.1, 0.1))
+
+    def z_at(seeds):
+        return abs(p["effect"]) / math.sqrt(p["review_var"] / 400 + p["run_var"] / seeds)
 
     need = p["seeds_for_80"]
     assert need is not None and need > S
-    assert power_at(need) >= Z95 + Z_POWER > power_at(need - 1)
-    small = mu + rng.normal(0, 2.0, (1, 200)) + rng.normal(0, 0.1, (3, 200))
-    q = power(small)
-    assert q["seeds_for_80"] is None and q["reviews_for_80"] > 200
-    assert 0 <= q["power"] < 0.2
+    assert z_at(need) >= Z95 + Z_POWER > z_at(need - 1)
+    assert p["lo"] == pytest.approx(p["effect"] - Z95 * p["se"])
+    wide = power(draw_contrasts(np.random.default_rng(2), S, 200, 0.2, 2.0, 0.01, 0.1))
+    assert wide["seeds_for_80"] is None and wide["reviews_for_80"] > 200
+    assert 0 <= wide["power"] < 0.8
+    one = power(draw_contrasts(np.random.default_rng(3), 1, 200, mu, 0.1, 0.1, 0.1))
+    assert one["run_var"] is None and one["seeds_for_80"] is None
+    assert power(np.zeros((3, 10)))["power"] == 0.0
 
 
 def test_lowdin_and_the_theory_on_class_means():
@@ -471,6 +487,11 @@ def test_pipeline_numbers_mean_what_they_say(tiny_run):
     assert abs(fams["all"]["loss"][2]["mean"] - base) > 0.01
     by = {r["condition"]: r for r in result["forgetting"]}
     assert abs(by["rotation θ = π"]["ood_before"] - base) > 0.01
+    # "before" is the trained model's loss on the rotated held-out fold: the all-dimension
+    # rotation's curve at that θ (equal folds), not the loss of a model fine-tuned since
+    for name, t in (("π/2", 2), ("3π/4", 3), ("π", 4)):
+        assert by[f"rotation θ = {name}"]["ood_before"] == \
+            pytest.approx(fams["all"]["loss"][t]["mean"], abs=1e-6)
     # each part fine-tuned alone: a paired F of its own, the same new task before
     for r in result["forgetting"]:
         assert set(r["by_part"]) == {"attention only", "head only"}
@@ -632,15 +653,22 @@ def test_real_minilm_on_drug_reviews(tmp_path):
 DOCS = Path(__file__).parent.parent / "docs"
 
 
-def test_docs_tables_are_the_saved_run(capsys):
-    """docs/real.md shows exactly what docs/real.json renders to (no torch needed)."""
+@pytest.mark.parametrize("name, block", [("real.json", "real"),
+                                         ("real_layer3.json", "real-layer3")])
+def test_docs_tables_are_the_saved_run(capsys, name, block):
+    """docs/real.md shows exactly what each saved run renders to (no torch needed), and
+    each saved run was made by this code's version of the experiment."""
     import re
-    assert main(["reproduce", "real", "-i", str(DOCS / "real.json"), "-f", "markdown"]) == 0
-    match = re.search(r"<!-- real:start -->\n(.*?)\n<!-- real:end -->",
+    assert main(["reproduce", "real", "-i", str(DOCS / name), "-f", "markdown"]) == 0
+    match = re.search(rf"<!-- {block}:start -->\n(.*?)\n<!-- {block}:end -->",
                       (DOCS / "real.md").read_text(), re.S)
     assert match and match.group(1).strip() == capsys.readouterr().out.strip(), (
-        "docs/real.md is stale: paste `oodcalc reproduce real -i docs/real.json -f markdown` "
-        "into its real block")
-    saved = json.loads((DOCS / "real.json").read_text())
+        f"docs/real.md is stale: paste `oodcalc reproduce real -i docs/{name} -f markdown` "
+        f"into its {block} block")
+    saved = json.loads((DOCS / name).read_text())
+    assert saved["parameters"].get("version") == VERSION, (
+        f"docs/{name} was made by version {saved['parameters'].get('version')} of the "
+        f"experiment, the code is at {VERSION}: rerun `oodcalc reproduce real"
+        + (" --layer 3" if "layer3" in name else "") + f" -f json -o docs/{name}`")
     assert (saved["parameters"]["seeds"], saved["parameters"]["folds"]) == (5, 5)
     assert saved["parameters"]["steps"] >= 24

@@ -1,140 +1,101 @@
-"""The full depth experiment: every architecture, optimizer and depth, ≥ 10 seeds, the
-γ-curve (17 values, which include the table's -0.75, 0 and 0.75), then the table, the plot
-and the generated blocks of README.md and docs/depth.md.
+"""The depth experiment behind docs/depth.md: train every run its tables and figures use,
+save them as the record docs/depth.json, and draw the figures from that record.
 
-    nice -n 10 python tools/depth_full_run.py --workers 2          # ~1-2 h on 2 busy cores
-    python tools/depth_full_run.py --write                         # from the cache: seconds
+    nice -n 10 python tools/depth_full_run.py --workers 2      # train what is missing; write the record
+    python tools/depth_full_run.py --parts table,ladder         # only these selections
+    python tools/depth_full_run.py --figures                    # docs/images/depth.png, ladder.png
+    python tools/generate_docs.py                               # the generated blocks
 
-Runs already in the cache are read, not retrained (same cache as ``oodcalc reproduce
-depth``). ``--write`` rewrites the generated blocks and the image; without it the script
-only prints them. The runtime it prints is the wall time of this invocation and the
-summed per-run training time stored in the records.
+The selections (oodcalc/depth/documents.py): ``table`` (every architecture, optimizer and
+depth at ε = 0.01, 10 seeds, γ = −0.75, 0, 0.75), ``protocols`` (attention·SGD and
+standard·Adam at ε = 0.05, 0.02, 0.01, 0.005 and 500 fine-tuning steps), ``ladder`` (every
+rung, 10 seeds) and ``curve`` (17 γ, 5 seeds, for the figure). Runs already in the caches
+(``oodcalc reproduce depth`` and ``reproduce ladder`` share them) are read, not retrained.
+The record keeps the runs of the current code version it held and adds every complete
+selection's runs; a selection with runs missing is named and left out.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from oodcalc.depth import PAPER_GAMMAS, Cache, Results, collect, configs  # noqa: E402
-from oodcalc.depth.protocol import CURVE_POINTS, CURVE_SEEDS, canonical_gamma  # noqa: E402
-from oodcalc.depth.table import (build_table, header, make_cell, markdown,  # noqa: E402
-                                  summary_markdown, usable)
+from oodcalc.depth import Cache, Results, collect  # noqa: E402
+from oodcalc.depth import documents, record  # noqa: E402
+from oodcalc.depth.ladder import LadderCache  # noqa: E402
+from oodcalc.io import write_text_atomic  # noqa: E402
 
-CURVE = np.linspace(-1, 1, CURVE_POINTS)
-#: The γ-curve is computed in this order: the theory's model and optimizer, then practice.
-PRIORITY = [("attention", "sgd"), ("standard", "adam"), ("attention", "adam"), ("standard", "sgd")]
-BLOCKS = {ROOT / "README.md": "depth", ROOT / "docs" / "depth.md": "depth-table"}
-IMAGE = ROOT / "docs" / "images" / "depth.png"
+COMMAND = "python tools/depth_full_run.py --workers 2"
+IMAGES = ROOT / "docs" / "images"
 
 
-def replace_block(path: Path, name: str, text: str) -> None:
-    from oodcalc.io import write_text_atomic
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    source = path.read_text("utf-8")
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    if not pattern.search(source):
-        raise SystemExit(f"{path}: no {start} ... {end} block")
-    write_text_atomic(path, pattern.sub(lambda _: f"{start}\n{text.rstrip()}\n{end}", source))
-
-
-def training_seconds(results) -> float:
-    """Wall time stored in the records: each pretraining once, every fine-tuning (on a
-    busy machine this is wall time, not CPU time)."""
-    pretrain = {}
-    finetune = 0.0
-    for (config, seed, _), record in results.records.items():
-        pretrain[(config, seed)] = record["pretrain"]["seconds"]
-        finetune += record.get("finetune", {}).get("seconds", 0.0)
-    return sum(pretrain.values()) + finetune
-
-
-def bimodality(results, chosen, seeds, gamma: float) -> str:
-    """Per configuration at γ: which feature forgets, seed by seed."""
-    lines = [f"Per-seed F_1 · F_2 at γ = {gamma:+.2f} (×1000; * marks the feature that forgets more):",
-             ""]
-    for config in chosen:
-        cell = make_cell(results, config, seeds, gamma)
-        runs = " ".join(
-            f"{1000 * r['F_k'][0]:+.1f}{'*' if r['F_k'][0] > r['F_k'][1] else ''}·"
-            f"{1000 * r['F_k'][1]:+.1f}{'*' if r['F_k'][1] >= r['F_k'][0] else ''}"
-            for r in cell.per_seed)
-        p = cell.patterns
-        lines.append(f"- {config.arch}, {config.optimizer}, {config.layers} L — forgets only 1: "
-                     f"{p['only 1']}, only 2: {p['only 2']}, both: {p['both']}, neither: "
-                     f"{p['neither']}; runs: {runs}")
-    return "\n".join(lines)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--curve-seeds", type=int, default=CURVE_SEEDS,
-                        help="seeds of the γ-curve (default %(default)s, as `oodcalc plot depth`)")
-    parser.add_argument("--table-only", action="store_true",
-                        help="only the table's γ values (-0.75, 0, 0.75); no γ-curve")
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument("--write", action="store_true",
-                        help="rewrite the README/docs blocks and docs/images/depth.png")
-    args = parser.parse_args()
-
-    chosen = configs()
-    seeds = list(range(args.seeds))
-    cache = Cache(args.cache_dir)
+def gather(parts: list[str], workers: int, train: bool) -> tuple[Results, list[str]]:
+    """Every run of the chosen selections, from the caches (trained first when asked)."""
     start = time.perf_counter()
 
     def progress(done: int, total: int, label: str) -> None:
         if label:
             print(f"[{time.perf_counter() - start:7.0f} s] {done}/{total} {label}", flush=True)
 
-    results = collect(chosen, seeds, PAPER_GAMMAS, cache, args.workers, progress)
-    computed = results.computed
-    curve_seeds = list(range(args.curve_seeds))
-    curve = None
-    if not args.table_only:
-        curve = Results()
-        for group in PRIORITY:     # the theory's model first, should the run be cut short
-            part = collect([c for c in chosen if (c.arch, c.optimizer) == group], curve_seeds,
-                           CURVE, cache, args.workers, progress)
-            curve.records.update(part.records)
-            computed += part.computed
-        results.records.update(curve.records)
-    wall = time.perf_counter() - start
-    table = build_table(results, chosen, seeds, PAPER_GAMMAS)
-    text = markdown(table)
-    runs = len(results.records)
-    failed = sum(not usable(r) for r in results.records.values())
-    trained = (f"{computed} trained in this invocation ({wall / 60:.1f} min wall)" if computed
-               else "all read from the cache")
-    runtime = (f"{runs} runs ({len(chosen)} configurations; table: {len(seeds)} seeds × "
-               f"{len(PAPER_GAMMAS)} γ; curve: {len(curve_seeds)} seeds × {len(CURVE)} γ), "
-               f"{failed} left out; {trained}; the runs' own wall times, summed: "
-               f"{training_seconds(results) / 3600:.2f} h")
-    print(text)
-    print(bimodality(results, chosen, seeds, canonical_gamma(-0.75)))
-    print()
-    print(runtime)
-    if args.write:
+    found, incomplete = Results(), []
+    for name in parts:
+        selection = documents.SELECTIONS[name]
+        cache = LadderCache() if name == "ladder" else Cache()
+        if train:
+            part = collect(selection.configs, selection.seeds, selection.gammas, cache,
+                           workers, progress)
+        else:
+            from oodcalc.depth.experiment import plan
+            part, _ = plan(selection.configs, selection.seeds, selection.gammas, cache)
+        if selection.present(part):
+            found.records.update(part.records)
+        else:
+            incomplete.append(name)
+    return found, incomplete
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=",".join(documents.SELECTIONS),
+                        help="selections to gather (default: all): "
+                             + ", ".join(documents.SELECTIONS))
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--no-train", action="store_true",
+                        help="use only what the caches hold")
+    parser.add_argument("--figures", action="store_true",
+                        help="only draw the figures from docs/depth.json")
+    args = parser.parse_args()
+
+    if args.figures:
         from oodcalc import plots
-        from oodcalc.depth.plot import gamma_curves
-        if curve is not None:
-            plots.save(gamma_curves(curve, chosen, curve_seeds, CURVE), IMAGE)
-        blocks = {"depth": header(table, verdicts=False) + "\n\n" + summary_markdown(table),
-                  "depth-table": text + "\n" + bimodality(results, chosen, seeds, -0.75)
-                  + f"\n\nRuntime: {runtime}.\n"}
-        for path, name in BLOCKS.items():
-            replace_block(path, name, blocks[name])
-        print(f"wrote {IMAGE.relative_to(ROOT)} and the blocks of "
-              + ", ".join(str(p.relative_to(ROOT)) for p in BLOCKS))
+        _, results = record.load(documents.RECORD)
+        for name, figure in documents.figures(results).items():
+            plots.save(figure, IMAGES / f"{name}.png")
+            print(f"wrote docs/images/{name}.png")
+        return
+
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in documents.SELECTIONS]
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; expected some of "
+                     + ", ".join(documents.SELECTIONS))
+    found, incomplete = gather(parts, args.workers, not args.no_train)
+    kept = Results()
+    if documents.RECORD.exists():
+        saved, kept = record.load(documents.RECORD)
+        if not record.current(saved):
+            kept = Results()          # runs of another code version are not kept
+    kept.records.update(found.records)
+    text = record.dumps(record.build([kept], COMMAND))
+    write_text_atomic(documents.RECORD, text)
+    print(f"wrote docs/depth.json: {len(kept.records)} runs ({len(text) / 1e6:.2f} MB)")
+    for name in incomplete:
+        print(f"left out (runs missing): {name}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -213,6 +214,24 @@ class Block:
     generate: Callable[[], str]
 
 
+@functools.lru_cache(maxsize=1)
+def depth_runs():
+    """The depth experiment's record (docs/depth.json) as results: no torch needed."""
+    from oodcalc.depth import documents, record
+    return record.load(documents.RECORD)[1]
+
+
+def depth_block(file: str, name: str) -> Callable[[], str]:
+    """A block of the depth experiment, from its record (tools/depth_full_run.py)."""
+    def generate() -> str:
+        from oodcalc.depth import documents
+        return documents.generate(depth_runs(), file, name)
+    return generate
+
+
+DEPTH_BLOCKS = [("docs/depth.md", "depth-table"), ("README.md", "depth"),
+                ("docs/depth.md", "depth-protocols"), ("docs/depth.md", "ladder-table")]
+
 BLOCKS: list[Block] = [
     Block("README.md", "predict-example", predict_example),
     Block("README.md", "claims", claims_table(README_CLAIM_COLUMNS)),
@@ -220,6 +239,7 @@ BLOCKS: list[Block] = [
     Block("README.md", "times", times_table),
     Block("docs/theory.md", "claims", claims_table(THEORY_CLAIM_COLUMNS)),
     Block("docs/theory.md", "figures", figures_table),
+    *(Block(file, name, depth_block(file, name)) for file, name in DEPTH_BLOCKS),
 ]
 
 

@@ -1,6 +1,6 @@
-"""The γ-curve: forgetting F against γ per depth (mean and 95% bootstrap band over seeds),
-the one-layer theory's curve at the same ε and the paper's nine points; one panel per
-architecture and optimizer (matplotlib)."""
+"""The γ-curve: forgetting F and F_k against γ per depth (mean and 95% bootstrap band over
+seeds), the one-layer theory's curve under the same protocol and the paper's nine points;
+one column per architecture and optimizer; and the ladder's F per rung (matplotlib)."""
 
 from __future__ import annotations
 
@@ -12,56 +12,81 @@ from .experiment import Results
 from .protocol import PAPER_GAMMAS, DepthConfig
 from .table import make_cell, paper_figure, theory
 
-#: F spans the theory's ~1e-3 and the paper's ~0.3: symlog, linear inside ±LINEAR.
-LINEAR = 0.01
-
-
 def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequence[int],
                  gammas: Sequence[float]):
+    """One column per architecture and optimizer. Top: F against γ per depth (mean, 95%
+    bootstrap band), the one-layer theory's curve under the same protocol, the paper's
+    points (those beyond the axis as arrows at its edge, with their value). Bottom: F_1
+    and F_2 per depth, and the theory's. Linear axes; a point from fewer usable seeds than
+    were run carries its n."""
     from ..plots import _pyplot
     plt = _pyplot()
     panels: dict[tuple[str, str], list[DepthConfig]] = {}
     for c in configs:
         panels.setdefault((c.arch, c.optimizer), []).append(c)
-    archs = list(dict.fromkeys(a for a, _ in panels))
-    optimizers = list(dict.fromkeys(o for _, o in panels))
-    fig, axes = plt.subplots(len(archs), len(optimizers), squeeze=False, sharex=True,
-                             figsize=(5.6 * len(optimizers), 4.2 * len(archs)))
+    fig, axes = plt.subplots(2, len(panels), squeeze=False, sharex=True, sharey="row",
+                             figsize=(4.4 * len(panels), 7.6),
+                             gridspec_kw={"height_ratios": [3, 2]})
     fine = np.linspace(-1, 1, 81)
     eps, ft_steps = configs[0].eps, configs[0].ft_steps
-    theory_line = [theory(float(g), eps, ft_steps).F for g in fine]
-    for (arch, optimizer), group in panels.items():
-        ax = axes[archs.index(arch)][optimizers.index(optimizer)]
-        ax.axhline(0, color="0.6", lw=0.8)
-        ax.plot(fine, theory_line, color="k", lw=1.6, label=f"theory, 1 layer (ε = {eps:g}"
-                + (f", {ft_steps} fine-tuning steps)" if ft_steps else ")"))
+    exact = [theory(float(g), eps, ft_steps) for g in fine]
+    cells = {c: [make_cell(results, c, seeds, g) for g in gammas] for c in configs}
+    values = [v for cs in cells.values() for cell in cs if cell.F.n
+              for v in (cell.F.low, cell.F.high)]
+    span = max(values) - min(values)
+    top = (min(values) - 0.08 * span, max(values) + 0.12 * span)
+    protocol = (f"ε = {eps:g}" + (f", {ft_steps} fine-tuning steps" if ft_steps else ""))
+    for col, ((arch, optimizer), group) in enumerate(panels.items()):
+        ax, ax_k = axes[0][col], axes[1][col]
+        for a in (ax, ax_k):
+            a.axhline(0, color="0.6", lw=0.8)
+            a.grid(alpha=0.3)
+        ax.plot(fine, [t.F for t in exact], color="k", lw=1.6,
+                label=f"theory, 1 layer ({protocol})")
+        for k, style in ((0, "-"), (1, "--")):
+            ax_k.plot(fine, [t.F_k[k] for t in exact], color="k", ls=style, lw=1.2,
+                      label=f"theory F_{k + 1}")
         for i, config in enumerate(sorted(group, key=lambda c: c.layers)):
-            color = f"C{i}"
-            cells = [make_cell(results, config, seeds, g) for g in gammas]
-            x = np.array([c.gamma for c in cells])
-            mean = np.array([c.F.mean for c in cells])
-            ax.fill_between(x, [c.F.low for c in cells], [c.F.high for c in cells],
-                            color=color, alpha=0.2, lw=0)
-            ax.plot(x, mean, "o-", color=color, ms=3.5, lw=1.4,
-                    label=f"ours, {config.layers} layer{'s' * (config.layers > 1)}")
-            points = [(g, f.value) for g in PAPER_GAMMAS
-                      if (f := paper_figure(config.layers, g)) is not None]
-            if points:
-                ax.plot(*zip(*points), "D", mfc="none", mec=color, mew=1.6, ms=8,
-                        label=f"paper, {config.layers} layer{'s' * (config.layers > 1)}")
-        ax.set_yscale("symlog", linthresh=LINEAR)
+            color, layers = f"C{i}", f"{config.layers} layer{'s' * (config.layers > 1)}"
+            row = [c for c in cells[config] if c.F.n]
+            x = np.array([c.gamma for c in row])
+            ax.fill_between(x, [c.F.low for c in row], [c.F.high for c in row], color=color,
+                            alpha=0.2, lw=0)
+            ax.plot(x, [c.F.mean for c in row], "o-", color=color, ms=3.5, lw=1.4,
+                    label=f"ours, {layers}")
+            for c in row:
+                if c.F.n < len(seeds):
+                    ax.annotate(f"n={c.F.n}", (c.gamma, c.F.mean), fontsize=6.5, color=color,
+                                textcoords="offset points", xytext=(2, -9))
+            for k, (style, marker) in enumerate((("-", "o"), ("--", "s"))):
+                ax_k.plot(x, [c.F_k[k].mean for c in row], ls=style, marker=marker, ms=3,
+                          lw=1.1, color=color, label=f"ours F_{k + 1}, {layers}")
+            for g in PAPER_GAMMAS:
+                figure = paper_figure(config.layers, g)
+                if figure is None:
+                    continue
+                if top[0] <= figure.value <= top[1]:
+                    ax.plot([g], [figure.value], "D", mfc="none", mec=color, mew=1.6, ms=8)
+                else:        # off the axis: an arrow at its edge, with the value
+                    edge = top[1] if figure.value > top[1] else top[0]
+                    ax.annotate(f"paper {figure.value:+.2f}", (g, edge),
+                                xytext=(g + 0.03, edge - (0.07 + 0.06 * i) * (top[1] - top[0])
+                                        * np.sign(edge)),
+                                fontsize=7, color=color,
+                                arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2})
+        ax.set_ylim(*top)
         ax.set_title(f"{arch}, {optimizer} (lr {group[0].lr:g})", fontsize=10)
-        ax.set_xlabel("γ = ⟨v2, u2⟩  (γ1 = 1)")
-        ax.set_ylabel(f"F  (symlog, linear within ±{LINEAR:g})")
-        ax.grid(alpha=0.3)
-    # one legend for all panels, below them, so that no data hides behind it
+        ax_k.set_xlabel("γ = ⟨v2, u2⟩  (γ1 = 1)")
+    axes[0][0].set_ylabel("F = F_1 + F_2")
+    axes[1][0].set_ylabel("F_k (F_1 solid, F_2 dashed)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.suptitle(f"Forgetting after fine-tuning, width {configs[0].width}, {len(seeds)} seeds "
-                 "(band: 95% bootstrap CI; runs that never met the stopping rule left out)",
-                 fontsize=10)
-    rows = (len(labels) + 3) // 4
-    fig.tight_layout(rect=(0, 0.035 * rows / len(archs) + 0.02, 1, 1))
+    handles.append(plt.Line2D([], [], ls="none", marker="D", mfc="none", mec="0.3", mew=1.6))
+    labels.append("paper (arrow: beyond the axis)")
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.suptitle(f"Forgetting after fine-tuning, width {configs[0].width}, {protocol}; "
+                 f"{len(seeds)} seeds per point unless marked n (band: 95% bootstrap CI; "
+                 "runs that never met the stopping rule left out)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 
@@ -91,11 +116,10 @@ def ladder_plot(table):
                     color="0.4", ms=3)
         ax.set_xticks(x, [f"{r.rung.name}\n{r.cell.config.layers} L" for r in rows],
                       rotation=45, ha="right", fontsize=8)
-        ax.set_yscale("symlog", linthresh=LINEAR / 10)
         ax.set_title(f"γ = {gamma:+.2f}  (γ1 = 1)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
-    axes[0][0].set_ylabel(f"F  (symlog, linear within ±{LINEAR / 10:g})")
+    axes[0][0].set_ylabel("F = F_1 + F_2 (linear)")
     p = table.protocol
     fig.suptitle(f"The ladder: forgetting F per rung (mean, 95% bootstrap CI, dots: seeds); "
                  f"SGD lr {p.lr:g}, ε = {p.eps:g}, {len(table.seeds)} seeds", fontsize=10)

@@ -170,6 +170,7 @@ class DepthTable:
     gammas: tuple[float, ...]
     cells: tuple[Cell, ...]
     amplifications: tuple[Amplification, ...]
+    torch: str                       # the torch version the runs were made with
 
     def groups(self) -> dict[tuple[str, str], list[Cell]]:
         out: dict[tuple[str, str], list[Cell]] = {}
@@ -198,8 +199,9 @@ def build_table(results: Results, configs: Sequence[DepthConfig], seeds: Sequenc
         amplification(results, depths[min(depths)], depths[max(depths)], seeds, g)
         for depths in groups.values() if len(depths) > 1
         for g in gammas if g < 0)
+    torch = {r["parameters"]["torch"] for r in results.records.values()}
     return DepthTable(tuple(configs), tuple(seeds), tuple(canonical_gamma(g) for g in gammas),
-                      cells, amplifications)
+                      cells, amplifications, ", ".join(sorted(torch)))
 
 
 # --- rendering ---------------------------------------------------------------------------
@@ -231,8 +233,7 @@ def amplification_text(a: Amplification) -> str:
             f"{a.gamma:+.2f}: ours {ours} over {r.n} paired seeds; paper {figure.printed}")
 
 
-def describe_protocol(config: DepthConfig, seeds: Sequence[int]) -> str:
-    from .protocol import torch_version
+def describe_protocol(config: DepthConfig, seeds: Sequence[int], torch: str) -> str:
     return (f"width {config.width} (15 feature dims + label slot), N = {config.N} context "
             f"tokens, batch {config.batch} fresh prompts per step, {config.eval_prompts} fixed "
             f"evaluation prompts, " + (
@@ -241,7 +242,7 @@ def describe_protocol(config: DepthConfig, seeds: Sequence[int]) -> str:
                 f"pretraining stops when every e_k <= ε = {config.eps:g} (≤ "
                 f"{config.max_steps} steps), fine-tuning runs exactly {config.ft_steps} "
                 "steps") + ", fresh optimizer for fine-tuning; "
-            f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}); torch {torch_version()}, "
+            f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}); torch {torch}, "
             "1 thread, deterministic kernels")
 
 
@@ -272,7 +273,8 @@ def ratio_text(r: float) -> str:
 
 
 def header(table: DepthTable, verdicts: bool = True) -> str:
-    return (f"Protocol: {describe_protocol(table.configs[0], table.seeds)}. Theory: one layer, "
+    return (f"Protocol: {describe_protocol(table.configs[0], table.seeds, table.torch)}. "
+            "Theory: one layer, "
             f"exact population dynamics at the same ε (η = {table.cells[0].theory.eta:g}). "
             f"Paper: {paper.CITATION}, TinyTransformer rows of the forgetting table. Intervals: "
             "95% percentile bootstrap over seeds" + (f"; {VERDICT_LEGEND}." if verdicts else "."))

@@ -164,28 +164,31 @@ def forgetting_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]
 
 def seeds_text(p: dict[str, Any]) -> str:
     """Seeds that would give 80 % power against the observed contrast."""
+    if p["run_var"] is None:
+        return "— (1 seed: not estimable)"
     if p["seeds_for_80"] is None:
-        return f"none suffice (needs ≈ {p['reviews_for_80']:,} reviews)" \
-            if p["reviews_for_80"] else "—"
+        return ("none suffice (needs ≈ " + f"{p['reviews_for_80']:,} reviews)"
+                if p["reviews_for_80"] else "none suffice")
     return f"{p['seeds_for_80']:,}"
 
 
 def power_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Per rotation family: the change from 0 to π and the pre-registered double-peak
     contrasts, each with its power at the seeds run and what 80 % power would need."""
-    header = ["rotation", "contrast", "mean [95 %]", "power now",
-              "seeds for 80 % power", "sd between reviews · within a review (seeds)"]
+    header = ["rotation", "contrast", "mean [95 %, runs counted]",
+              "power if the estimate were true", "seeds for 80 % power",
+              "sd between reviews · of a seed's mean"]
     rows = []
     for fam, v in result["rotation"]["families"].items():
         shape = v["shape"]
-        contrasts = [("CE(π) − CE(0)", shape["change_0_to_pi"])] + \
+        contrasts = [("CE(π) − CE(0)", shape["change_0_to_pi"]["power"])] + \
             [(c["contrast"], c) for c in shape["double_peak"]["contrasts"]]
-        for name, c in contrasts:
-            p = c["power"]
+        for name, p in contrasts:
             spread = f"{p['review_var'] ** 0.5:.3f} · " + \
-                ("—" if p["seed_var"] is None else f"{p['seed_var'] ** 0.5:.3f}")
-            rows.append([FAMILY_TITLES.get(fam, fam), name, signed_ci(c), f"{p['power']:.0%}",
-                         seeds_text(p), spread])
+                ("—" if p["run_var"] is None else f"{p['run_var'] ** 0.5:.3f}")
+            rows.append([FAMILY_TITLES.get(fam, fam), name,
+                         f"{p['effect']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]",
+                         f"{p['power']:.0%}", seeds_text(p), spread])
         rows.append([FAMILY_TITLES.get(fam, fam), "double peak (all four above 0)",
                      shape["double_peak"]["verdict"], "", "", ""])
     return header, rows

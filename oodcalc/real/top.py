@@ -152,6 +152,8 @@ def batches(lengths: np.ndarray, idx: np.ndarray, training: Training,
         for _ in range(training.epochs):
             yield from train_batches(lengths, idx, training.batch, rng)
         return
+    if len(idx) == 0:
+        raise ValueError("no examples to fine-tune on")
     left = training.steps
     while left:
         epoch = train_batches(lengths, idx, training.batch, rng)[:left]
