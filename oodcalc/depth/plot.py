@@ -59,8 +59,13 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
                     ax.annotate(f"n={c.F.n}", (c.gamma, c.F.mean), fontsize=6.5, color=color,
                                 textcoords="offset points", xytext=(2, -9))
             for k, (style, marker) in enumerate((("-", "o"), ("--", "s"))):
-                ax_k.plot(x, [c.F_k[k].mean for c in row], ls=style, marker=marker, ms=3,
-                          lw=1.1, color=color, label=f"ours F_{k + 1}, {layers}")
+                mean = np.array([c.F_k[k].mean for c in row])
+                shift = (k - 0.5) * 0.012          # F_1 and F_2 side by side at each γ
+                ax_k.errorbar(x + shift, mean,
+                              yerr=[mean - [c.F_k[k].low for c in row],
+                                    [c.F_k[k].high for c in row] - mean],
+                              ls=style, marker=marker, ms=3, lw=1.1, elinewidth=0.8,
+                              capsize=0, color=color, label=f"ours F_{k + 1}, {layers}")
             for g in PAPER_GAMMAS:
                 figure = paper_figure(config.layers, g)
                 if figure is None:

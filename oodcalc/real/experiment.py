@@ -499,12 +499,18 @@ def shift_row(domain: str, pooled: np.ndarray, labels: np.ndarray, domains: np.n
     src = domains == source
     here = domains == domain
     y = labels[idx]
-    balanced = float(np.mean([per_example[y == c].mean() for c in (0, 1) if (y == c).any()]))
+    classes = [per_example[y == c] for c in (0, 1) if (y == c).any()]
+    # the class-balanced loss, and its bootstrap resampling reviews within each class
+    resampled = np.mean([x[rng.integers(0, len(x), size=(B, len(x)))].mean(axis=1)
+                         for x in classes], axis=0)
+    lo, hi = np.percentile(resampled, [2.5, 97.5])
     return {"domain": domain, "n": int(here.sum()), "positive": int(labels[here].sum()),
             "cos_mean": cosine(pooled[here].mean(0), pooled[src].mean(0)),
             "theory": theory_for(class_means(pooled[src], labels[src]),
                                  class_means(pooled[here], labels[here]), protocol),
-            "loss": interval(per_example, rng, B), "balanced_loss": balanced}
+            "loss": interval(per_example, rng, B),
+            "balanced_loss": float(np.mean([x.mean() for x in classes])),
+            "balanced_interval": {"lo": float(lo), "hi": float(hi)}}
 
 
 def beside_paper(result: dict[str, Any]) -> list[dict[str, Any]]:

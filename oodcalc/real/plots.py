@@ -88,11 +88,14 @@ def shift(result: dict[str, Any]):
            [max(r["theory"]["principal_angles_deg"]) for r in rows]),
           ("theory's OOD error e (oodcalc predict, V, U from class means)",
            [r["theory"]["ood_loss"] for r in rows])]
-    balanced = [r["balanced_loss"] for r in rows]
+    balanced = np.array([r["balanced_loss"] for r in rows])
+    balanced_err = np.array([[r["balanced_loss"] - r["balanced_interval"]["lo"] for r in rows],
+                             [r["balanced_interval"]["hi"] - r["balanced_loss"] for r in rows]])
     fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
     for ax, (label, x) in zip(axes, xs):
         ax.errorbar(x, mean, yerr=err, fmt="o", capsize=3, label="CE (95 % bootstrap)")
-        ax.plot(x, balanced, "s", mfc="none", color="tab:orange", label="class-balanced CE")
+        ax.errorbar(x, balanced, yerr=balanced_err, fmt="s", mfc="none", capsize=3,
+                    color="tab:orange", label="class-balanced CE (95 % bootstrap)")
         for xi, yi, r in zip(x, mean, rows):
             ax.annotate(r["domain"], (xi, yi), textcoords="offset points", xytext=(5, 4),
                         fontsize=8)

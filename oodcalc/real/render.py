@@ -134,13 +134,14 @@ def shift_orderings(result: dict[str, Any]) -> str:
 def shift_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["domain", "reviews (+/−)", "cos(mean, source mean)",
               "principal angles (°)", "theory e (V, U from class means)", "theory F",
-              "CE [95 %]", "class-balanced CE"]
+              "CE [95 %]", "class-balanced CE [95 %]"]
     rows = []
     for r in result["shift"]["rows"]:
         angles = ", ".join(f"{a:.1f}" for a in r["theory"]["principal_angles_deg"])
         rows.append([r["domain"], f"{r['n']} ({r['positive']}/{r['n'] - r['positive']})",
                      f"{r['cos_mean']:.4f}", angles, f"{r['theory']['ood_loss']:.4f}",
-                     f"{r['theory']['F']:+.4f}", ci(r["loss"]), f"{r['balanced_loss']:.3f}"])
+                     f"{r['theory']['F']:+.4f}", ci(r["loss"]),
+                     ci({"mean": r["balanced_loss"], **r["balanced_interval"]})])
     return header, rows
 
 
