@@ -96,37 +96,45 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
 
 
 def ladder_plot(table):
-    """F per rung (mean and 95% bootstrap interval over seeds), one panel per γ, with the
-    one-layer theory's F at the same ε drawn across (a :class:`~.ladder.LadderTable`)."""
+    """F per rung (mean and 95% bootstrap interval over seeds, dots: seeds), one column per
+    γ, with the one-layer theory's F at the same ε drawn across (a
+    :class:`~.ladder.LadderTable`). Linear axes: the top row shows every rung, the bottom
+    row the one-layer rungs on their own scale, where the departures from the theory
+    begin (a symlog axis would hide them)."""
     from ..plots import _pyplot
     plt = _pyplot()
     gammas = table.gammas
-    fig, axes = plt.subplots(1, len(gammas), squeeze=False, sharey=True,
-                             figsize=(4.2 * len(gammas), 4.2))
-    for ax, gamma in zip(axes[0], gammas):
-        rows = [r for r in table.rows if r.cell.gamma == gamma]
-        x = np.arange(len(rows))
-        names = list(dict.fromkeys(r.rung.name for r in rows))      # one colour per rung
-        ax.axhline(0, color="0.6", lw=0.8)
-        ax.axhline(rows[0].cell.theory.F, color="k", lw=1.4, ls="--",
-                   label=f"theory, 1 layer: F = {rows[0].cell.theory.F:+.4f}")
-        for i, row in zip(x, rows):
-            F = row.cell.F
-            if F.n == 0:
-                continue
-            ax.errorbar([i], [F.mean], yerr=[[F.mean - F.low], [F.high - F.mean]], fmt="o",
-                        color=f"C{names.index(row.rung.name)}",
-                        capsize=3, ms=5)
-            ax.plot([i] * len(row.cell.per_seed), [s["F"] for s in row.cell.per_seed], ".",
-                    color="0.4", ms=3)
-        ax.set_xticks(x, [f"{r.rung.name}\n{r.cell.config.layers} L" for r in rows],
-                      rotation=45, ha="right", fontsize=8)
-        ax.set_title(f"γ = {gamma:+.2f}  (γ1 = 1)", fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
-    axes[0][0].set_ylabel("F = F_1 + F_2 (linear)")
+    fig, axes = plt.subplots(2, len(gammas), squeeze=False, sharey="row",
+                             figsize=(4.2 * len(gammas), 7.4),
+                             gridspec_kw={"height_ratios": [3, 2]})
+    names = list(dict.fromkeys(r.rung.name for r in table.rows))     # one colour per rung
+    for col, gamma in enumerate(gammas):
+        every = [r for r in table.rows if r.cell.gamma == gamma]
+        theory_F = every[0].cell.theory.F
+        for ax, rows in ((axes[0][col], every),
+                         (axes[1][col], [r for r in every if r.cell.config.layers == 1])):
+            x = np.arange(len(rows))
+            ax.axhline(0, color="0.6", lw=0.8)
+            ax.axhline(theory_F, color="k", lw=1.4, ls="--",
+                       label=f"theory, 1 layer: F = {theory_F:+.4f}")
+            for i, row in zip(x, rows):
+                F = row.cell.F
+                if F.n == 0:
+                    continue
+                ax.errorbar([i], [F.mean], yerr=[[F.mean - F.low], [F.high - F.mean]],
+                            fmt="o", color=f"C{names.index(row.rung.name)}", capsize=3, ms=5)
+                ax.plot([i] * len(row.cell.per_seed), [s["F"] for s in row.cell.per_seed],
+                        ".", color="0.4", ms=3)
+            ax.set_xticks(x, [f"{r.rung.name}\n{r.cell.config.layers} L" for r in rows],
+                          rotation=45 if len(rows) > 3 else 0, ha="right" if len(rows) > 3
+                          else "center", fontsize=8)
+            ax.grid(alpha=0.3)
+        axes[0][col].set_title(f"γ = {gamma:+.2f}  (γ1 = 1)", fontsize=10)
+        axes[0][col].legend(fontsize=8, loc="upper left")
+    axes[0][0].set_ylabel("F = F_1 + F_2, every rung")
+    axes[1][0].set_ylabel("F, the one-layer rungs")
     p = table.protocol
     fig.suptitle(f"The ladder: forgetting F per rung (mean, 95% bootstrap CI, dots: seeds); "
-                 f"SGD lr {p.lr:g}, ε = {p.eps:g}, {len(table.seeds)} seeds", fontsize=10)
+                 f"SGD lr {p.lr:g}, ε = {p.eps:g}, {len(table.seeds)} seeds per rung", fontsize=10)
     fig.tight_layout()
     return fig
