@@ -494,7 +494,8 @@ def test_pipeline_numbers_mean_what_they_say(tiny_run):
             pytest.approx(fams["all"]["loss"][t]["mean"], abs=1e-6)
     # each part fine-tuned alone: a paired F of its own, the same new task before
     for r in result["forgetting"]:
-        assert set(r["by_part"]) == {"attention only", "head only"}
+        assert set(r["by_part"]) == {"attention only", "head only", "scores only",
+                                     "values only"}
         assert r["by_part"]["head only"]["ood_before"] == r["ood_before"]
         assert r["by_part"]["head only"]["F"]["mean"] != r["F"]["mean"]
     assert result["parameters"]["version"] == VERSION
@@ -543,23 +544,23 @@ def test_rotations_reach_the_trained_block():
         assert np.array_equal(x.numpy(), y.numpy()), name
 
 
-def test_frozen_parts_stay_put_and_steps_count_batches():
-    """frozen='head' moves only the attention block, frozen='attention' only the head;
-    Training(steps=N) takes exactly N optimizer steps, whatever the epochs."""
+def test_a_part_moving_alone_moves_alone_and_steps_count_batches():
+    """moving=PART changes that part's weights and no other; Training(steps=N) takes
+    exactly N optimizer steps, whatever the epochs."""
     import copy
 
-    from oodcalc.real.top import batches, train
+    from oodcalc.real.top import PARTS, batches, train
     top, hidden, labels, idx = tiny_top_and_hidden()
     before = {k: v.clone() for k, v in top.state_dict().items()}
-    for frozen, moving in (("head", "attention."), ("attention", "head.")):
+    for part, prefixes in PARTS.items():
         tuned = copy.deepcopy(top)
-        train(tuned, hidden, labels, idx, TINY.finetune, seed=2, frozen=frozen)
+        train(tuned, hidden, labels, idx, TINY.finetune, seed=2, moving=part)
         changed = {name for name, value in tuned.state_dict().items()
                    if not np.array_equal(value.numpy(), before[name].numpy())}
-        assert changed and all(name.startswith(moving) for name in changed), (frozen, changed)
+        assert changed and all(name.startswith(prefixes) for name in changed), (part, changed)
         assert all(p.requires_grad for p in tuned.parameters())     # restored afterwards
-    with pytest.raises(ValueError, match="frozen"):
-        train(copy.deepcopy(top), hidden, labels, idx, TINY.finetune, seed=2, frozen="all")
+    with pytest.raises(ValueError, match="moving"):
+        train(copy.deepcopy(top), hidden, labels, idx, TINY.finetune, seed=2, moving="all")
     rng = np.random.default_rng(0)
     per_epoch = -(-len(idx) // 8)
     for steps in (1, per_epoch, 2 * per_epoch + 3):

@@ -46,16 +46,18 @@ from .top import (Rotation, Training, dimension_pairs, head_difference, init_hea
 
 #: Bumped whenever a change to the code changes the numbers of a run; every result records
 #: it (``parameters.version``), and the docs' saved run must carry the current one.
-#: 2: frozen-head / frozen-attention fine-tunings, scenarios ranked by the trained head, the
-#: double-peak test and the power of each contrast; --ft-steps, --eps, --layer.
+#: 2: fine-tunings moving one part alone (attention block, head, W_Q·W_K, the rest of the
+#: block), scenarios ranked by the trained head, the double-peak test and the power of
+#: each contrast; --ft-steps, --eps, --layer.
 VERSION = 2
 #: Rotation families: scenarios 1 and 2 with dimensions ranked by the linear probe on the
 #: block's input, the same two ranked by the trained head (on the block's output), and all.
 FAMILIES = ("scenario 1", "scenario 2", "scenario 1 (head)", "scenario 2 (head)", "all")
 FORGET_THETAS = (("π/2", math.pi / 2), ("3π/4", 3 * math.pi / 4), ("π", math.pi))
-#: Which part of the trained model a forgetting fine-tune moves: F with everything moving,
-#: with the head frozen (only attention) and with the attention frozen (only the head).
-FINETUNED = {"both": None, "attention only": "head", "head only": "attention"}
+#: Which part of the trained model a forgetting fine-tune moves (a key of top.PARTS, None:
+#: everything): F with everything moving, then with one part moving alone.
+FINETUNED = {"both": None, "attention only": "attention", "head only": "head",
+             "scores only": "scores", "values only": "values"}
 
 
 @dataclass(frozen=True)
@@ -292,10 +294,10 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
             for cond, tune, R, held, batch_seed in tasks:
                 top.load_state_dict(state)          # the trained model, not the last fit
                 before = losses(top, hidden, labels, held, R).mean()
-                for part, frozen in FINETUNED.items():
+                for part, moving in FINETUNED.items():
                     # every part fine-tunes on the same batches (common random numbers)
                     top.load_state_dict(state)
-                    train(top, hidden, labels, tune, config.finetune, batch_seed, R, frozen)
+                    train(top, hidden, labels, tune, config.finetune, batch_seed, R, moving)
                     forget[cond][part][s, test_pos] = \
                         losses(top, hidden, labels, test_idx) - base
                     forget_ood[cond][part].append(
@@ -341,7 +343,7 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     # forgetting
     frows = []
     def measured(cond: str) -> dict[str, Any]:
-        """F with everything fine-tuned, and with one part frozen (paired: the same
+        """F with everything fine-tuned, and with one part moving alone (paired: the same
         reviews, folds and batches), each with the new task's own loss before and after."""
         both = forget[cond]["both"].mean(axis=0)
         return {"F": interval(both, rng, B), **ood_before_after(forget_ood[cond]["both"]),

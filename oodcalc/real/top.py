@@ -13,9 +13,13 @@ import numpy as np
 from .encoder import Encoder, Hidden, extended_mask
 
 
-#: What a fine-tuning may leave untouched: nothing, the linear head (only the attention
-#: block moves) or the attention block (only the head moves).
-FROZEN = (None, "head", "attention")
+#: The parts of the trained top a fine-tuning can move on their own, by the prefixes of
+#: their parameters' names: the attention block (scores, values, output projection and
+#: LayerNorm), the linear head, the block's scores alone (W_Q, W_K: what the theory's
+#: logits are) and the rest of the block (W_V, the output projection, LayerNorm).
+PARTS = {"attention": ("attention.",), "head": ("head.",),
+         "scores": ("attention.self.query.", "attention.self.key."),
+         "values": ("attention.self.value.", "attention.output.")}
 
 
 @dataclass(frozen=True)
@@ -162,19 +166,19 @@ def batches(lengths: np.ndarray, idx: np.ndarray, training: Training,
 
 
 def train(top, hidden: Hidden, labels: np.ndarray, idx: np.ndarray, training: Training,
-          seed: int, rotation: Rotation | None = None, frozen: str | None = None) -> None:
-    """Fine-tune ``top`` in place on examples ``idx`` (optionally rotated); ``frozen``
-    ("head" or "attention") keeps that part's weights as they are."""
+          seed: int, rotation: Rotation | None = None, moving: str | None = None) -> None:
+    """Fine-tune ``top`` in place on examples ``idx`` (optionally rotated); ``moving``
+    (a key of :data:`PARTS`) moves that part alone, the rest keeps its weights."""
     import torch
     import torch.nn.functional as F
 
-    if frozen not in FROZEN:
-        raise ValueError(f"frozen: expected one of {FROZEN}, got {frozen!r}")
+    if moving is not None and moving not in PARTS:
+        raise ValueError(f"moving: expected one of {', '.join(PARTS)} or None, got {moving!r}")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     y = torch.from_numpy(labels.astype(np.int64))
     held = [p for name, p in top.named_parameters()
-            if frozen is not None and name.startswith(frozen + ".")]
+            if moving is not None and not name.startswith(PARTS[moving])]
     for p in held:
         p.requires_grad_(False)
     try:
