@@ -55,7 +55,7 @@ def test_a_changed_run_changes_its_block(saved, block):
 
 def test_a_malformed_record_is_refused_in_one_line(tmp_path):
     data = json.loads(documents.RECORD.read_text("utf-8"))
-    del data["configs"][0]["runs"][0]["F_k"]
+    del data["configs"][0]["seeds"][0]["runs"][0]["F_k"]
     bad = tmp_path / "depth.json"
     bad.write_text(json.dumps(data))
     with pytest.raises(InputError, match="is not a run's record"):

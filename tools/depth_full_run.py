@@ -87,9 +87,14 @@ def main() -> None:
     found, incomplete = gather(parts, args.workers, not args.no_train)
     kept = Results()
     if documents.RECORD.exists():
-        saved, kept = record.load(documents.RECORD)
-        if not record.current(saved):
-            kept = Results()          # runs of another code version are not kept
+        import json
+        if json.loads(documents.RECORD.read_text("utf-8")).get("format") != record.FORMAT:
+            print("docs/depth.json is of another record format: rebuilt from the caches",
+                  file=sys.stderr)
+        else:
+            saved, kept = record.load(documents.RECORD)
+            if not record.current(saved):
+                kept = Results()          # runs of another code version are not kept
     kept.records.update(found.records)
     text = record.dumps(record.build([kept], COMMAND))
     write_text_atomic(documents.RECORD, text)

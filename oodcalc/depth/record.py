@@ -21,15 +21,17 @@ from .cache import well_formed
 from .experiment import Results
 from .protocol import PROTOCOL_VERSION, DepthConfig, canonical_gamma
 
-FORMAT = 1
+#: 2: runs grouped by seed under their configuration (one pretraining per seed).
+FORMAT = 2
 #: The fields of a run's parameters that are not its configuration's.
 RUN_FIELDS = ("seed", "gamma", "version", "torch", "machine", "threads")
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:
-    """A cached run without its parameters (the group's) and its source-loss curve."""
-    out = {k: v for k, v in record.items() if k != "parameters"}
-    out["seed"], out["gamma"] = record["parameters"]["seed"], record["parameters"]["gamma"]
+    """A cached run without its parameters and pretraining (its group's) and without its
+    source-loss curve."""
+    out = {k: v for k, v in record.items() if k not in ("parameters", "pretrain")}
+    out["gamma"] = record["parameters"]["gamma"]
     if "finetune" in out:
         out["finetune"] = {k: v for k, v in out["finetune"].items() if k != "source_curve"}
     return out
@@ -37,16 +39,20 @@ def compact(record: dict[str, Any]) -> dict[str, Any]:
 
 def build(results: Iterable[Results], regenerate: str) -> dict[str, Any]:
     """The record of every run in ``results`` (JSON-ready), grouped by configuration in
-    the order first met; ``regenerate`` is the command that rebuilt it."""
-    groups: dict[DepthConfig, list[dict[str, Any]]] = {}
+    the order first met, then by seed (one pretraining serves every γ of a seed);
+    ``regenerate`` is the command that rebuilt it."""
+    groups: dict[DepthConfig, dict[int, dict[str, Any]]] = {}
     made: set[tuple[Any, ...]] = set()
     for part in results:
         for (config, seed, gamma), record in part.records.items():
             p = record["parameters"]
             made.add((p["version"], p["torch"], p["machine"], p["threads"]))
-            runs = groups.setdefault(config, [])
-            if all((r["seed"], r["gamma"]) != (seed, gamma) for r in runs):
-                runs.append(compact(record))
+            entry = groups.setdefault(config, {}).setdefault(
+                seed, {"seed": seed, "pretrain": record["pretrain"], "runs": {}})
+            if entry["pretrain"] != record["pretrain"]:
+                raise InputError("records", f"{config.describe()}, seed {seed}",
+                                 "expected one pretraining per seed")
+            entry["runs"].setdefault(gamma, compact(record))
     if len(made) != 1:
         raise InputError("records", sorted(made), "expected runs of one code version, torch "
                          "version and machine")
@@ -54,21 +60,28 @@ def build(results: Iterable[Results], regenerate: str) -> dict[str, Any]:
     return {"format": FORMAT, "regenerate": regenerate, "version": version, "torch": torch,
             "machine": machine, "threads": threads,
             "configs": [{"config": c.describe(),
-                         "runs": sorted(runs, key=lambda r: (r["seed"], r["gamma"]))}
-                        for c, runs in groups.items()]}
+                         "seeds": [{**e, "runs": [e["runs"][g] for g in sorted(e["runs"])]}
+                                   for _, e in sorted(seeds.items())]}
+                        for c, seeds in groups.items()]}
 
 
 def dumps(record: dict[str, Any]) -> str:
-    """One run per line: a diff of the record shows which runs changed."""
-    lines = []
+    """One pretraining or run per line: a diff of the record shows which runs changed."""
+    def line(x: Any) -> str:
+        return json.dumps(x, separators=(",", ":"), allow_nan=False)
+
+    groups = []
     for group in record["configs"]:
-        runs = ",\n".join("    " + json.dumps(r, separators=(",", ":"), allow_nan=False)
-                          for r in group["runs"])
-        lines.append('  {"config": ' + json.dumps(group["config"], separators=(",", ":"))
-                     + ', "runs": [\n' + runs + "\n  ]}")
+        seeds = []
+        for entry in group["seeds"]:
+            runs = ",\n".join("      " + line(r) for r in entry["runs"])
+            seeds.append(f'    {{"seed": {entry["seed"]}, "pretrain": {line(entry["pretrain"])}, '
+                         f'"runs": [\n{runs}\n    ]}}')
+        groups.append('  {"config": ' + line(group["config"]) + ', "seeds": [\n'
+                      + ",\n".join(seeds) + "\n  ]}")
     head = {k: v for k, v in record.items() if k != "configs"}
     return (json.dumps(head, ensure_ascii=False, allow_nan=False)[:-1]
-            + ', "configs": [\n' + ",\n".join(lines) + "\n]}\n")
+            + ', "configs": [\n' + ",\n".join(groups) + "\n]}\n")
 
 
 def load(path: str | Path) -> tuple[dict[str, Any], Results]:
@@ -83,20 +96,25 @@ def load(path: str | Path) -> tuple[dict[str, Any], Results]:
         raise InputError("record", str(path), f"expected a depth record of format {FORMAT}")
     results = Results()
     made = {name: record[name] for name in ("version", "torch", "machine", "threads")}
-    for group in record["configs"]:
-        config = DepthConfig(**group["config"])
-        for run in group["runs"]:
-            parameters = {**config.describe(), "seed": run["seed"],
-                          "gamma": canonical_gamma(run["gamma"]), **made}
-            full = {"parameters": parameters,
-                    **{k: v for k, v in run.items() if k not in ("seed", "gamma")}}
-            if "finetune" in full:
-                full["finetune"] = {**full["finetune"], "source_curve": []}
-            if not well_formed(full, config.run_parameters(run["seed"], run["gamma"])
-                               | made):
-                raise InputError("record", str(path), f"run {config.describe()}, seed "
-                                 f"{run['seed']}, γ = {run['gamma']} is not a run's record")
-            results.records[(config, run["seed"], parameters["gamma"])] = full
+    try:
+        for group in record["configs"]:
+            config = DepthConfig(**group["config"])
+            for entry in group["seeds"]:
+                seed = entry["seed"]
+                for run in entry["runs"]:
+                    parameters = config.run_parameters(seed, run["gamma"]) | made
+                    full = {"parameters": parameters, "pretrain": entry["pretrain"],
+                            **{k: v for k, v in run.items() if k != "gamma"}}
+                    if "finetune" in full:
+                        full["finetune"] = {**full["finetune"], "source_curve": []}
+                    if not well_formed(full, parameters):
+                        raise InputError("record", str(path), f"run {config.describe()}, "
+                                         f"seed {seed}, γ = {run['gamma']} is not a run's "
+                                         "record")
+                    results.records[(config, seed, parameters["gamma"])] = full
+    except (KeyError, TypeError) as err:
+        raise InputError("record", str(path), f"expected a depth record (a field is missing "
+                         f"or malformed: {type(err).__name__} {err})") from None
     return record, results
 
 
