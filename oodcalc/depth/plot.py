@@ -16,7 +16,7 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
                  gammas: Sequence[float]):
     """One column per architecture and optimizer. Top: F against γ per depth (mean, 95%
     bootstrap band), the one-layer theory's curve under the same protocol, the paper's
-    points (those beyond the axis as arrows at its edge, with their value). Bottom: F_1
+    points (those beyond the axis listed in a box, with their value). Bottom: F_1
     and F_2 per depth, and the theory's. Linear axes; a point from fewer usable seeds than
     were run carries its n."""
     from ..plots import _pyplot
@@ -46,6 +46,7 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
         for k, style in ((0, "-"), (1, "--")):
             ax_k.plot(fine, [t.F_k[k] for t in exact], color="k", ls=style, lw=1.2,
                       label=f"theory F_{k + 1}")
+        off_axis: list[str] = []
         for i, config in enumerate(sorted(group, key=lambda c: c.layers)):
             color, layers = f"C{i}", f"{config.layers} layer{'s' * (config.layers > 1)}"
             row = [c for c in cells[config] if c.F.n]
@@ -66,19 +67,22 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
                                     [c.F_k[k].high for c in row] - mean],
                               ls=style, marker=marker, ms=3, lw=1.1, elinewidth=0.8,
                               capsize=0, color=color, label=f"ours F_{k + 1}, {layers}")
+            beyond = []
             for g in PAPER_GAMMAS:
                 figure = paper_figure(config.layers, g)
                 if figure is None:
                     continue
-                if top[0] <= figure.value <= top[1]:
+                margin = 0.04 * (top[1] - top[0])     # a marker on the edge would be cut
+                if top[0] + margin <= figure.value <= top[1] - margin:
                     ax.plot([g], [figure.value], "D", mfc="none", mec=color, mew=1.6, ms=8)
-                else:        # off the axis: an arrow at its edge, with the value
-                    edge = top[1] if figure.value > top[1] else top[0]
-                    ax.annotate(f"paper {figure.value:+.2f}", (g, edge),
-                                xytext=(g + 0.03, edge - (0.07 + 0.06 * i) * (top[1] - top[0])
-                                        * np.sign(edge)),
-                                fontsize=7, color=color,
-                                arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2})
+                else:        # beyond the axis: listed in the panel's box instead
+                    beyond.append(f"γ {g:+.2f}: {figure.value:+.2f}")
+            if beyond:
+                off_axis.append(f"{layers}: " + ", ".join(beyond))
+        if off_axis:
+            ax.text(0.98, 0.98, "paper, beyond this axis\n" + "\n".join(off_axis),
+                    transform=ax.transAxes, ha="right", va="top", fontsize=7,
+                    bbox={"boxstyle": "round", "fc": "white", "ec": "0.7", "alpha": 0.9})
         ax.set_ylim(*top)
         ax.set_title(f"{arch}, {optimizer} (lr {group[0].lr:g})", fontsize=10)
         ax_k.set_xlabel("γ = ⟨v2, u2⟩  (γ1 = 1)")
@@ -86,7 +90,7 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
     axes[1][0].set_ylabel("F_k (F_1 solid, F_2 dashed)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], ls="none", marker="D", mfc="none", mec="0.3", mew=1.6))
-    labels.append("paper (arrow: beyond the axis)")
+    labels.append("paper (in the box when beyond the axis)")
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.suptitle(f"Forgetting after fine-tuning, width {configs[0].width}, {protocol}; "
                  f"{len(seeds)} seeds per point unless marked n (band: 95% bootstrap CI; "
