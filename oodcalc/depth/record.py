@@ -49,9 +49,10 @@ def build(results: Iterable[Results], regenerate: str) -> dict[str, Any]:
             made.add((p["version"], p["torch"], p["machine"], p["threads"]))
             entry = groups.setdefault(config, {}).setdefault(
                 seed, {"seed": seed, "pretrain": record["pretrain"], "runs": {}})
-            if entry["pretrain"] != record["pretrain"]:
+            if _timeless(entry["pretrain"]) != _timeless(record["pretrain"]):
                 raise InputError("records", f"{config.describe()}, seed {seed}",
-                                 "expected one pretraining per seed")
+                                 "expected one pretraining per seed (the same numbers "
+                                 "whenever it was trained)")
             entry["runs"].setdefault(gamma, compact(record))
     if len(made) != 1:
         raise InputError("records", sorted(made), "expected runs of one code version, torch "
@@ -63,6 +64,13 @@ def build(results: Iterable[Results], regenerate: str) -> dict[str, Any]:
                          "seeds": [{**e, "runs": [e["runs"][g] for g in sorted(e["runs"])]}
                                    for _, e in sorted(seeds.items())]}
                         for c, seeds in groups.items()]}
+
+
+def _timeless(phase: dict[str, Any]) -> dict[str, Any]:
+    """A phase without its wall time: a seed's pretraining trained twice (for the curve
+    and the table, or in the ladder's cache) gives the same numbers, not the same seconds;
+    the record keeps the seconds of the first met."""
+    return {k: v for k, v in phase.items() if k != "seconds"}
 
 
 def dumps(record: dict[str, Any]) -> str:
