@@ -178,10 +178,10 @@ class Bar:
         self.notes.append(text)
 
 
-#: Wall minutes of a run on this project's 2-core machine (docs/real.md: --quick about 2
-#: CPU-minutes; the full run, 5 seeds, 40 min while other work ran), for messages only.
+#: Wall minutes of a run on this project's 2-core machine (docs/real.md: the full run, 5
+#: seeds × 5 folds, 13 min beside two other jobs; --quick runs 3 folds), for messages only.
 QUICK_MINUTES = 3
-MINUTES_PER_SEED = 8
+MINUTES_PER_SEED = 3
 
 
 def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
