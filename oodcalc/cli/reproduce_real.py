@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
+import numpy as np
 import typer
 
 from .. import estimates, limits
@@ -28,6 +29,9 @@ REVIEWS = 979
 LAYERS = 6
 #: Largest --ft-steps: 100 epochs of the source's training folds (about 9 steps each).
 MAX_FT_STEPS = 1000
+#: The theory's e_k at uniform attention (K = 2): a stopping rule at or above it is met at
+#: the start.
+UNIFORM_ERROR = 0.25
 
 Quick = Annotated[bool, typer.Option("--quick",
     help="A smaller run of the same pipeline: 1 seed, 3 folds, 12 θ steps (a few minutes).")]
@@ -63,13 +67,25 @@ def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | N
     t = options.integer("--threads", threads, 1, limits.MAX_THREADS,
                         "torch crashes on far larger counts")
     e = options.positive("--eps", eps)
+    if e is not None and e >= UNIFORM_ERROR:
+        raise InputError("--eps", eps, f"expected a number below {UNIFORM_ERROR} (at "
+                         f"ε >= {UNIFORM_ERROR} the theory's model meets the rule at uniform "
+                         "attention, before any step)")
     steps = options.integer("--ft-steps", ft_steps, 1, MAX_FT_STEPS,
-                            "each step is a batch of 16 reviews")
+                            f"{MAX_FT_STEPS} steps of 16 reviews are 100 epochs of the source's "
+                            "training folds")
     cut = options.integer("--layer", layer, 1, LAYERS - 1,
                           f"all-MiniLM-L6-v2 has layers 0-{LAYERS - 1}; layer 0 takes the "
                           "embeddings, which are not cached")
-    protocol = replace(config.protocol, **({"eps": e} if e is not None else {}),
-                       **({"ft_steps": steps} if steps is not None else {}))
+    protocol = config.protocol
+    if e is not None or steps is not None:   # a new Protocol: its own defaults (auto cap)
+        from ..setting import Protocol
+        protocol = Protocol(eps=protocol.eps if e is None else e, eta=protocol.eta,
+                            ft_steps=steps)
+        # the theory columns' runs, refused now rather than after the training
+        options.name_parameters({"eps": ("--eps", eps), "max_steps": "lower --eps",
+                                 "ft_steps": ("--ft-steps", ft_steps)})
+        limits.check_predict(2, None, protocol, diagonal=np.zeros(2))
     config = replace(config, protocol=protocol, **({"seeds": n} if n is not None else {}),
                      **({"threads": t} if t is not None else {}),
                      **({"layer": cut} if cut is not None else {}),
@@ -191,10 +207,11 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
     if input_file is not None:
         given = [name for name, value in (("--quick", quick or None), ("--seeds", seeds),
                                           ("--eps", eps), ("--ft-steps", ft_steps),
-                                          ("--layer", layer)) if value is not None]
+                                          ("--layer", layer), ("--threads", threads),
+                                          ("--cache-dir", cache_dir)) if value is not None]
         if given:
-            raise InputError(given[0], "given with --input", "a saved result is shown as "
-                             "it was run; drop the option, or run anew without --input")
+            raise InputError("--input", str(input_file), "cannot be combined with "
+                             f"{', '.join(given)} (a saved result is shown as it was run)")
         return load_result(input_file)
     config = config_for(quick, seeds, threads, eps, ft_steps, layer)
     directory = cache_directory(cache_dir)
