@@ -33,6 +33,7 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
     cells = {c: [make_cell(results, c, seeds, g) for g in gammas] for c in configs}
     values = [v for cs in cells.values() for cell in cs if cell.F.n
               for v in (cell.F.low, cell.F.high)]
+    values = values or [-0.01, 0.01]          # no usable run: an axis around 0
     span = max(values) - min(values)
     top = (min(values) - 0.08 * span, max(values) + 0.12 * span)
     protocol = (f"ε = {eps:g}" + (f", {ft_steps} fine-tuning steps" if ft_steps else ""))

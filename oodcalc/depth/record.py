@@ -7,7 +7,7 @@ per fine-tuning step, which no document reads); runs are grouped by configuratio
 protocol is written once. The record names the code's protocol version
 (:data:`~.protocol.PROTOCOL_VERSION`), the torch version and the machine the runs were made
 with: a record whose version is not the code's describes runs the code no longer makes
-(tests/test_docs.py fails on it).
+(tests/test_depth_record.py fails on it).
 """
 
 from __future__ import annotations
@@ -103,14 +103,15 @@ def load(path: str | Path) -> tuple[dict[str, Any], Results]:
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise InputError("record", str(path), f"expected a depth record of format {FORMAT}")
     results = Results()
-    made = {name: record[name] for name in ("version", "torch", "machine", "threads")}
     try:
+        made = {name: record[name] for name in ("version", "torch", "machine", "threads")}
         for group in record["configs"]:
-            config = DepthConfig(**group["config"])
+            config = _checked(path, lambda: DepthConfig(**group["config"]))
             for entry in group["seeds"]:
                 seed = entry["seed"]
                 for run in entry["runs"]:
-                    parameters = config.run_parameters(seed, run["gamma"]) | made
+                    parameters = _checked(path, lambda: config.run_parameters(
+                        seed, run["gamma"])) | made
                     full = {"parameters": parameters, "pretrain": entry["pretrain"],
                             **{k: v for k, v in run.items() if k != "gamma"}}
                     if "finetune" in full:
@@ -126,6 +127,41 @@ def load(path: str | Path) -> tuple[dict[str, Any], Results]:
     return record, results
 
 
+def _checked(path: Path, make):
+    """``make()``, its refusal (a bad field of the record) named as the record's."""
+    try:
+        return make()
+    except InputError as err:
+        raise InputError("record", str(path), f"expected a depth record ({err})") from None
+
+
 def current(record: dict[str, Any]) -> bool:
     """Were the record's runs made by this code's protocol version?"""
     return record.get("version") == PROTOCOL_VERSION
+
+
+def reusable(record: dict[str, Any]) -> bool:
+    """Would this machine make the record's runs again, number for number (the code's
+    protocol version, the same torch version and kind of machine)?"""
+    import platform
+
+    from .protocol import torch_version
+    return current(record) and (record.get("torch"), record.get("machine")) == (
+        torch_version(), platform.machine())
+
+
+class WithRecord:
+    """A cache that answers first from a record's runs (so that they are not trained
+    again), then from ``cache``; new runs go to ``cache``."""
+
+    def __init__(self, cache, results: Results) -> None:
+        from .protocol import run_key
+        self.cache, self.rejected = cache, 0
+        self._runs = {run_key(r["parameters"]): r for r in results.records.values()}
+
+    def load(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        from .protocol import run_key
+        return self._runs.get(run_key(parameters)) or self.cache.load(parameters)
+
+    def store(self, record: dict[str, Any]) -> None:
+        self.cache.store(record)
