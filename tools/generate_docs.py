@@ -229,6 +229,14 @@ def depth_block(file: str, name: str) -> Callable[[], str]:
     return generate
 
 
+def real_block(saved: str) -> Callable[[], str]:
+    """The tables of a saved real-text run (``oodcalc reproduce real -i FILE -f markdown``)."""
+    def generate() -> str:
+        from oodcalc.real import render
+        return render.markdown(json.loads((ROOT / saved).read_text(encoding="utf-8")))
+    return generate
+
+
 DEPTH_BLOCKS = [("docs/depth.md", "depth-table"), ("README.md", "depth"),
                 ("docs/depth.md", "depth-protocols"), ("docs/depth.md", "ladder-table")]
 
@@ -240,6 +248,8 @@ BLOCKS: list[Block] = [
     Block("docs/theory.md", "claims", claims_table(THEORY_CLAIM_COLUMNS)),
     Block("docs/theory.md", "figures", figures_table),
     *(Block(file, name, depth_block(file, name)) for file, name in DEPTH_BLOCKS),
+    Block("docs/real.md", "real", real_block("docs/real.json")),
+    Block("docs/real.md", "real-layer3", real_block("docs/real_layer3.json")),
 ]
 
 

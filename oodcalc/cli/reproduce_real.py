@@ -54,7 +54,8 @@ FtSteps = Annotated[Optional[str], typer.Option("--ft-steps", metavar="N",
     show_default="off: one epoch")]
 Layer = Annotated[Optional[str], typer.Option("--layer", metavar="L", rich_help_panel=PANEL,
     help="Where the rotations act: the input of layer L's attention block, which is trained "
-         "(layers below it frozen).", show_default="5, the last")]
+         "with the head (layers below it frozen and cached; L's feed-forward part and the "
+         "layers above it are not used).", show_default="5, the last")]
 
 
 def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | None = None,

@@ -66,7 +66,9 @@ class Config:
     folds: int = 5
     steps: int = 24                  # θ grid: steps + 1 points over [0, π]
     pairs: int = 32                  # dimension pairs per scenario (64 of 384 dimensions)
-    layer: int = 5                   # cut: hidden_states[layer] cached; layers layer.. trained
+    layer: int = 5                   # cut: hidden_states[layer] cached; layer's attention
+                                     # block trained (its feed-forward and the layers above
+                                     # are not used)
     max_len: int = 128               # tokens per review (truncation)
     training: Training = Training(epochs=3, lr=5e-5)
     finetune: Training = Training(epochs=1, lr=1e-4)

@@ -161,7 +161,7 @@ def forgetting_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]
     return header, rows
 
 
-PART_TITLES = {"attention only": "attention block", "head only": "head",
+PART_TITLES = {"attention only": "the attention block", "head only": "the head",
                "scores only": "W_Q, W_K", "values only": "W_V, W_O, LayerNorm"}
 
 
@@ -169,25 +169,33 @@ def part_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Per forgetting condition: F and the new task's own loss after fine-tuning, with
     everything moving and with each part moving alone (same reviews, folds, batches)."""
     parts = list(result["forgetting"][0]["by_part"])
-    header = ["fine-tuned on", "own loss before"] + \
-        [f"{PART_TITLES.get(p, p)} alone moves: F [95 %] · own loss after" for p in parts] + \
-        ["everything moves: F · own loss after"]
+    header = ["fine-tuned on", "own loss before", "everything moves: F [95 %] · own loss after"] \
+        + [f"only {PART_TITLES.get(p, p)} moves" for p in parts]
     rows = []
     for r in result["forgetting"]:
-        rows.append([r["condition"], f"{r['ood_before']:.3f}"]
+        rows.append([r["condition"], f"{r['ood_before']:.3f}",
+                     f"{signed_ci(r['F'])} · {r['ood_after']:.3f}"]
                     + [f"{signed_ci(r['by_part'][p]['F'])} · {r['by_part'][p]['ood_after']:.3f}"
-                       for p in parts]
-                    + [f"{r['F']['mean']:+.3f} · {r['ood_after']:.3f}"])
+                       for p in parts])
     return header, rows
+
+
+PARTS_NOTE = ("The parts are nested, not a partition: the attention block is W_Q, W_K and "
+              "W_V, W_O, LayerNorm together, so their F need not add up. 'Own loss': the new "
+              "task's held-out loss (the rotated held-out source fold, or 64 held-out reviews "
+              "of the domain), before and after its fine-tuning: a part that forgets little "
+              "because it learns little shows as such.")
 
 
 def seeds_text(p: dict[str, Any]) -> str:
     """Seeds that would give 80 % power against the observed contrast."""
     if p["run_var"] is None:
         return "— (1 seed: not estimable)"
+    if p["seeds_for_80"] is not None and p["seeds_for_80"] <= p["seeds"]:
+        return f"met at {p['seeds']}"
     if p["seeds_for_80"] is None:
-        return ("none suffice (needs ≈ " + f"{p['reviews_for_80']:,} reviews)"
-                if p["reviews_for_80"] else "none suffice")
+        return (f"none suffice (≈ {p['reviews_for_80']:,} reviews would at {p['seeds']} seeds)"
+                if p["reviews_for_80"] else "none suffice, nor more reviews alone")
     return f"{p['seeds_for_80']:,}"
 
 
@@ -195,7 +203,7 @@ def power_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Per rotation family: the change from 0 to π and the pre-registered double-peak
     contrasts, each with its power at the seeds run and what 80 % power would need."""
     header = ["rotation", "contrast", "mean [95 %, runs counted]",
-              "power if the estimate were true", "seeds for 80 % power",
+              "power if the estimate were true (two-sided)", "seeds for 80 % power",
               "sd between reviews · of a seed's mean"]
     rows = []
     for fam, v in result["rotation"]["families"].items():
@@ -203,14 +211,25 @@ def power_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         contrasts = [("CE(π) − CE(0)", shape["change_0_to_pi"]["power"])] + \
             [(c["contrast"], c) for c in shape["double_peak"]["contrasts"]]
         for name, p in contrasts:
-            spread = f"{p['review_var'] ** 0.5:.3f} · " + \
+            review = ("0 (within seed noise)" if p["review_var"] == 0
+                      else f"{p['review_var'] ** 0.5:.3f}")
+            spread = review + " · " + \
                 ("—" if p["run_var"] is None else f"{p['run_var'] ** 0.5:.3f}")
             rows.append([FAMILY_TITLES.get(fam, fam), name,
                          f"{p['effect']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]",
                          f"{p['power']:.0%}", seeds_text(p), spread])
-        rows.append([FAMILY_TITLES.get(fam, fam), "double peak (all four above 0)",
-                     shape["double_peak"]["verdict"], "", "", ""])
+        rows.append([FAMILY_TITLES.get(fam, fam),
+                     f"double peak (all four above 0)? {shape['double_peak']['verdict']}",
+                     "", "", "", ""])
     return header, rows
+
+
+POWER_NOTE = ("These intervals count each fold's shared model (σ_r²/n + τ²/S: σ_r the "
+              "spread between reviews, τ that of one seed's mean), so they are wider than "
+              "the shape table's bootstraps over reviews. A double peak needs all four "
+              "peak contrasts above 0; the power of a negative one is that of resolving "
+              "it below 0. 'Seeds for 80 %': at these reviews, if the estimate were the "
+              "truth; 'none suffice' when the reviews' own spread alone is too wide.")
 
 
 SECTIONS = (
@@ -219,8 +238,10 @@ SECTIONS = (
     ("Natural shift: the source model on the other domains", shift_rows),
     ("Forgetting: fine-tune further, then the change of the held-out source loss",
      forgetting_rows),
-    ("Which part's fine-tuning forgets: one part moves, the rest is frozen", part_rows),
-    ("Contrasts and their power: the double-peak test (pre-registered)", power_rows),
+    ("Which part's fine-tuning forgets: one part moves, the rest is frozen", part_rows,
+     PARTS_NOTE),
+    ("Contrasts and their power: the double-peak test (pre-registered)", power_rows,
+     POWER_NOTE),
 )
 
 
@@ -233,9 +254,10 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [" ".join(setup_lines(result)), "",
              f"### The paper's figures beside ours (arXiv {paper.ARXIV})", ""]
     lines += table(["measurement", "paper", "ours", "95 % interval"], paper_rows(result))
-    for title, rows_of in SECTIONS:
+    for title, rows_of, *note in SECTIONS:
         lines += ["", f"### {title}", ""]
         lines += table(*rows_of(result))
+        lines += ["", *note] if note else []
     lines += ["", shift_orderings(result)]
     return "\n".join(lines)
 
@@ -254,7 +276,7 @@ def show(result: dict[str, Any]) -> None:
     sections = (("The paper's figures beside ours",
                  lambda r: (["measurement", "paper", "ours", "95 %"], paper_rows(r))),
                 *SECTIONS)
-    for title, rows_of in sections:
+    for title, rows_of, *note in sections:
         header, rows = rows_of(result)
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
         for h in header:
@@ -262,4 +284,6 @@ def show(result: dict[str, Any]) -> None:
         for r in rows:
             table.add_row(*r)
         console.print(table)
+        for line in note:
+            console.print(line, style="dim")
     console.print(shift_orderings(result))
