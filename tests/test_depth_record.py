@@ -72,3 +72,20 @@ def test_a_missing_run_is_named(saved):
     del fewer.records[key]
     with pytest.raises(LookupError, match="needs 1 runs the record does not hold"):
         documents.generate(fewer, "docs/depth.md", "depth-table")
+
+
+def test_the_tool_reuses_the_records_runs(saved, monkeypatch):
+    """tools/depth_full_run.py plans through WithRecord: a run the record holds is served
+    from it (not trained again), any other goes to the cache. (On a machine with the
+    record's torch: the plain install has none, so its version is set here.)"""
+    from oodcalc.depth import Cache, protocol
+    from oodcalc.depth.experiment import plan
+    data, results = saved
+    monkeypatch.setattr(protocol, "torch_version", lambda: data["torch"])
+    cache = record.WithRecord(Cache(enabled=False), results)
+    selection = documents.LADDER_RUNS
+    found, tasks = plan(selection.configs, selection.seeds, selection.gammas, cache)
+    assert not tasks and set(found.records) == set(selection.runs())
+    config, seed, gamma = selection.runs()[0]
+    other = config.run_parameters(seed, gamma) | {"seed": 99}
+    assert cache.load(other) is None
