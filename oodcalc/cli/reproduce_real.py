@@ -196,7 +196,7 @@ class Bar:
 
 
 #: Wall minutes of a run on this project's 2-core machine (docs/real.md: the full run, 5
-#: seeds × 5 folds, 13 min beside two other jobs; --quick runs 3 folds), for messages only.
+#: seeds × 5 folds, 13-16 min beside other jobs; --quick runs 3 folds), for messages only.
 QUICK_MINUTES = 3
 MINUTES_PER_SEED = 3
 
