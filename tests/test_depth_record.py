@@ -35,7 +35,7 @@ def test_record_is_of_this_code_and_holds_every_block(saved):
 def test_record_reads_back_to_its_own_bytes(saved):
     data, results = saved
     text = documents.RECORD.read_text("utf-8")
-    assert record.dumps(record.build([results], data["regenerate"])) == text
+    assert record.dumps(record.build(results, data["regenerate"])) == text
 
 
 @pytest.mark.parametrize("block", [("docs/depth.md", "depth-table"),

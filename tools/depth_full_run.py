@@ -118,7 +118,7 @@ def main() -> None:
     kept.records.update(found.records)
     if not kept.records:
         raise SystemExit("depth_full_run: no runs to record (train them: drop --no-train)")
-    text = record.dumps(record.build([kept], COMMAND))
+    text = record.dumps(record.build(kept, COMMAND))
     write_text_atomic(documents.RECORD, text)
     print(f"wrote docs/depth.json: {len(kept.records)} runs ({len(text) / 1e6:.2f} MB)")
     for name in incomplete:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from oodcalc.depth.documents import BLOCKS as DEPTH_BLOCKS   # (file, name) of depth's blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMES_FILE = ROOT / "tools" / "readme_times.json"
 
@@ -236,9 +238,6 @@ def real_block(saved: str) -> Callable[[], str]:
         return render.markdown(json.loads((ROOT / saved).read_text(encoding="utf-8")))
     return generate
 
-
-DEPTH_BLOCKS = [("docs/depth.md", "depth-table"), ("README.md", "depth"),
-                ("docs/depth.md", "depth-protocols"), ("docs/depth.md", "ladder-table")]
 
 BLOCKS: list[Block] = [
     Block("README.md", "predict-example", predict_example),

@@ -47,8 +47,11 @@ class Selection:
         return [(c, s, canonical_gamma(g)) for c in self.configs for s in self.seeds
                 for g in self.gammas]
 
+    def missing(self, results: Results) -> list[tuple[DepthConfig, int, float]]:
+        return [key for key in self.runs() if key not in results.records]
+
     def present(self, results: Results) -> bool:
-        return all(key in results.records for key in self.runs())
+        return not self.missing(results)
 
 
 TABLE = Selection(tuple(configs()), SEEDS, PAPER_GAMMAS)
@@ -172,7 +175,7 @@ def _only(results: Results, selection: Selection) -> Results:
 def generate(results: Results, file: str, name: str) -> str:
     """One block, from the record's runs (a clear error if runs it needs are missing)."""
     selection, make = BLOCKS[(file, name)]
-    missing = [k for k in SELECTIONS[selection].runs() if k not in results.records]
+    missing = SELECTIONS[selection].missing(results)
     if missing:
         config, seed, gamma = missing[0]
         raise LookupError(f"{file} block {name!r} needs {len(missing)} runs the record does "

@@ -13,18 +13,17 @@ with: a record whose version is not the code's describes runs the code no longer
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import InputError
 from .cache import well_formed
 from .experiment import Results
-from .protocol import PROTOCOL_VERSION, DepthConfig, canonical_gamma
+from .protocol import PROTOCOL_VERSION, DepthConfig, run_key, torch_version
 
 #: 2: runs grouped by seed under their configuration (one pretraining per seed).
 FORMAT = 2
-#: The fields of a run's parameters that are not its configuration's.
-RUN_FIELDS = ("seed", "gamma", "version", "torch", "machine", "threads")
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:
@@ -37,23 +36,22 @@ def compact(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build(results: Iterable[Results], regenerate: str) -> dict[str, Any]:
+def build(results: Results, regenerate: str) -> dict[str, Any]:
     """The record of every run in ``results`` (JSON-ready), grouped by configuration in
     the order first met, then by seed (one pretraining serves every γ of a seed);
     ``regenerate`` is the command that rebuilt it."""
     groups: dict[DepthConfig, dict[int, dict[str, Any]]] = {}
     made: set[tuple[Any, ...]] = set()
-    for part in results:
-        for (config, seed, gamma), record in part.records.items():
-            p = record["parameters"]
-            made.add((p["version"], p["torch"], p["machine"], p["threads"]))
-            entry = groups.setdefault(config, {}).setdefault(
-                seed, {"seed": seed, "pretrain": record["pretrain"], "runs": {}})
-            if _timeless(entry["pretrain"]) != _timeless(record["pretrain"]):
-                raise InputError("records", f"{config.describe()}, seed {seed}",
-                                 "expected one pretraining per seed (the same numbers "
-                                 "whenever it was trained)")
-            entry["runs"].setdefault(gamma, compact(record))
+    for (config, seed, gamma), record in results.records.items():
+        p = record["parameters"]
+        made.add((p["version"], p["torch"], p["machine"], p["threads"]))
+        entry = groups.setdefault(config, {}).setdefault(
+            seed, {"seed": seed, "pretrain": record["pretrain"], "runs": {}})
+        if _timeless(entry["pretrain"]) != _timeless(record["pretrain"]):
+            raise InputError("records", f"{config.describe()}, seed {seed}",
+                             "expected one pretraining per seed (the same numbers "
+                             "whenever it was trained)")
+        entry["runs"].setdefault(gamma, compact(record))
     if len(made) != 1:
         raise InputError("records", sorted(made), "expected runs of one code version, torch "
                          "version and machine")
@@ -143,9 +141,6 @@ def current(record: dict[str, Any]) -> bool:
 def reusable(record: dict[str, Any]) -> bool:
     """Would this machine make the record's runs again, number for number (the code's
     protocol version, the same torch version and kind of machine)?"""
-    import platform
-
-    from .protocol import torch_version
     return current(record) and (record.get("torch"), record.get("machine")) == (
         torch_version(), platform.machine())
 
@@ -155,12 +150,10 @@ class WithRecord:
     again), then from ``cache``; new runs go to ``cache``."""
 
     def __init__(self, cache, results: Results) -> None:
-        from .protocol import run_key
-        self.cache, self.rejected = cache, 0
+        self.cache = cache
         self._runs = {run_key(r["parameters"]): r for r in results.records.values()}
 
     def load(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
-        from .protocol import run_key
         return self._runs.get(run_key(parameters)) or self.cache.load(parameters)
 
     def store(self, record: dict[str, Any]) -> None:

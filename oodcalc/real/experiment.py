@@ -112,11 +112,15 @@ class Progress:
 
 # --- statistics -----------------------------------------------------------------------
 
+def resampled_means(x: np.ndarray, rng: np.random.Generator, B: int) -> np.ndarray:
+    """The means of ``B`` bootstrap resamples of ``x``."""
+    return x[rng.integers(0, len(x), size=(B, len(x)))].mean(axis=1)
+
+
 def interval(per_example: np.ndarray, rng: np.random.Generator, B: int) -> dict[str, float]:
     """Mean and 95 % percentile-bootstrap interval over examples."""
     x = np.asarray(per_example, dtype=np.float64)
-    means = x[rng.integers(0, len(x), size=(B, len(x)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
+    lo, hi = np.percentile(resampled_means(x, rng, B), [2.5, 97.5])
     return {"mean": float(x.mean()), "lo": float(lo), "hi": float(hi)}
 
 
@@ -505,8 +509,7 @@ def shift_row(domain: str, pooled: np.ndarray, labels: np.ndarray, domains: np.n
     y = labels[idx]
     classes = [per_example[y == c] for c in (0, 1) if (y == c).any()]
     # the class-balanced loss, and its bootstrap resampling reviews within each class
-    resampled = np.mean([x[rng.integers(0, len(x), size=(B, len(x)))].mean(axis=1)
-                         for x in classes], axis=0)
+    resampled = np.mean([resampled_means(x, rng, B) for x in classes], axis=0)
     lo, hi = np.percentile(resampled, [2.5, 97.5])
     return {"domain": domain, "n": int(here.sum()), "positive": int(labels[here].sum()),
             "cos_mean": cosine(pooled[here].mean(0), pooled[src].mean(0)),
