@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ComputationError
-from .model import conditional_errors
+from .model import conditional_errors, features_first, matrices_first, matrices_last
 from .ray_loop import ray_step_loop
 
 
@@ -177,11 +177,17 @@ def _is_diagonal(M: np.ndarray) -> bool:
 
 def _sandwich(A: np.ndarray, W: np.ndarray, B: np.ndarray) -> np.ndarray:
     """``A W B`` batched over leading axes; elementwise when A and B are diagonal
-    (``a_n b_k W[n, k]``), BLAS matrix products otherwise (O(K³), never O(K⁴))."""
+    (``a_n b_k W[n, k]``, in the matrices-first layout), BLAS matrix products otherwise
+    (O(K³), never O(K⁴))."""
     if _is_diagonal(A) and _is_diagonal(B):
-        a = np.diagonal(A, axis1=-2, axis2=-1)
-        b = np.diagonal(B, axis1=-2, axis2=-1)
-        return a[..., :, None] * W * b[..., None, :]
+        batch = np.broadcast_shapes(A.shape[:-2], W.shape[:-2], B.shape[:-2])
+        K = W.shape[-1]
+        a, b = (features_first(np.broadcast_to(np.diagonal(X, axis1=-2, axis2=-1), batch + (K,)))
+                for X in (A, B))
+        x = matrices_first(np.broadcast_to(W, batch + (K, K)), copy=True)
+        x *= a[:, None]
+        x *= b[None, :]
+        return matrices_last(x)
     return np.matmul(np.matmul(A, W), B)
 
 

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .model import down_columns
+from .model import features_last, matrices_first
 from .theory import alpha_star, stopping_margin
 
 #: Natural log of the largest step count we express as a float.
@@ -103,13 +103,16 @@ def pretrain_steps(K: int, eps: float, eta: float) -> float:
 def effective_margins(z: np.ndarray) -> np.ndarray:
     """Per column k of ``z`` (K×K): ``z[k,k] − log(mean_{n≠k} e^{z[n,k]})``, the margin of
     the two-valued column with the same own attention."""
-    z = np.asarray(z, dtype=np.float64)
-    K = z.shape[-1]
-    own = np.diagonal(z, axis1=-2, axis2=-1)
-    others = np.where(np.eye(K, dtype=bool), -np.inf, z)
-    top = down_columns(np.maximum, others)
-    lse = (top + np.log(down_columns(np.add, np.exp(others - top))))[..., 0, :]
-    return own - lse + math.log(K - 1)
+    x = matrices_first(z, copy=True)                  # x[n, k, ...]
+    K = x.shape[0]
+    diagonal = np.arange(K)
+    own = x[diagonal, diagonal]
+    x[diagonal, diagonal] = -np.inf                   # the others of each column
+    top = x.max(axis=0)
+    x -= top
+    np.exp(x, out=x)
+    lse = top + np.log(x.sum(axis=0))
+    return features_last(own - lse + math.log(K - 1))
 
 
 def column_log_steps(z: np.ndarray, eps: float, eta: float) -> np.ndarray:

@@ -14,33 +14,75 @@ import numpy as np
 def attention(z: np.ndarray) -> np.ndarray:
     """Aggregated attention ``Attn[n, k]`` that the tokens of ``f_n`` receive for query ``f_k``
     (population limit, balanced features): a softmax down each column, max subtracted."""
-    shifted = z - down_columns(np.maximum, z)
-    weights = np.exp(shifted)
-    return weights / down_columns(np.add, weights)
-
-
-def down_columns(op: np.ufunc, x: np.ndarray) -> np.ndarray:
-    """``op.reduce`` over axis −2 (down each column), keepdims. Fewer than 8 rows are reduced one by one, in
-    order (numpy reduces a short axis slowly, batch after batch; below 8 terms its own
-    reduction also adds them in order, so the result is the same to the bit)."""
-    K = x.shape[-2]
-    if K >= 8:
-        return op.reduce(x, axis=-2, keepdims=True)
-    out = x[..., :1, :].copy()
-    for n in range(1, K):
-        op(out, x[..., n:n + 1, :], out=out)
-    return out
+    return matrices_last(attention_first(matrices_first(z)))
 
 
 def errors_from_attention(attn: np.ndarray) -> np.ndarray:
     """Conditional errors ``e_k = ½‖Σ_n Attn[n,k] f_n − f_k‖²``, shape ``(..., K)``."""
-    residual = attn - np.eye(attn.shape[-1])
-    return 0.5 * np.einsum("...nk,...nk->...k", residual, residual)
+    return features_last(errors_first(matrices_first(attn, copy=True)))
 
 
 def conditional_errors(z: np.ndarray) -> np.ndarray:
     """``e_k(Q) = ½[(1 − Attn_k)² + Σ_{n≠k} Attn_n²]`` for each query ``f_k``."""
-    return errors_from_attention(attention(z))
+    return features_last(errors_first(attention_first(matrices_first(z))))
+
+
+# --- the layout the arithmetic runs in ---------------------------------------------------
+#
+# NumPy's loops run along the last axis. A stack of K×K matrices with K small has a last
+# axis of K, and every broadcast or reduction down a column then runs in loops of K
+# (at K = 2, 40,401 matrices: ~10× slower than one long loop). So the functions above
+# work on ``x[n, k, ...]``, the matrix axes first: for small K a contiguous copy with the
+# batch innermost, otherwise a view. Reductions over ``n`` add the rows in order in
+# either layout, so the results are the same to the bit.
+
+#: Below this many features a batched stack is copied batch-innermost.
+SMALL_K = 8
+
+
+def matrices_first(z: np.ndarray, copy: bool = False) -> np.ndarray:
+    """``z[..., n, k]`` as ``x[n, k, ...]`` (float64): a contiguous copy with the batch
+    innermost when there is a batch and ``K < SMALL_K``, else a view (with ``copy``: a
+    copy in ``z``'s layout)."""
+    z = np.asarray(z, dtype=np.float64)
+    x = np.moveaxis(z, (-2, -1), (0, 1))
+    small = z.ndim > 2 and z.shape[-1] < SMALL_K
+    if copy:
+        return x.copy(order="C" if small else "K")
+    return np.ascontiguousarray(x) if small else x
+
+
+def matrices_last(x: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`matrices_first`: ``(..., K, K)``, C-contiguous."""
+    return np.ascontiguousarray(np.moveaxis(x, (0, 1), (-2, -1)))
+
+
+def features_first(v: np.ndarray) -> np.ndarray:
+    """Per-feature values ``v[..., k]`` as ``v[k, ...]``, contiguous (to go with
+    :func:`matrices_first` of a stack with the same batch shape)."""
+    return np.ascontiguousarray(np.moveaxis(np.asarray(v, dtype=np.float64), -1, 0))
+
+
+def features_last(e: np.ndarray) -> np.ndarray:
+    """Per-feature values ``e[k, ...]`` as ``(..., K)``, C-contiguous."""
+    return np.ascontiguousarray(np.moveaxis(e, 0, -1))
+
+
+def attention_first(x: np.ndarray) -> np.ndarray:
+    """:func:`attention` of ``x[n, k, ...]`` (:func:`matrices_first`), in that layout."""
+    a = x - x.max(axis=0)
+    np.exp(a, out=a)
+    a /= a.sum(axis=0)
+    return a
+
+
+def errors_first(a: np.ndarray) -> np.ndarray:
+    """:func:`errors_from_attention` of ``a[n, k, ...]`` as ``e[k, ...]``; ``a`` is
+    overwritten (its squared residual)."""
+    diagonal = np.arange(a.shape[0])
+    a[diagonal, diagonal] -= 1.0
+    a *= a
+    return 0.5 * a.sum(axis=0)
 
 
 def loss(z: np.ndarray) -> np.ndarray:

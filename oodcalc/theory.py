@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import attention, conditional_errors, down_columns
+from .model import attention, attention_first, conditional_errors, features_first, \
+    features_last, matrices_first, matrices_last
 
 #: |value| below this counts as zero in the exact-equality cases of the theorems.
 ZERO_TOL = 1e-12
@@ -193,29 +194,30 @@ def _regimes(gamma: np.ndarray, corrected: bool) -> list[Regime]:
 
 
 REGIMES = ("forgetting", "backward-transfer", "undetermined", "unaffected")
+_NAMES = np.array(REGIMES, dtype=object)
 
 
 def regime_names(gamma: np.ndarray, corrected: bool = False) -> np.ndarray:
     """The verdicts of :func:`forgetting_regimes` (or, with ``corrected``, of
     :func:`corrected_regimes`) for a stack ``γ`` of shape ``(B, K)``: one name per row
     and source feature, shape ``(B, K)``, object dtype."""
-    gamma = np.asarray(gamma, dtype=np.float64)
-    B, K = gamma.shape
-    products = gamma[:, :, None] * gamma[:, None, :]          # γ_k γ_m at [b, k, m]
-    self_pair = np.eye(K, dtype=bool)
-    # over m ≠ k; products are symmetric, so down the columns (fast for small K)
-    lhs0 = -down_columns(np.maximum, np.where(self_pair, -np.inf, products))[:, 0]  # −γ_kγ_m0
-    lhs1 = -down_columns(np.minimum, np.where(self_pair, np.inf, products))[:, 0]   # −γ_kγ_m1
-    square = gamma ** 2
-    unaffected = np.abs(gamma) <= ZERO_TOL
+    g = features_first(gamma)                                 # g[k, b]
+    K = g.shape[0]
+    products = g[:, None] * g[None, :]                        # γ_m γ_k at [m, k, b]
+    diagonal = np.arange(K)
+    products[diagonal, diagonal] = -np.inf                    # over m ≠ k
+    lhs0 = -products.max(axis=0)                              # −γ_kγ_m0
+    products[diagonal, diagonal] = np.inf
+    lhs1 = -products.min(axis=0)                              # −γ_kγ_m1
+    square = g ** 2
+    unaffected = np.abs(g) <= ZERO_TOL
     if K == 2:
         unaffected |= np.abs(square - lhs0) <= ZERO_TOL
-    out = np.empty((B, K), dtype=object)
-    out.fill("undetermined")            # one str for all (np.full makes one per entry)
-    out[lhs1 < square] = "backward-transfer"
-    out[lhs0 > (K - 1 if corrected else 1) * square] = "forgetting"
-    out[unaffected] = "unaffected"
-    return out
+    code = np.full(g.shape, REGIMES.index("undetermined"))
+    code[lhs1 < square] = REGIMES.index("backward-transfer")
+    code[lhs0 > (K - 1 if corrected else 1) * square] = REGIMES.index("forgetting")
+    code[unaffected] = REGIMES.index("unaffected")
+    return _NAMES[np.moveaxis(code, 0, -1)]   # one str object per name, shared
 
 
 # --- claim 8, derived: the direction of the first fine-tuning step ----------------------
@@ -235,19 +237,21 @@ def ood_shares(z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     diagonal) and ``Δ_k = Σ_n Λ[n, k] = 2 a_k e_k`` the growth of ``α_{u_k}``
     (conservation). Shapes ``(..., K, K)`` → ``(..., K, K)``, ``(..., K)``.
     """
-    shares = _shares(z_ood)[0]
-    return shares, shares.sum(axis=-2)
+    shares = _shares(matrices_first(z_ood))[0]
+    return matrices_last(shares), features_last(shares.sum(axis=0))
 
 
-def _shares(z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``Λ[n, k]`` and the magnitudes it is computed from, ``a_n (a_n + a_k + Σ a_m²)``."""
-    a = attention(np.asarray(z_ood, dtype=np.float64))
-    K = a.shape[-1]
-    a_k = np.diagonal(a, axis1=-2, axis2=-1)[..., None, :]
-    sum_sq = np.einsum("...nk,...nk->...k", a, a)[..., None, :]
+def _shares(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Λ[n, k]`` and the magnitudes it is computed from, ``a_n (a_n + a_k + Σ a_m²)``,
+    of the OOD logits ``x[n, k, ...]`` (:func:`~oodcalc.model.matrices_first`), in that
+    layout."""
+    a = attention_first(x)
+    diagonal = np.arange(a.shape[0])
+    a_k = a[diagonal, diagonal]                                    # a[k, k, ...]
+    sum_sq = (a * a).sum(axis=0)
     shares, size = a * (a + a_k - sum_sq), a * (a + a_k + sum_sq)
-    shares[..., np.arange(K), np.arange(K)] = 0.0
-    size[..., np.arange(K), np.arange(K)] = 0.0
+    shares[diagonal, diagonal] = 0.0
+    size[diagonal, diagonal] = 0.0
     return shares, size
 
 
@@ -255,15 +259,16 @@ def first_step_terms(gamma: np.ndarray, z_ood: np.ndarray) -> tuple[np.ndarray, 
     """``D_k`` (see :func:`first_step_D`) and the sum of the magnitudes it is made of
     (inside ``Λ_n`` too), the scale against which :data:`FLAT_RTOL` decides that ``D_k``
     is zero."""
-    gamma = np.asarray(gamma, dtype=np.float64)
+    gamma, z_ood = np.asarray(gamma, dtype=np.float64), np.asarray(z_ood, dtype=np.float64)
+    batch = np.broadcast_shapes(gamma.shape[:-1], z_ood.shape[:-2])
     K = gamma.shape[-1]
-    shares, size = _shares(z_ood)
-    cross = gamma[..., :, None] * gamma[..., None, :]              # γ_n γ_k at [n, k]
-    square = gamma ** 2
-    D = -np.einsum("...nk,...nk->...k", cross, shares) - (K - 1) * square * shares.sum(axis=-2)
-    scale = (np.einsum("...nk,...nk->...k", np.abs(cross), size)
-             + (K - 1) * square * size.sum(axis=-2))
-    return D, scale
+    g = features_first(np.broadcast_to(gamma, batch + (K,)))         # γ[k, ...]
+    shares, size = _shares(matrices_first(np.broadcast_to(z_ood, batch + (K, K))))
+    cross = g[:, None] * g[None, :]                                # γ_n γ_k at [n, k]
+    square = g ** 2
+    D = -(cross * shares).sum(axis=0) - (K - 1) * square * shares.sum(axis=0)
+    scale = (np.abs(cross) * size).sum(axis=0) + (K - 1) * square * size.sum(axis=0)
+    return features_last(D), features_last(scale)
 
 
 def first_step_D(gamma: np.ndarray, z_ood: np.ndarray) -> np.ndarray:
