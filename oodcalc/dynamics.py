@@ -88,7 +88,10 @@ def descend(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
             z[batch.index] = batch.logits()
             history.append(z.copy())
     live = batch.live()
-    z[batch.index[live]] = batch.logits(live)
+    if live.all():
+        z[batch.index] = batch.logits()
+    else:
+        z[batch.index[live]] = batch.logits(live)
     trajectory = np.stack(history) if record else None
     return Descent(z, steps, converged, trajectory)
 
@@ -175,25 +178,24 @@ def _is_diagonal(M: np.ndarray) -> bool:
     return np.count_nonzero(M) == np.count_nonzero(np.diagonal(M, axis1=-2, axis2=-1))
 
 
-def _sandwich(A: np.ndarray, W: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """``A W B`` batched over leading axes; elementwise when A and B are diagonal
-    (``a_n b_k W[n, k]``, in the matrices-first layout), BLAS matrix products otherwise
-    (O(K³), never O(K⁴))."""
-    if _is_diagonal(A) and _is_diagonal(B):
-        batch = np.broadcast_shapes(A.shape[:-2], W.shape[:-2], B.shape[:-2])
-        K = W.shape[-1]
-        a, b = (features_first(np.broadcast_to(np.diagonal(X, axis1=-2, axis2=-1), batch + (K,)))
-                for X in (A, B))
-        x = matrices_first(np.broadcast_to(W, batch + (K, K)), copy=True)
-        x *= a[:, None]
-        x *= b[None, :]
-        return matrices_last(x)
-    return np.matmul(np.matmul(A, W), B)
+def _congruence(L: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``L W Lᵀ`` batched over leading axes; elementwise when L is diagonal (``l_n l_k
+    W[n, k]``, in the matrices-first layout), BLAS matrix products otherwise (O(K³),
+    never O(K⁴))."""
+    if not _is_diagonal(L):
+        return np.matmul(np.matmul(L, W), np.swapaxes(L, -1, -2))
+    batch = np.broadcast_shapes(L.shape[:-2], W.shape[:-2])
+    K = W.shape[-1]
+    l = features_first(np.broadcast_to(np.diagonal(L, axis1=-2, axis2=-1), batch + (K,)))
+    x = matrices_first(np.broadcast_to(W, batch + (K, K)), copy=True)
+    x *= l[:, None]
+    x *= l[None, :]
+    return matrices_last(x)
 
 
 def ood_start(z1: np.ndarray, M: np.ndarray) -> np.ndarray:
     """OOD logits of ``Q = V Z1 Vᵀ``: ``Mᵀ Z1 M``, batched over leading axes."""
-    return _sandwich(np.swapaxes(M, -1, -2), z1, M)
+    return _congruence(np.swapaxes(M, -1, -2), z1)
 
 
 def source_logits(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
@@ -202,7 +204,7 @@ def source_logits(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
 
     ``z_ood`` may carry extra leading axes (a trajectory) in front of the batch axis.
     """
-    return z1 + _sandwich(M, z_ood - z_ood0, np.swapaxes(M, -1, -2))
+    return z1 + _congruence(M, z_ood - z_ood0)
 
 
 def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float, *,
@@ -318,9 +320,12 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
         # Column sums are conserved: every other logit loses 1/K of the margin's
         # change, own gains (K−1)/K of it.
         change = final - margins[done]
-        block = z0[done] - (change / K)[:, None, :]
-        own_logits = block.reshape(-1, K * K)[:, ::K + 1]     # view of block[:, k, k]
-        own_logits[is_margin] = (own_values[done] + change * (K - 1) / K)[is_margin]
+        x = matrices_first(z0[done], copy=True)               # x[n, k, b]
+        x -= features_first(change / K)
+        diagonal = np.arange(K)
+        x[diagonal, diagonal] = np.where(is_margin.T, features_first(
+            own_values[done] + change * (K - 1) / K), x[diagonal, diagonal])
+        block = matrices_last(x)
         if not is_margin.all():
             b, k = np.nonzero(~is_margin)
             block[b, :, k] = engine.columns(distinct[b, k] - Um).T
@@ -388,7 +393,7 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     if rest.size:
         finish(rest, max_steps, False)
     if final is not None:
-        z[...] = blocks(slice(None), final)
+        z = blocks(slice(None), final)
     return Descent(z, steps, converged)
 
 
@@ -409,6 +414,8 @@ def _stops(remaining: np.ndarray, live: np.ndarray, at: np.ndarray, col: np.ndar
     """
     fan = by_col[col + 1] - by_col[col]
     cfg = _expand(by_col, col, pair_cfg)
+    if below.all():
+        return _stops_falling(remaining, live, np.repeat(at, fan), cfg)
     at, sign = np.repeat(at, fan), np.repeat(np.where(below, -1, 1), fan)
     mine = live[cfg]
     order = np.argsort(cfg[mine], kind="stable")             # by configuration, then step
@@ -427,6 +434,25 @@ def _stops(remaining: np.ndarray, live: np.ndarray, at: np.ndarray, col: np.ndar
     cfg, at = cfg[hit], at[hit]
     firsts = _run_starts(cfg)
     return cfg[firsts], at[firsts]
+
+
+def _stops_falling(remaining: np.ndarray, live: np.ndarray, at: np.ndarray,
+                   cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_stops` when every change of the round is a fall below ε (the usual case:
+    margins only grow). Counts then only fall, so a configuration stops in the round
+    iff its count reaches 0, at its last event's step (events come in step order)."""
+    mine = live[cfg]
+    cfg, at = cfg[mine], at[mine]
+    np.subtract.at(remaining, cfg, 1)
+    hit = remaining[cfg] == 0
+    cfg, at = cfg[hit], at[hit]
+    # each stopping configuration's last event, without a sort: remaining[cfg] is 0 and
+    # free until the configuration is marked done, so it holds the largest event index
+    events = np.arange(1, cfg.size + 1)
+    np.maximum.at(remaining, cfg, events)
+    last = remaining[cfg] == events
+    remaining[cfg] = 0
+    return cfg[last], at[last]
 
 
 def _run_starts(*keys: np.ndarray) -> np.ndarray:
@@ -549,7 +575,7 @@ class _Margins(_Engine):
         if self.m != 1.0:
             u *= self.m
         np.add(u, 1.0, out=p)
-        np.reciprocal(p, out=p)                                   # 1/(1+u)
+        np.divide(1.0, p, out=p)          # 1/(1+u) (np.reciprocal: same bits, half the speed)
         u *= p                                                    # r = 1 − p, accurately
         np.multiply(u, u, out=r2)
         return self._below(r2 if self.half == 1.0 else np.multiply(r2, self.half, out=u))
