@@ -20,7 +20,8 @@ from typing import Callable
 import numpy as np
 
 from .errors import ComputationError
-from .model import conditional_errors, features_first, matrices_first, matrices_last
+from .model import attention_first, conditional_errors, errors_first, features_first, \
+    features_last, matrices_first, matrices_last
 from .ray_loop import ray_step_loop
 
 
@@ -102,7 +103,7 @@ class _Batch:
     def __init__(self, z: np.ndarray, eta: np.ndarray, eps: np.ndarray) -> None:
         self.K = z.shape[-1]
         self.index = np.arange(z.shape[0])
-        self._load(np.ascontiguousarray(z.transpose(1, 2, 0)), np.array(eta), np.array(eps))
+        self._load(z.transpose(1, 2, 0).copy(), np.array(eta), np.array(eps))   # never z itself
 
     def _load(self, x: np.ndarray, eta: np.ndarray, eps: np.ndarray) -> None:
         K, B = self.K, x.shape[-1]
@@ -179,18 +180,26 @@ def _is_diagonal(M: np.ndarray) -> bool:
 
 
 def _congruence(L: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """``L W Lᵀ`` batched over leading axes; elementwise when L is diagonal (``l_n l_k
-    W[n, k]``, in the matrices-first layout), BLAS matrix products otherwise (O(K³),
-    never O(K⁴))."""
-    if not _is_diagonal(L):
-        return np.matmul(np.matmul(L, W), np.swapaxes(L, -1, -2))
+    """``L W Lᵀ`` batched over leading axes."""
     batch = np.broadcast_shapes(L.shape[:-2], W.shape[:-2])
     K = W.shape[-1]
-    l = features_first(np.broadcast_to(np.diagonal(L, axis1=-2, axis2=-1), batch + (K,)))
-    x = matrices_first(np.broadcast_to(W, batch + (K, K)), copy=True)
+    return matrices_last(_congruence_first(L, matrices_first(
+        np.broadcast_to(W, batch + (K, K)), copy=True)))
+
+
+def _congruence_first(L: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``L W Lᵀ`` for ``W`` given as ``x[n, k, ...]`` (:func:`~oodcalc.model.matrices_first`,
+    overwritten), in that layout: elementwise when L is diagonal (``l_n l_k W[n, k]``),
+    BLAS matrix products otherwise (O(K³), never O(K⁴))."""
+    if not _is_diagonal(L):
+        W = matrices_last(x)
+        return matrices_first(np.matmul(np.matmul(L, W), np.swapaxes(L, -1, -2)))
+    K = x.shape[0]
+    l = features_first(np.broadcast_to(np.diagonal(L, axis1=-2, axis2=-1),
+                                       x.shape[2:] + (K,)))
     x *= l[:, None]
     x *= l[None, :]
-    return matrices_last(x)
+    return x
 
 
 def ood_start(z1: np.ndarray, M: np.ndarray) -> np.ndarray:
@@ -207,19 +216,43 @@ def source_logits(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
     return z1 + _congruence(M, z_ood - z_ood0)
 
 
+def source_errors(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
+                  z_ood: np.ndarray) -> np.ndarray:
+    """``conditional_errors(source_logits(z1, M, z_ood0, z_ood))`` for stacks of one
+    shape ``(..., K, K)``, the same to the bit, without leaving the matrices-first
+    layout."""
+    change = matrices_first(z_ood, copy=True)
+    change -= matrices_first(z_ood0)
+    return _errors_after(z1, M, change)
+
+
+def _errors_after(z1: np.ndarray, M: np.ndarray, change: np.ndarray) -> np.ndarray:
+    """The source errors once the OOD logits moved by ``change`` (matrices-first,
+    overwritten): ``e(Z1 + M change Mᵀ)``, ``(..., K)``."""
+    x = _congruence_first(M, change)
+    x += matrices_first(z1)
+    return features_last(errors_first(attention_first(x)))
+
+
 def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float, *,
                       z_ood0: np.ndarray | None = None, errors: np.ndarray | None = None
                       ) -> np.ndarray:
     """The exact change of ``e_k`` on every source feature ``v_k`` over one fine-tuning
     step of size ``eta_ft`` from ``Q = V Z1 Vᵀ`` (one step of :func:`descend` on the OOD
-    logits, carried to the source by claim 7): ``(B, K)`` for stacks ``z1``, ``M``
-    ``(B, K, K)``. The step is taken whatever ε says; a caller whose run stopped at
-    ``T2 = 0`` has no first step. A caller that has them passes ``ood_start(z1, M)`` as
-    ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``."""
+    logits, its arithmetic, carried to the source by claim 7): ``(B, K)`` for stacks
+    ``z1``, ``M`` ``(B, K, K)``. The step is taken whatever ε says; a caller whose run
+    stopped at ``T2 = 0`` has no first step. A caller that has them passes
+    ``ood_start(z1, M)`` as ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``."""
     z_ood0 = ood_start(z1, M) if z_ood0 is None else z_ood0
     errors = conditional_errors(z1) if errors is None else errors
-    step = descend(z_ood0, eta_ft, 0.0, 1)       # ε = 0: the rule cannot stop it at t = 0
-    return conditional_errors(source_logits(z1, M, z_ood0, step.z)) - errors
+    B = z_ood0.shape[0]
+    batch = _Batch(z_ood0, np.broadcast_to(np.asarray(eta_ft, dtype=np.float64), (B,)),
+                   np.zeros(B))
+    start = batch.x.copy()                       # x[n, k, b]: the matrices-first layout
+    batch.evaluate()
+    batch.step()
+    np.subtract(batch.x, start, out=start)       # z_ood − z_ood0, as source_logits takes it
+    return _errors_after(z1, M, start) - errors
 
 
 # --- columns: every OOD column descends on its own -------------------------------------
@@ -281,9 +314,15 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     parts, grouped = [], None
     tv = slice(None) if two_valued.all() else np.flatnonzero(two_valued)
     if two_valued.any():
-        keys = np.stack([margins.ravel()[tv], row_eta[tv], row_eps[tv]], axis=1)
-        first, inverse[tv], order = _distinct(keys, by_first=bool((keys[:, 1:] == keys[0, 1:]).all()))
-        parts.append(_Margins(keys[first, 0], K, keys[first, 1], keys[first, 2]))
+        values = margins.ravel()[tv]
+        if (row_eta[tv] == eta[0]).all() and (row_eps[tv] == eps[0]).all():   # one rule
+            first, inverse[tv], order = _distinct_values(values)
+            parts.append(_Margins(values[first], K, np.full(first.size, eta[0]),
+                                  np.full(first.size, eps[0])))
+        else:
+            keys = np.stack([values, row_eta[tv], row_eps[tv]], axis=1)
+            first, inverse[tv], order = _distinct(keys)
+            parts.append(_Margins(keys[first, 0], K, keys[first, 1], keys[first, 2]))
         grouped = order if isinstance(tv, slice) else None    # rows, by distinct column
     Um = parts[0].slot.size if parts else 0
     if not isinstance(tv, slice):
@@ -464,20 +503,21 @@ def _run_starts(*keys: np.ndarray) -> np.ndarray:
     return new
 
 
-def _distinct(keys: np.ndarray, by_first: bool = False
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, None]:
     """A row of each distinct row of ``keys`` and every row's distinct index (distinct
-    rows in sorted order); with ``by_first`` (the rows differ in their first entry only)
-    also the rows grouped by distinct index, from the one sort this takes."""
+    rows in sorted order)."""
     keys = np.ascontiguousarray(keys)
-    if not by_first:
-        _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
-                                      return_index=True, return_inverse=True)
-        return first, inverse.ravel(), None
-    order = np.argsort(keys[:, 0])                  # one sort (np.unique takes two)
-    value = keys[order, 0]
-    new = _run_starts(value)
-    inverse = np.empty(value.size, dtype=np.int64)
+    _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
+                                  return_index=True, return_inverse=True)
+    return first, inverse.ravel(), None
+
+
+def _distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_distinct` for one key per row, and the rows grouped by distinct index,
+    from the one sort this takes (``np.unique`` takes two)."""
+    order = np.argsort(values)
+    new = _run_starts(values[order])
+    inverse = np.empty(values.size, dtype=np.int64)
     inverse[order] = np.cumsum(new) - 1
     return order[new], inverse, order
 

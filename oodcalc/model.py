@@ -65,7 +65,13 @@ def features_first(v: np.ndarray) -> np.ndarray:
 
 def features_last(e: np.ndarray) -> np.ndarray:
     """Per-feature values ``e[k, ...]`` as ``(..., K)``, C-contiguous."""
-    return np.ascontiguousarray(np.moveaxis(e, 0, -1))
+    moved = np.moveaxis(e, 0, -1)
+    if moved.flags.c_contiguous or len(e) >= SMALL_K:
+        return np.ascontiguousarray(moved)
+    out = np.empty(moved.shape)          # feature by feature: ~4× numpy's copy at K = 2
+    for k, values in enumerate(e):
+        out[..., k] = values
+    return out
 
 
 def attention_first(x: np.ndarray) -> np.ndarray:

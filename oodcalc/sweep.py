@@ -36,7 +36,7 @@ import numpy as np
 
 from . import estimates, limits, theory
 from .dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
-    source_logits
+    source_errors
 from .errors import InputError
 from .geometry import Geometry, check_K
 from .io import write_atomic
@@ -296,7 +296,7 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
                          compiled=chunk.compiled)
     errors = _errors_of_rows(chunk.z1)
     before = errors / K                                            # L_{v_k}(Q^(T1))
-    after = conditional_errors(source_logits(chunk.z1, chunk.M, z_ood0, ft.z)) / K
+    after = source_errors(chunk.z1, chunk.M, z_ood0, ft.z) / K
     # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
     first = np.where(ft.steps[:, None] > 0,
                      first_step_change(chunk.z1, chunk.M, chunk.eta_ft, z_ood0=z_ood0,

@@ -82,3 +82,25 @@ def test_step_cap_names_the_parameters():
 def test_same_inputs_same_outputs():
     setting = oc.Setting(oc.parallel_shift([1, -0.2]))
     assert oc.predict(setting).to_dict() == oc.predict(setting).to_dict()
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_first_step_change_is_one_step_of_descend_and_leaves_its_inputs(B):
+    """first_step_change takes descend's step (its arithmetic, to the bit) and carries it
+    to the source; it must not move the OOD logits it was given (with one configuration
+    the batch layout aliases them)."""
+    from oodcalc.dynamics import first_step_change, ood_start, source_errors, source_logits
+    rng = np.random.default_rng(B)
+    z1 = rng.standard_normal((B, 3, 3))
+    M = np.stack([np.diag(rng.uniform(-1, 1, 3)) for _ in range(B)])
+    M[-1, 0, 1] = 0.4                                  # one non-diagonal M when B > 1
+    z_ood0 = ood_start(z1, M)
+    kept = z_ood0.copy()
+    change = first_step_change(z1, M, 0.3, z_ood0=z_ood0)
+    assert np.array_equal(z_ood0, kept)
+    step = descend(z_ood0, 0.3, 0.0, 1).z
+    expected = conditional_errors(source_logits(z1, M, z_ood0, step)) - conditional_errors(z1)
+    assert np.array_equal(change, expected)
+    assert np.array_equal(source_errors(z1, M, z_ood0, step),
+                          conditional_errors(source_logits(z1, M, z_ood0, step)))
+    assert np.any(change != 0.0)
