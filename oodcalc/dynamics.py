@@ -13,7 +13,6 @@ where every ``e_k <= ε`` (the stopping rule, docs/theory.md).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -407,7 +406,7 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
             progress(int(done.size))
 
     above = ~engine.evaluate()                               # (U,) e > ε at step 0
-    remaining = above[slots].sum(axis=1)                     # columns above ε, per configuration
+    remaining = above[slots.T].sum(axis=0)                   # columns above ε, per configuration
     done = np.flatnonzero(remaining == 0)
     if done.size:
         finish(done, 0, True)
@@ -640,7 +639,9 @@ class _Margins(_Engine):
     def margins(self, distinct: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
         """The margins now, or at the kept round steps ``at`` (broadcast with distinct)."""
         pos = self.slot[distinct]
-        return -(self.w[pos] if at is None else self.kept[at, pos])
+        if at is None:
+            return -self.w[pos]
+        return -self.kept.ravel()[at * self.kept.shape[1] + pos]   # kept[at, pos], flat
 
     def _compact(self, pos: np.ndarray) -> None:
         p, r2 = self.p[pos], self.r2[pos]                         # step() still needs them

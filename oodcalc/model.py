@@ -60,18 +60,35 @@ def matrices_last(x: np.ndarray) -> np.ndarray:
 def features_first(v: np.ndarray) -> np.ndarray:
     """Per-feature values ``v[..., k]`` as ``v[k, ...]``, contiguous (to go with
     :func:`matrices_first` of a stack with the same batch shape)."""
-    return np.ascontiguousarray(np.moveaxis(np.asarray(v, dtype=np.float64), -1, 0))
+    return _moved(np.asarray(v, dtype=np.float64), -1, 0)
 
 
 def features_last(e: np.ndarray) -> np.ndarray:
     """Per-feature values ``e[k, ...]`` as ``(..., K)``, C-contiguous."""
-    moved = np.moveaxis(e, 0, -1)
-    if moved.flags.c_contiguous or len(e) >= SMALL_K:
+    return _moved(e, 0, -1)
+
+
+def _moved(a: np.ndarray, source: int, destination: int) -> np.ndarray:
+    """``np.moveaxis(a, source, destination)``, C-contiguous; a short moved axis (fewer
+    than ``SMALL_K`` entries) is copied entry by entry, ~4× numpy's transposing copy."""
+    moved = np.moveaxis(a, source, destination)
+    if moved.flags.c_contiguous or a.shape[source] >= SMALL_K:
         return np.ascontiguousarray(moved)
-    out = np.empty(moved.shape)          # feature by feature: ~4× numpy's copy at K = 2
-    for k, values in enumerate(e):
-        out[..., k] = values
+    out = np.empty(moved.shape, dtype=a.dtype)
+    seen_as_a = np.moveaxis(out, destination, source)
+    for i in range(a.shape[source]):
+        entry = (slice(None),) * (source % a.ndim) + (i,)
+        seen_as_a[entry] = a[entry]
     return out
+
+
+def feature_sum(e: np.ndarray) -> np.ndarray:
+    """``e.sum(axis=-1)`` over the features of ``e[..., k]``, the same to the bit: for
+    K < ``SMALL_K`` numpy adds a short last axis in order, as the sum down the first
+    axis of :func:`features_first` does, which runs in long loops."""
+    if e.shape[-1] >= SMALL_K or e.ndim < 2:
+        return e.sum(axis=-1)
+    return features_first(e).sum(axis=0)
 
 
 def attention_first(x: np.ndarray) -> np.ndarray:
@@ -94,7 +111,7 @@ def errors_first(a: np.ndarray) -> np.ndarray:
 def loss(z: np.ndarray) -> np.ndarray:
     """``L(Q) = Σ_k L_k`` with ``L_k = e_k / K`` (the indicator-weighted loss)."""
     e = conditional_errors(z)
-    return e.sum(axis=-1) / e.shape[-1]
+    return feature_sum(e) / e.shape[-1]
 
 
 def loss_gradient_from_attention(attn: np.ndarray) -> np.ndarray:

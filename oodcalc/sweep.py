@@ -40,7 +40,7 @@ from .dynamics import descend_columns, descend_ray, first_step_change, ood_start
 from .errors import InputError
 from .geometry import Geometry, check_K
 from .io import write_atomic
-from .model import conditional_errors
+from .model import conditional_errors, feature_sum, features_first, loss
 from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, NEVER, Protocol, \
     check_positive
@@ -49,10 +49,13 @@ from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, NEVER, Protoco
 SERIAL_CHUNK = 1 << 17
 #: Chunks per sweep when an executor is given and no chunk size is.
 EXECUTOR_CHUNKS = 16
+#: Elements of the ``(rows, K, K)`` logits measured (or estimated from) at once outside
+#: the descent: a block's temporaries stay in cache and their memory is reused, not fresh
+#: pages (at K = 2, blocks of 8,192 rows measure a phase diagram 1.5× faster than all
+#: 40,401 rows at once).
+BLOCK = 1 << 15
 
 from .limits import MAX_ROWS  # noqa: E402  (largest grid accepted at once; caps live there)
-#: Rows whose fine-tuning start is estimated at once (bounds that pass's memory).
-ESTIMATE_CHUNK = 1 << 16
 
 FORMATS = ("csv", "npz")
 
@@ -291,30 +294,46 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     """
     K = chunk.M.shape[-1]
     z_ood0 = ood_start(chunk.z1, chunk.M)
-    ood_loss = conditional_errors(z_ood0).sum(axis=-1) / K
     ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
                          compiled=chunk.compiled)
     errors = _errors_of_rows(chunk.z1)
-    before = errors / K                                            # L_{v_k}(Q^(T1))
-    after = source_errors(chunk.z1, chunk.M, z_ood0, ft.z) / K
-    # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
-    first = np.where(ft.steps[:, None] > 0,
-                     first_step_change(chunk.z1, chunk.M, chunk.eta_ft, z_ood0=z_ood0,
-                                       errors=errors) / K, 0.0)
     fixed = chunk.eps < 0                      # NEVER: ran its fixed number of steps
-    columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed,
-               "ood_loss": ood_loss, "F_k": after - before, "first_step_k": first,
-               "initial_direction_k": directions(first)}
-    if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
-        D, scale = theory.first_step_terms(chunk.gamma, z_ood0)
-        columns |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
+    columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed}
+    B, rows_per_block = len(z_ood0), max(1, BLOCK // (K * K))
+    for start in range(0, B, rows_per_block):
+        rows = slice(start, start + rows_per_block)
+        block = _measures(chunk, rows, z_ood0[rows], ft.z[rows], ft.steps[rows], errors[rows])
+        for name, values in block.items():
+            if name not in columns:
+                columns[name] = np.empty((B,) + values.shape[1:], dtype=values.dtype)
+            columns[name][rows] = values
     return chunk.start, chunk.stop, columns
+
+
+def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, z_ood: np.ndarray,
+              steps: np.ndarray, errors: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of ``rows`` of a fine-tuned chunk: OOD loss at T1, F_k, the exact first
+    step and its direction, and for parallel shifts claim 8c's D_k and its sign."""
+    K = z_ood0.shape[-1]
+    z1, M = chunk.z1[rows], chunk.M[rows]
+    before = errors / K                                            # L_{v_k}(Q^(T1))
+    after = source_errors(z1, M, z_ood0, z_ood) / K
+    # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
+    first = np.where(steps[:, None] > 0,
+                     first_step_change(z1, M, chunk.eta_ft[rows], z_ood0=z_ood0,
+                                       errors=errors) / K, 0.0)
+    out = {"ood_loss": loss(z_ood0), "F_k": after - before, "first_step_k": first,
+           "initial_direction_k": directions(first)}
+    if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
+        D, scale = theory.first_step_terms(chunk.gamma[rows], z_ood0)
+        out |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
+    return out
 
 
 def _errors_of_rows(z: np.ndarray) -> np.ndarray:
     """``conditional_errors`` of a stack, computed once when every matrix is the same (the
     pretrained logits of a chunk with one ``(eps, eta)``, the usual grid)."""
-    if len(z) and (z == z[0]).all():
+    if len(z) and (z.strides[0] == 0 or (z == z[0]).all()):
         return np.broadcast_to(conditional_errors(z[:1]), z.shape[:-1])
     return conditional_errors(z)
 
@@ -451,7 +470,8 @@ def read_result(path: str | Path) -> SweepResult:
 
 def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The symmetric ray's recurrence once per distinct ``(eps, eta)`` of the grid; per
-    row ``z1``, ``T1`` and whether pretraining converged."""
+    row ``z1`` (read-only: a broadcast view when every row shares one pair), ``T1`` and
+    whether pretraining converged."""
     from .estimates import pretrain_steps
     unique, row_group = _distinct_pairs(grid.eps, grid.eta)
     rays = [descend_ray(0.0, 0.0, grid.K, eta, eps, max_steps,
@@ -459,17 +479,18 @@ def _pretrain(grid: Grid, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     z1 = ray_logits(grid.K, [r.own for r in rays], [r.other for r in rays])
     steps = np.array([r.steps for r in rays], dtype=np.int64)
     ok = np.array([r.converged for r in rays])
-    return z1[row_group], steps[row_group], ok[row_group]
+    rows = np.broadcast_to(z1[0], (len(row_group),) + z1.shape[1:]) if len(rays) == 1 \
+        else z1[row_group]
+    return rows, steps[row_group], ok[row_group]
 
 
 def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of ``(a, b)`` and each row's index into them (no row sort when
     every row is the same, the usual grid: a sort of the rows costs more than a sweep's
     dynamics)."""
-    pairs = np.stack([a, b], axis=1)
-    if len(pairs) and (pairs == pairs[0]).all():
-        return pairs[:1], np.zeros(len(pairs), dtype=np.int64)
-    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    if len(a) and (a == a[0]).all() and (b == b[0]).all():
+        return np.array([[a[0], b[0]]]), np.zeros(len(a), dtype=np.int64)
+    unique, inverse = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
     return unique, inverse.ravel()
 
 
@@ -500,17 +521,16 @@ def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float 
         limits.check_sweep_steps(grid.K, math.log(ft_steps), ft_steps, "fine-tuning",
                                  f"ft_steps = {ft_steps}")
         return
-    worst = (-math.inf, 0.0, 0.0)
-    for start in range(0, len(grid), ESTIMATE_CHUNK):
-        rows = slice(start, start + ESTIMATE_CHUNK)
-        margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows])).min(axis=-1)
-        eps = grid.eps[rows] if eps_ft is None else np.full(len(grid.eps[rows]), eps_ft)
-        pairs, inverse = _distinct_pairs(eps, grid.eta_ft[rows])
-        lowest = np.full(len(pairs), np.inf)
-        np.minimum.at(lowest, inverse, margins)
-        for (eps, eta_ft), margin in zip(pairs, lowest):
-            log_t = estimates.log_steps_from_margin(grid.K, eps, eta_ft, float(margin))
-            worst = max(worst, (log_t, eps, eta_ft))
+    eps = grid.eps if eps_ft is None else np.full(len(grid), float(eps_ft))
+    pairs, pair_of_row = _distinct_pairs(eps, grid.eta_ft)
+    lowest = np.full(len(pairs), np.inf)               # each pair's lowest column margin
+    rows_per_block = max(1, BLOCK // grid.K**2)
+    for start in range(0, len(grid), rows_per_block):
+        rows = slice(start, start + rows_per_block)
+        margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows]))
+        np.minimum.at(lowest, pair_of_row[rows], features_first(margins).min(axis=0))
+    worst = max((estimates.log_steps_from_margin(grid.K, eps, eta_ft, float(margin)), eps,
+                 eta_ft) for (eps, eta_ft), margin in zip(pairs, lowest))
     limits.check_sweep_steps(grid.K, worst[0], max_steps, "fine-tuning",
                              f"eps = {worst[1]:g}, eta_ft = {worst[2]:g}")
 
@@ -715,7 +735,7 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
              "converged_pretrain": pre_ok,
              "converged_finetune": part["converged_finetune"],
              "ood_loss": part["ood_loss"],
-             "F": part["F_k"].sum(axis=1)}
+             "F": feature_sum(part["F_k"])}
     cols |= {f"F_{k + 1}": part["F_k"][:, k] for k in range(K)}
     cols |= {f"first_step_{k + 1}": part["first_step_k"][:, k] for k in range(K)}
     cols |= {f"initial_direction_{k + 1}": part["initial_direction_k"][:, k]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import attention, attention_first, conditional_errors, features_first, \
+from .model import attention_first, conditional_errors, features_first, \
     features_last, matrices_first, matrices_last
 
 #: |value| below this counts as zero in the exact-equality cases of the theorems.
