@@ -17,11 +17,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["bench_peers.py", "bench_predict.py", "bench_release.py", "bench_cli.py",
-           "bench_dynamics.py", "bench_prompts.py", "bench_scaling.py", "bench_derive.py"]
+SCRIPTS = ["bench_peers.py", "bench_margins.py", "bench_predict.py", "bench_release.py",
+           "bench_cli.py", "bench_dynamics.py", "bench_prompts.py", "bench_scaling.py",
+           "bench_derive.py"]
 NEEDS_TORCH = {"bench_dynamics.py", "bench_prompts.py"}   # their baseline is PyTorch
 QUICK = {"bench_peers.py": ["--n", "41", "--k8", "300", "--repeat", "1"],
-         "bench_predict.py": ["--rotation-K", "2,64,1024", "--random-K", "4,64"],
+         "bench_margins.py": ["--n", "41", "--repeat", "1"],
+         "bench_predict.py": ["--rotation-K", "2,64,1024", "--random-K", "4,64",
+                              "--json-K", "64,1024"],
          "bench_release.py": ["--repeat", "1"], "bench_cli.py": ["--runs", "5"],
          "bench_dynamics.py": ["--n", "41", "--torch-configs", "4"],
          "bench_scaling.py": ["--full-K", "8", "--max-d", "32"],

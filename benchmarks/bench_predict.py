@@ -1,21 +1,25 @@
 """``oodcalc predict`` as K grows: T1, T2, wall time, CPU time and peak memory, each run
-as a user runs it (the command, in a fresh process).
+as a user runs it (the command, in a fresh process), with and without ``--json``.
 
     python benchmarks/bench_predict.py [--rotation-K 2,...,1024] [--random-K 2,...,256]
+                                       [--json-K 128,256,1024]
 
 Rotations (``--theta 0.5 --K K``) keep every column on the symmetric ray: both phases are
 scalar recurrences. Random γ (uniform in [-1, 1], seed 0, three decimals) fine-tune the
 full K×K logits (the compiled per-column kernel with ``oodcalc[fast]``, else NumPy). Each
 run is checked: T1 equals the gradient-flow estimate to 1 %, and the engines are read
-from the report's last line. CPU time is the child's user + system time (on a shared
-machine, wall time grows with the load; CPU time much less). Targets (issue 12): random
-γ K = 128 under 30 s and 500 MB, K = 256 under 5 minutes and 1 GB; rotation K = 1024
-under 10 s.
+from the report's last line. For each K of ``--json-K`` the same command runs again with
+``--json`` (its output's size beside it; above K = 16 every K×K matrix is summarised).
+CPU time is the child's user + system time (on a shared machine, wall time grows with the
+load; CPU time much less). Targets: random γ K = 128 under 30 s and 500 MB (issue 12),
+K = 256 under 120 s on 2 threads (issue 22) and 1 GB; rotation K = 1024 under 10 s; its
+``--json`` under 1 MB and within 1.5× the plain run's time (issue 22).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -31,8 +35,10 @@ PROBE = ("import sys, resource; from oodcalc.cli import main; code = main(sys.ar
          "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
          "sys.exit(code)")
 
-TARGETS = {("random γ", 128): (30, 500), ("random γ", 256): (300, 1024),
+TARGETS = {("random γ", 128): (30, 500), ("random γ", 256): (120, 1024),
            ("rotation θ = 0.5", 1024): (10, None)}
+#: --json of the rotation at K = 1024: at most this many bytes and this times the plain run.
+JSON_BYTES, JSON_SLOWDOWN = 10**6, 1.5
 
 
 def run(args: list[str]) -> dict:
@@ -48,13 +54,19 @@ def run(args: list[str]) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode:
         return {"error": proc.stderr.strip().splitlines()[0], "wall": wall, "cpu": cpu}
+    rss = int(proc.stderr.rsplit("RSS", 1)[1]) / 1024
+    if "--json" in args:
+        report = json.loads(proc.stdout)
+        return {"T1": report["pretrain"]["T1"], "T2": report["finetune"]["T2"],
+                "engines": (report["run"]["engine"]["pretrain"],
+                            report["run"]["engine"]["finetune"]),
+                "wall": wall, "cpu": cpu, "rss": rss, "bytes": len(proc.stdout.encode())}
     text = " ".join(proc.stdout.split())
     engines = re.search(r"Dynamics: pretraining by the (.*?), fine-tuning by the (.*?)\.$",
                         text)
     return {"T1": int(re.search(r"T1 (\d+)", text).group(1)),
             "T2": int(re.search(r"T2 = (\d+) steps", text).group(1)),
-            "engines": engines.groups(), "wall": wall, "cpu": cpu,
-            "rss": int(proc.stderr.rsplit("RSS", 1)[1]) / 1024}
+            "engines": engines.groups(), "wall": wall, "cpu": cpu, "rss": rss}
 
 
 def short(engine: str) -> str:
@@ -67,6 +79,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rotation-K", default="2,4,8,16,32,64,128,256,512,1024")
     parser.add_argument("--random-K", default="2,4,8,16,32,64,128,256")
+    parser.add_argument("--json-K", default="128,256,1024",
+                        help="the K whose runs are repeated with --json")
     args = parser.parse_args()
     print(machine())
     from oodcalc.estimates import pretrain_steps
@@ -76,35 +90,52 @@ def main() -> None:
     cases += [("random γ", int(K), ["--gamma=" + ",".join(f"{g:.3f}" for g in
                                                          rng.uniform(-1, 1, int(K)))])
               for K in args.random_K.split(",") if K]
-    rows, checks = [], []
+    json_K = {int(K) for K in args.json_K.split(",") if K}
+    rows, checks, plain = [], [], {}
     for label, K, cli in cases:
-        out = run(cli)
-        if "error" in out:
-            rows.append([label, K, "—", "—", f"{out['wall']:.2f} s", f"{out['cpu']:.2f} s",
-                         "—", out["error"][:70], load()])
-            continue
-        assert abs(out["T1"] - pretrain_steps(K, 0.01, 0.1)) <= 0.01 * out["T1"] + 1
-        engines = " / ".join(short(e) for e in out["engines"])
-        rows.append([label, K, f"{out['T1']:,}", f"{out['T2']:,}", f"{out['wall']:.2f} s",
-                     f"{out['cpu']:.2f} s", f"{out['rss']:.0f} MiB", engines, load()])
-        if (label, K) in TARGETS:
-            seconds, mib = TARGETS[label, K]
-            ok_time = out["wall"] <= seconds
-            ok_mem = mib is None or out["rss"] <= mib
-            checks.append([f"{label}, K = {K}", f"< {seconds} s" + (f", < {mib} MiB" if mib
-                                                                     else ""),
-                           f"{out['wall']:.1f} s wall ({out['cpu']:.1f} s CPU), "
-                           f"{out['rss']:.0f} MiB",
-                           verdict(ok_time and ok_mem) + ("" if ok_time or out["cpu"] >
-                                                          seconds else " (CPU time within)"),
-                           load()])
-        print(f"  {label} K = {K}: {out['wall']:.1f} s", file=sys.stderr, flush=True)
+        for output in ["text", "--json"] if K in json_K else ["text"]:
+            out = run(cli + ([output] if output != "text" else []))
+            size = f"{out['bytes'] / 1e6:.2f} MB" if "bytes" in out else "—"
+            if "error" in out:
+                rows.append([label, K, output, "—", "—", f"{out['wall']:.2f} s",
+                             f"{out['cpu']:.2f} s", "—", "—", out["error"][:70], load()])
+                continue
+            assert abs(out["T1"] - pretrain_steps(K, 0.01, 0.1)) <= 0.01 * out["T1"] + 1
+            engines = " / ".join(short(e) for e in out["engines"])
+            rows.append([label, K, output, f"{out['T1']:,}", f"{out['T2']:,}",
+                         f"{out['wall']:.2f} s", f"{out['cpu']:.2f} s",
+                         f"{out['rss']:.0f} MiB", size, engines, load()])
+            if output == "text":
+                plain[label, K] = out
+                checks += _checks(label, K, out)
+            elif (label, K) == ("rotation θ = 0.5", 1024):
+                slower = out["wall"] / plain[label, K]["wall"]
+                checks.append([f"{label}, K = {K}, --json",
+                               f"< {JSON_BYTES / 1e6:g} MB, <= {JSON_SLOWDOWN}× the text run",
+                               f"{out['bytes']:,} bytes, {slower:.2f}× ({out['wall']:.2f} s)",
+                               verdict(out["bytes"] < JSON_BYTES and slower <= JSON_SLOWDOWN),
+                               load()])
+            print(f"  {label} K = {K} {output}: {out['wall']:.1f} s", file=sys.stderr,
+                  flush=True)
     print("\n### `oodcalc predict` as K grows (ε = 0.01, η = 0.1; fresh process each)\n")
-    print(table(["geometry", "K", "T1", "T2", "wall", "CPU", "peak RSS",
+    print(table(["geometry", "K", "output", "T1", "T2", "wall", "CPU", "peak RSS", "JSON",
                  "engines (pretraining / fine-tuning)", "load"], rows))
     if checks:
         print("\n### Targets\n")
         print(table(["run", "target", "measured", "verdict", "load"], checks))
+
+
+def _checks(label: str, K: int, out: dict) -> list[list]:
+    """The target row of a text run, if it has one."""
+    if (label, K) not in TARGETS:
+        return []
+    seconds, mib = TARGETS[label, K]
+    ok_time = out["wall"] <= seconds
+    ok_mem = mib is None or out["rss"] <= mib
+    return [[f"{label}, K = {K}", f"< {seconds} s" + (f", < {mib} MiB" if mib else ""),
+             f"{out['wall']:.1f} s wall ({out['cpu']:.1f} s CPU), {out['rss']:.0f} MiB",
+             verdict(ok_time and ok_mem) + ("" if ok_time or out["cpu"] > seconds
+                                            else " (CPU time within)"), load()]]
 
 
 if __name__ == "__main__":
