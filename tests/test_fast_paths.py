@@ -426,3 +426,63 @@ def test_compiled_sweep_tiles_and_splits(monkeypatch):
     assert np.array_equal(reference["T2"], whole["T2"])
     for k in range(1, 6):
         np.testing.assert_allclose(whole[f"F_{k}"], reference[f"F_{k}"], rtol=0, atol=1e-12)
+
+
+# --- the batch-innermost layout (model.matrices_first) gives the plain formulas' bits ---
+
+def _plain_attention(z):
+    shifted = z - z.max(axis=-2, keepdims=True)
+    weights = np.exp(shifted)
+    return weights / weights.sum(axis=-2, keepdims=True)
+
+
+def _plain_errors(z):
+    residual = _plain_attention(z) - np.eye(z.shape[-1])
+    return 0.5 * np.einsum("...nk,...nk->...k", residual, residual)
+
+
+def _plain_first_step_terms(gamma, z):
+    a = _plain_attention(z)
+    K = a.shape[-1]
+    a_k = np.diagonal(a, axis1=-2, axis2=-1)[..., None, :]
+    sum_sq = np.einsum("...nk,...nk->...k", a, a)[..., None, :]
+    shares, size = a * (a + a_k - sum_sq), a * (a + a_k + sum_sq)
+    shares[..., np.arange(K), np.arange(K)] = 0.0
+    size[..., np.arange(K), np.arange(K)] = 0.0
+    cross = gamma[..., :, None] * gamma[..., None, :]
+    square = gamma ** 2
+    D = -np.einsum("...nk,...nk->...k", cross, shares) - (K - 1) * square * shares.sum(axis=-2)
+    scale = (np.einsum("...nk,...nk->...k", np.abs(cross), size)
+             + (K - 1) * square * size.sum(axis=-2))
+    return D, scale
+
+
+def _same_bits(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+@pytest.mark.parametrize("K", [2, 3, 5, 7, 8, 9])
+@pytest.mark.parametrize("batch", [(), (1,), (6,), (3, 4)])
+def test_small_k_layout_gives_the_plain_formulas_bits(K, batch):
+    """Stacks of small K are computed batch-innermost; the results must be the plain
+    (..., K, K) formulas' to the bit (every reduction adds the same terms in the same
+    order), from logits of every scale and with signed zeros."""
+    from oodcalc import model, theory
+    rng = np.random.default_rng(K * 10 + len(batch))
+    z = rng.normal(size=batch + (K, K)) * rng.choice([0.1, 3.0, 40.0], size=batch + (K, K))
+    z.flat[::5] = -0.0
+    gamma = rng.uniform(-1, 1, batch + (K,))
+    kept = z.copy()
+    assert _same_bits(model.attention(z), _plain_attention(z))
+    assert _same_bits(model.conditional_errors(z), _plain_errors(z))
+    assert _same_bits(model.errors_from_attention(_plain_attention(z)), _plain_errors(z))
+    assert _same_bits(model.loss(z), _plain_errors(z).sum(axis=-1) / K)
+    for got, want in zip(theory.first_step_terms(gamma, z), _plain_first_step_terms(gamma, z)):
+        assert _same_bits(got, want)
+    e = _plain_errors(z)
+    assert _same_bits(model.feature_sum(e), e.sum(axis=-1))
+    assert np.array_equal(model.features_last(model.features_first(e)), e)
+    assert model.features_first(e).flags.c_contiguous and model.features_last(
+        model.features_first(e)).flags.c_contiguous
+    assert np.array_equal(z, kept, equal_nan=True)               # inputs untouched
