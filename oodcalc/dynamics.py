@@ -320,7 +320,7 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
                                   np.full(first.size, eps[0])))
         else:
             keys = np.stack([values, row_eta[tv], row_eps[tv]], axis=1)
-            first, inverse[tv], order = _distinct(keys)
+            (first, inverse[tv]), order = _distinct(keys), None
             parts.append(_Margins(keys[first, 0], K, keys[first, 1], keys[first, 2]))
         grouped = order if isinstance(tv, slice) else None    # rows, by distinct column
     Um = parts[0].slot.size if parts else 0
@@ -330,7 +330,7 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
         own = np.tile(np.arange(K), B)
         keys = np.concatenate([columns[full], own[full, None].astype(np.float64),
                                row_eta[full, None], row_eps[full, None]], axis=1)
-        first, index, _ = _distinct(keys)
+        first, index = _distinct(keys)
         inverse[full] = Um + index
         from . import compiled as kernels
         use = kernels.column_kernels() if compiled else None
@@ -484,8 +484,9 @@ def _stops_falling(remaining: np.ndarray, live: np.ndarray, at: np.ndarray,
     np.subtract.at(remaining, cfg, 1)
     hit = remaining[cfg] == 0
     cfg, at = cfg[hit], at[hit]
-    # each stopping configuration's last event, without a sort: remaining[cfg] is 0 and
-    # free until the configuration is marked done, so it holds the largest event index
+    # Each stopping configuration's last event, without a sort: its count is 0 now and
+    # unread until it is marked done, so it can hold the largest index of its events
+    # (then it is 0 again).
     events = np.arange(1, cfg.size + 1)
     np.maximum.at(remaining, cfg, events)
     last = remaining[cfg] == events
@@ -502,17 +503,17 @@ def _run_starts(*keys: np.ndarray) -> np.ndarray:
     return new
 
 
-def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, None]:
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A row of each distinct row of ``keys`` and every row's distinct index (distinct
     rows in sorted order)."""
     keys = np.ascontiguousarray(keys)
     _, first, inverse = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
                                   return_index=True, return_inverse=True)
-    return first, inverse.ravel(), None
+    return first, inverse.ravel()
 
 
 def _distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_distinct` for one key per row, and the rows grouped by distinct index,
+    """:func:`_distinct` for one key per row, and also the rows grouped by distinct index,
     from the one sort this takes (``np.unique`` takes two)."""
     order = np.argsort(values)
     new = _run_starts(values[order])

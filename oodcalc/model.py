@@ -42,8 +42,8 @@ SMALL_K = 8
 
 def matrices_first(z: np.ndarray, copy: bool = False) -> np.ndarray:
     """``z[..., n, k]`` as ``x[n, k, ...]`` (float64): a contiguous copy with the batch
-    innermost when there is a batch and ``K < SMALL_K``, else a view (with ``copy``: a
-    copy in ``z``'s layout)."""
+    innermost when there is a batch and ``K < SMALL_K``, else a view of ``z`` (with
+    ``copy``, always a new array: batch-innermost for small K, else in ``z``'s order)."""
     z = np.asarray(z, dtype=np.float64)
     x = np.moveaxis(z, (-2, -1), (0, 1))
     small = z.ndim > 2 and z.shape[-1] < SMALL_K

@@ -521,8 +521,8 @@ def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float 
         limits.check_sweep_steps(grid.K, math.log(ft_steps), ft_steps, "fine-tuning",
                                  f"ft_steps = {ft_steps}")
         return
-    eps = grid.eps if eps_ft is None else np.full(len(grid), float(eps_ft))
-    pairs, pair_of_row = _distinct_pairs(eps, grid.eta_ft)
+    eps_of_row = grid.eps if eps_ft is None else np.full(len(grid), float(eps_ft))
+    pairs, pair_of_row = _distinct_pairs(eps_of_row, grid.eta_ft)
     lowest = np.full(len(pairs), np.inf)               # each pair's lowest column margin
     rows_per_block = max(1, BLOCK // grid.K**2)
     for start in range(0, len(grid), rows_per_block):
