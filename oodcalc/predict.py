@@ -216,7 +216,7 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
     plan = estimates.finetune_plan(
         K, proto, diagonal=geo.known_diagonal,
         M=geo.M if geo.known_diagonal is None else None,
-        compiled_available=compiled.finetune_diagonal() is not None, alpha=alpha)
+        compiled_available=compiled.available(), alpha=alpha)
     if plan is not None and proto.ft_steps is None:     # refused as predict refuses it
         phase_cap(proto.max_steps, proto.auto_steps, plan.log_steps, "fine-tuning",
                   f"K = {K}, eps_ft = {proto.eps_ft:g}, eta_ft = {proto.eta_ft:g}",
