@@ -229,7 +229,8 @@ def _errors_after(z1: np.ndarray, M: np.ndarray, change: np.ndarray) -> np.ndarr
     """The source errors once the OOD logits moved by ``change`` (matrices-first,
     overwritten): ``e(Z1 + M change Mᵀ)``, ``(..., K)``."""
     x = _congruence_first(M, change)
-    x += matrices_first(z1)
+    K = x.shape[0]
+    x += matrices_first(np.broadcast_to(z1, x.shape[2:] + (K, K)))   # z1 may lack batch axes
     return features_last(errors_first(attention_first(x)))
 
 

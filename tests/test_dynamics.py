@@ -104,3 +104,9 @@ def test_first_step_change_is_one_step_of_descend_and_leaves_its_inputs(B):
     assert np.array_equal(source_errors(z1, M, z_ood0, step),
                           conditional_errors(source_logits(z1, M, z_ood0, step)))
     assert np.any(change != 0.0)
+    shared = np.broadcast_to(z1[0], z1.shape)          # one Z1 for every configuration
+    start = ood_start(shared, M)
+    assert np.array_equal(first_step_change(z1[0], M, 0.3, z_ood0=start),
+                          first_step_change(shared, M, 0.3, z_ood0=start))
+    assert np.array_equal(source_errors(z1[0], M, start, step),
+                          conditional_errors(source_logits(z1[0], M, start, step)))
