@@ -220,8 +220,10 @@ def source_errors(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
     """``conditional_errors(source_logits(z1, M, z_ood0, z_ood))`` for stacks of one
     shape ``(..., K, K)``, the same to the bit, without leaving the matrices-first
     layout."""
-    change = matrices_first(z_ood, copy=True)
-    change -= matrices_first(z_ood0)
+    batch = np.broadcast_shapes(np.shape(z_ood)[:-2], np.shape(z_ood0)[:-2])
+    K = np.shape(z_ood)[-1]
+    change = matrices_first(np.broadcast_to(z_ood, batch + (K, K)), copy=True)
+    change -= matrices_first(np.broadcast_to(z_ood0, batch + (K, K)))
     return _errors_after(z1, M, change)
 
 
@@ -245,6 +247,7 @@ def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float,
     ``ood_start(z1, M)`` as ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``."""
     z_ood0 = ood_start(z1, M) if z_ood0 is None else z_ood0
     errors = conditional_errors(z1) if errors is None else errors
+    z_ood0 = np.asarray(z_ood0, dtype=np.float64)
     B = z_ood0.shape[0]
     batch = _Batch(z_ood0, np.broadcast_to(np.asarray(eta_ft, dtype=np.float64), (B,)),
                    np.zeros(B))
@@ -314,13 +317,13 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     parts, grouped = [], None
     tv = slice(None) if two_valued.all() else np.flatnonzero(two_valued)
     if two_valued.any():
-        values = margins.ravel()[tv]
-        if (row_eta[tv] == eta[0]).all() and (row_eps[tv] == eps[0]).all():   # one rule
+        values, etas, epss = margins.ravel()[tv], row_eta[tv], row_eps[tv]
+        if (etas == etas[0]).all() and (epss == epss[0]).all():   # one rule
             first, inverse[tv], order = _distinct_values(values)
-            parts.append(_Margins(values[first], K, np.full(first.size, eta[0]),
-                                  np.full(first.size, eps[0])))
+            parts.append(_Margins(values[first], K, np.full(first.size, etas[0]),
+                                  np.full(first.size, epss[0])))
         else:
-            keys = np.stack([values, row_eta[tv], row_eps[tv]], axis=1)
+            keys = np.stack([values, etas, epss], axis=1)
             (first, inverse[tv]), order = _distinct(keys), None
             parts.append(_Margins(keys[first, 0], K, keys[first, 1], keys[first, 2]))
         grouped = order if isinstance(tv, slice) else None    # rows, by distinct column

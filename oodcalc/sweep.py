@@ -543,7 +543,7 @@ def _compiled_pays(grids: list[Grid], pretrained) -> bool:
     from . import compiled
     work = sum(len(g) * g.K**2 * float(np.mean(T1)) for g, (T1, _) in zip(grids, pretrained)
                if g.K > 2 and g.geometry != "rotation")
-    return work >= compiled.PAYS_FROM_WORK and compiled.available()
+    return work >= compiled.PAYS_FROM_WORK and compiled.column_kernels() is not None
 
 
 def _finetune_eps(eps: np.ndarray, eps_ft: float | None, ft_steps: int | None

@@ -110,3 +110,9 @@ def test_first_step_change_is_one_step_of_descend_and_leaves_its_inputs(B):
                           first_step_change(shared, M, 0.3, z_ood0=start))
     assert np.array_equal(source_errors(z1[0], M, start, step),
                           conditional_errors(source_logits(z1[0], M, start, step)))
+    # one start for every configuration (B = K = 3: a misaligned batch would still run)
+    assert np.array_equal(source_errors(z1, M, z_ood0[0], step),
+                          conditional_errors(source_logits(z1, M, z_ood0[0], step)))
+    assert np.array_equal(first_step_change(z1, M, 0.3, z_ood0=z_ood0.astype(np.float32)),
+                          first_step_change(z1, M, 0.3, z_ood0=z_ood0.astype(np.float32)
+                                            .astype(np.float64)))
