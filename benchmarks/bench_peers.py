@@ -40,7 +40,7 @@ AGREE = 1e-12
 
 def numpy_peer(M: np.ndarray):
     """Batched NumPy, (K, K, B) layout, frozen rows masked; Z1 then Mᵀ Z1 M."""
-    B, K = M.shape[0], M.shape[-1]
+    K = M.shape[-1]
 
     def run(x, max_steps=10**7):
         steps = np.full(x.shape[-1], -1)
@@ -59,12 +59,18 @@ def numpy_peer(M: np.ndarray):
             x = x - g
         raise RuntimeError("no convergence")
 
+    return _both_phases(run, M)
+
+
+def _both_phases(run, M: np.ndarray):
+    """A batched peer's pretraining from Q = 0 and fine-tuning of every configuration by
+    its own ``run(x) -> (x, steps)`` on ``x[n, k, b]``: T1, T2 and F_k."""
+    K = M.shape[-1]
     z1, T1 = run(np.zeros((K, K, 1)))
     z1 = z1[..., 0]
     z0 = np.einsum("bnk,nm,bml->klb", M, z1, M)
     z, T2 = run(z0.copy())
-    W = z - z0
-    src = z1[..., None] + np.einsum("bnk,klb,bml->nmb", M, W, M)
+    src = z1[..., None] + np.einsum("bnk,klb,bml->nmb", M, z - z0, M)
     return int(T1[0]), T2, _loss(src.transpose(2, 0, 1)) - _loss(z1)
 
 
@@ -103,12 +109,7 @@ def buffered_peer(M: np.ndarray):
             x -= g
         raise RuntimeError("no convergence")
 
-    z1, T1 = run(np.zeros((K, K, 1)))
-    z1 = z1[..., 0]
-    z0 = np.einsum("bnk,nm,bml->klb", M, z1, M)
-    z, T2 = run(z0.copy())
-    src = z1[..., None] + np.einsum("bnk,klb,bml->nmb", M, z - z0, M)
-    return int(T1[0]), T2, _loss(src.transpose(2, 0, 1)) - _loss(z1)
+    return _both_phases(run, M)
 
 
 def margin_peer(M: np.ndarray):

@@ -217,14 +217,9 @@ def source_logits(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
 
 def source_errors(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
                   z_ood: np.ndarray) -> np.ndarray:
-    """``conditional_errors(source_logits(z1, M, z_ood0, z_ood))`` for stacks of one
-    shape ``(..., K, K)``, the same to the bit, without leaving the matrices-first
-    layout."""
-    batch = np.broadcast_shapes(np.shape(z_ood)[:-2], np.shape(z_ood0)[:-2])
-    K = np.shape(z_ood)[-1]
-    change = matrices_first(np.broadcast_to(z_ood, batch + (K, K)), copy=True)
-    change -= matrices_first(np.broadcast_to(z_ood0, batch + (K, K)))
-    return _errors_after(z1, M, change)
+    """``conditional_errors(source_logits(z1, M, z_ood0, z_ood))``, the same to the bit,
+    without leaving the matrices-first layout (arguments broadcast as there)."""
+    return _errors_after(z1, M, matrices_first(np.subtract(z_ood, z_ood0)))
 
 
 def _errors_after(z1: np.ndarray, M: np.ndarray, change: np.ndarray) -> np.ndarray:
@@ -320,12 +315,9 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
         values, etas, epss = margins.ravel()[tv], row_eta[tv], row_eps[tv]
         if (etas == etas[0]).all() and (epss == epss[0]).all():   # one rule
             first, inverse[tv], order = _distinct_values(values)
-            parts.append(_Margins(values[first], K, np.full(first.size, etas[0]),
-                                  np.full(first.size, epss[0])))
         else:
-            keys = np.stack([values, etas, epss], axis=1)
-            (first, inverse[tv]), order = _distinct(keys), None
-            parts.append(_Margins(keys[first, 0], K, keys[first, 1], keys[first, 2]))
+            (first, inverse[tv]), order = _distinct(np.stack([values, etas, epss], 1)), None
+        parts.append(_Margins(values[first], K, etas[first], epss[first]))
         grouped = order if isinstance(tv, slice) else None    # rows, by distinct column
     Um = parts[0].slot.size if parts else 0
     if not isinstance(tv, slice):
