@@ -36,11 +36,14 @@ def main() -> None:
         ["predict", "--gamma", "1,-0.9"]
     numpy = [sys.executable, "-c", "import numpy"]
     bare = [sys.executable, "-c", "pass"]
-    # Where the time goes: the imports the command cannot avoid, step by step. (typer 0.29
-    # also imported pydantic on every parse, +100 ms: why pyproject pins typer < 0.29.)
+    # Where the time goes: the imports the command cannot avoid, step by step, and what a
+    # run avoids by loading only its own command's module (every command loaded). (typer
+    # 0.29 also imported pydantic on every parse, +100 ms: why pyproject pins typer < 0.29.)
     parts = {
         "numpy + typer + rich": "import numpy, typer, rich.console",
-        "import oodcalc.cli (every command)": "import oodcalc.cli",
+        "import oodcalc.cli (no command yet)": "import oodcalc.cli",
+        "oodcalc.cli, every command loaded":
+            "from oodcalc.cli import load_commands; load_commands()",
     }
     wall(predict), wall(numpy)  # warm the file cache
     commands = {"numpy": numpy, "predict": predict, "bare": bare}

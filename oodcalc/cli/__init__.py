@@ -1,5 +1,7 @@
 """The ``oodcalc`` command: a thin root app (:mod:`.app`); one module per command, each
-registering itself on the app when this package imports it.
+registering itself on the app when it is imported. A run imports only its own command's
+module (all of them, and their click tree, cost more than a small prediction); the help,
+the groups and anything unrecognised import them all.
 
 Errors: an :class:`~oodcalc.errors.OodcalcError` or a usage error from the parser becomes
 one line on stderr, ``oodcalc: error: ...``, with exit code 2 for bad input and 1 for a
@@ -11,6 +13,7 @@ Results go to stdout, diagnostics to stderr.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import textwrap
@@ -26,17 +29,22 @@ from ..limits import MEMORY_VARIABLE
 from . import options
 from .app import CONTEXT, START, SUMMARY, app  # noqa: F401  (the root app)
 
-from . import predict as _predict  # noqa: E402,F401  (each import registers a command)
-from . import reproduce as _reproduce  # noqa: E402,F401
-from . import reproduce_real as _reproduce_real  # noqa: E402,F401
-from . import sweep as _sweep  # noqa: E402,F401
-from . import plot as _plot  # noqa: E402,F401
-from . import simulate as _simulate  # noqa: E402,F401
-from . import verify as _verify  # noqa: E402,F401
-from . import derive as _derive  # noqa: E402,F401
-from . import reproduce_depth as _reproduce_depth  # noqa: E402,F401
-from . import reproduce_ladder as _reproduce_ladder  # noqa: E402,F401
-from . import explore as _explore  # noqa: E402,F401
+#: The modules that register commands (the groups' subcommands in this order).
+COMMAND_MODULES = ("predict", "reproduce", "reproduce_real", "sweep", "plot", "simulate",
+                   "verify", "derive", "reproduce_depth", "reproduce_ladder", "explore")
+#: The commands one module holds whole. The groups (``reproduce``, ``plot``) gather their
+#: subcommands from several modules.
+SINGLE = {name: name for name in ("predict", "sweep", "simulate", "verify", "derive",
+                                  "explore")}
+#: The order ``oodcalc -h`` lists the commands in (typer's: commands, then groups).
+LISTED = (*SINGLE, "reproduce", "plot")
+
+
+def load_commands(command: str | None = None) -> None:
+    """Import the module of ``command`` (registering it on the app), or every command
+    module when it is not one of :data:`SINGLE`."""
+    for module in (SINGLE[command],) if command in SINGLE else COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{module}")
 
 
 def error_line(message: str) -> None:
@@ -45,10 +53,19 @@ def error_line(message: str) -> None:
     print(f"oodcalc: error: {safe}", file=sys.stderr)
 
 
-@functools.lru_cache(maxsize=1)
-def root_command():
-    """The click command tree (built once: building it costs more than most commands)."""
-    return typer.main.get_command(app)
+def root_command(command: str | None = None):
+    """The click command tree with ``command`` in it (every command without one)."""
+    load_commands(command)
+    return _tree(frozenset(m for m in COMMAND_MODULES if f"{__name__}.{m}" in sys.modules))
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(loaded: frozenset[str]):
+    """The tree of the commands registered so far, built once per set of loaded modules,
+    listed in :data:`LISTED` order whatever order they were loaded in."""
+    group = typer.main.get_command(app)
+    group.commands = dict(sorted(group.commands.items(), key=lambda c: LISTED.index(c[0])))
+    return group
 
 
 def start_text() -> str:
@@ -73,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = None
     options.reset_names()
     try:
-        command = root_command()
+        command = root_command(args[0] if args else None)
         if not args:
             print(start_text())
             return _exit(0, argv)
