@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 
 import numpy as np
@@ -61,7 +62,7 @@ def k_table(full_K: int) -> list[list[str]]:
         else:
             full = ["—", "—", "not run"]
         rows.append([K, f"{per_step * 1e3:.3f} ms", *full, f"{gap:.0e}"])
-        print(f"  K = {K} done", flush=True)
+        print(f"  K = {K} done", file=sys.stderr, flush=True)   # progress, not the record
     return rows
 
 
@@ -80,7 +81,7 @@ def d_table(max_d: int) -> list[list[str]]:
         steps = sim.pretrain.T1 + sim.finetune.T2
         rows.append([d, f"{steps:,}", f"{t_sim:.2f} s", f"{t_sim / steps * 1e3:.3f} ms",
                      f"{t_exact * 1e3:.1f} ms", f"{t_sim / t_exact:,.0f}×", f"{worst:.0e}"])
-        print(f"  d = {d} done", flush=True)
+        print(f"  d = {d} done", file=sys.stderr, flush=True)
     return rows
 
 
