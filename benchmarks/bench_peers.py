@@ -158,7 +158,7 @@ def _loss(z):
 def torch_peer(M: np.ndarray):
     import torch
     torch.set_num_threads(1)
-    B, K = M.shape[0], M.shape[-1]
+    K = M.shape[-1]
     eye = torch.eye(K, dtype=torch.float64)
 
     def run(x):

@@ -14,14 +14,13 @@ release cannot run is reported, not timed.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import load, machine, median, table, verdict
+from _common import load, machine, table, user_env, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 #: 85f2993: the last commit before the structural fast paths (issue 12's first pass).
@@ -87,7 +86,7 @@ def export(release: str) -> Path:
 
 
 def once(path: Path, args: list[str]) -> tuple[float, str]:
-    env = {**os.environ, "PYTHONPATH": str(path)}
+    env = user_env(PYTHONPATH=str(path))      # bytecode cached, as installed
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
                           cwd=tempfile.gettempdir())
