@@ -70,14 +70,15 @@ class Prompts:
 
     # Training computes with the prompts innermost: the softmax's sums over N tokens then
     # run across all prompts at once (over an axis of length N they cost ~90 ns a prompt).
+    # For sampled prompts these are the arrays X and y are views of (no copy).
     @cached_property
     def X_last(self) -> np.ndarray:
-        """``X`` as ``(d, N, B)``."""
+        """``X`` as ``(d, N, B)``, contiguous."""
         return np.ascontiguousarray(self.X.transpose(2, 1, 0))
 
     @cached_property
     def y_last(self) -> np.ndarray:
-        """``y`` as ``(N, B)``."""
+        """``y`` as ``(N, B)``, contiguous."""
         return np.ascontiguousarray(self.y.T)
 
 
@@ -88,11 +89,12 @@ def sample_prompts(F: np.ndarray, N: int, B: int, rng: np.random.Generator,
     tokens = rng.integers(K, size=(B, N))
     q = rng.integers(K, size=B) if queries is None else np.asarray(queries)
     w = rng.standard_normal((B, d))
-    X = F.T[tokens]                       # (B, N, d): the token vectors themselves
+    # Built in the training layout; X and y are views of it in theirs.
+    X_last = np.take(F, tokens.T, axis=1)  # (d, N, B): the token vectors themselves
+    y_last = np.einsum("dnb,bd->nb", X_last, w)
     xq = F.T[q]                           # (B, d)
-    y = np.matmul(X, w[:, :, None])[:, :, 0]
     yq = np.einsum("bd,bd->b", xq, w)
-    return Prompts(X, xq, y, yq, q, tokens)
+    return Prompts(X_last.transpose(2, 1, 0), xq, y_last.T, yq, q, tokens)
 
 
 def attention_weights(Q: np.ndarray, P: Prompts) -> np.ndarray:
