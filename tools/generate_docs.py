@@ -29,6 +29,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -296,7 +297,7 @@ def performance_summary() -> str:
     text = PERFORMANCE_FILE.read_text(encoding="utf-8")
     header = text.splitlines()[2]
     run = re.search(r"from (\S+ \S+) to (\S+) UTC", header)
-    loads = re.findall(r"load average ([0-9.]+)", header)
+    loads = re.search(r"load average ([0-9.]+) at the start, ([0-9.]+) at the end", header)
     bench = benchmark_sections(text)
     peers = bench["bench_peers.py"]
     workloads = [("K = 2 phase diagram, 201×201", "201×201 K = 2 phase diagram"),
@@ -323,15 +324,16 @@ def performance_summary() -> str:
     cli_row = next(r for t in cli.values() for r in t if r["command"].startswith("oodcalc"))
     release = {r["workload"]: r for t in bench["bench_release.py"].values() for r in t}
     prompts = [r for t in bench.get("bench_prompts.py", {}).values() for r in t]
-    return "\n".join([
+    paragraphs = [
         "`python benchmarks/all.py` runs every benchmark and writes "
         "[`docs/performance.md`](docs/performance.md) (the tables, the command, the date and "
         "the machine load beside every number); the figures below are read from it (a test "
         "regenerates this paragraph). Each peer is checked first to give identical T1 and T2 "
         "and F_k within 1e-12 on every configuration. Time relative to oodcalc's sweep "
-        f"(above 1: slower than oodcalc), on this project's shared 2-core machine, run "
-        f"{run.group(1)}–{run.group(2)} UTC, load average {loads[0]}–{loads[-1]}:",
-        "", *lines, "",
+        "(above 1: slower than oodcalc), on this project's shared 2-core machine, "
+        f"{run.group(1)}–{run.group(2)} UTC, load average {loads.group(1)} at the start and "
+        f"{loads.group(2)} at the end:",
+        "\n".join(lines),
         "The peers allocate fresh arrays every step and a page fault here costs "
         "microseconds, so their times move with the C library's heap. `bench_margins.py` "
         "(best of 7, rows interleaved) measures the 201×201 diagram both ways: with the "
@@ -340,23 +342,25 @@ def performance_summary() -> str:
         f"time and {versus(default, SWEEP_ROW, SCALAR_ROW):.2f}× the scalar-margin peer's; "
         "with glibc's heap tuned so that nothing faults, "
         f"{versus(tuned, SWEEP_ROW, BATCHED_ROW):.2f}× and "
-        f"{versus(tuned, SWEEP_ROW, SCALAR_ROW):.2f}× (the scalar-margin peer, written for "
+        f"{versus(tuned, SWEEP_ROW, SCALAR_ROW):.2f}×: the scalar-margin peer, written for "
         "K = 2 alone and computing only T1, T2 and F_k, is then ahead of the whole table; "
         "oodcalc's dynamics on the same outputs take "
         f"{versus(tuned, OUTPUTS_ROW, SCALAR_ROW):.2f}× its time, the margin engine alone "
-        f"{versus(tuned, 'descend_columns alone (the margin engine)', SCALAR_ROW):.2f}×).",
-        "",
+        f"{versus(tuned, 'descend_columns alone (the margin engine)', SCALAR_ROW):.2f}×.",
         "`oodcalc predict` (`bench_predict.py`, a fresh process each): "
         + "; ".join(f"{name}: {r['measured']} (target {r['target']}: {r['verdict']})"
                     for name, r in predict.items())
         + f". `oodcalc predict --gamma 1,-0.9` starts in {cli_row['vs import numpy']} "
         f"`python -c \"import numpy\"` (`bench_cli.py`, target {cli_row['target']}). "
-        "Against the previous release (`bench_release.py`, same run, time now / then): "
-        + ", ".join(f"{name} {r['now / release']}" for name, r in release.items()) + "."
-        + ("" if not prompts else " The finite-prompt simulator (`bench_prompts.py`): "
-           + ", ".join(f"{r['setting']} {r['speed-up']} the steps per second of its "
-                       "PyTorch autograd version" for r in prompts) + "."),
-    ])
+        "Against the previous release (`bench_release.py`, same run), time now / then: "
+        + "; ".join(f"{name}: {r['now / release']}" for name, r in release.items()) + "."
+        + ("" if not prompts else " The finite-prompt simulator (`bench_prompts.py`), steps "
+           "per second against its PyTorch autograd version: "
+           + "; ".join(f"{r['speed-up']} ({r['setting']})" for r in prompts) + "."),
+    ]
+    return "\n\n".join(p if p.startswith("|") else textwrap.fill(p, 91, break_on_hyphens=False,
+                                                                 break_long_words=False)
+                         for p in paragraphs)
 
 
 BLOCKS: list[Block] = [
