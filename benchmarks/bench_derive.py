@@ -17,14 +17,14 @@ import subprocess
 import sys
 import time
 
-from _common import machine, table
+from _common import machine, table, user_env
 
 from oodcalc.claims import CLAIMS
 
 
 def run(args: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env=user_env())
     return time.perf_counter() - start
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import subprocess
@@ -29,7 +28,7 @@ import time
 
 import numpy as np
 
-from _common import load, machine, table, verdict
+from _common import load, machine, table, user_env, verdict
 
 PROBE = ("import sys, resource; from oodcalc.cli import main; code = main(sys.argv[1:]); "
          "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
@@ -45,10 +44,9 @@ def run(args: list[str]) -> dict:
     """One fresh process: T1, T2, engines, wall and CPU seconds, its own peak RSS (MiB)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    # Text output, not --json (the JSON of K = 1024 holds millions of numbers); wide, so
-    # that no line wraps.
+    # Wide, so that no line of the text output wraps.
     proc = subprocess.run([sys.executable, "-c", PROBE, "predict", *args],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"})
+                          capture_output=True, text=True, env=user_env(COLUMNS="400"))
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
