@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ComputationError
+from .estimates import ray_compiled
 from .model import attention_first, conditional_errors, errors_first, features_first, \
     features_last, matrices_first, matrices_last
 from .ray_loop import ray_step_loop
@@ -837,12 +838,6 @@ def ray_logits(K: int, own, other) -> np.ndarray:
     return z
 
 
-#: The compiled ray loop pays for importing Numba and loading it (about a second; the
-#: plain loop takes 0.5–1 µs a step) from this many steps on, or from a tenth of it once
-#: Numba is imported anyway.
-COMPILED_FROM_STEPS = 2_000_000
-
-
 def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_steps: int,
                 *, stride: int = 0, source: tuple[float, float, float] | None = None,
                 expected_steps: float = 0.0) -> Ray:
@@ -857,7 +852,7 @@ def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_st
     src_own, src_other, scale = source if source is not None else (own, other, 0.0)
     from . import compiled
     loop = ray_step_loop
-    if expected_steps >= COMPILED_FROM_STEPS / (10 if compiled.loaded() else 1):
+    if ray_compiled(expected_steps, compiled.loaded()):
         loop = compiled.ray_step_loop() or ray_step_loop
     size = (min(max_steps, int(expected_steps * 4) + 16) // stride + 2) if stride else 1
     while True:

@@ -221,7 +221,7 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
         phase_cap(proto.max_steps, proto.auto_steps, plan.log_steps, "fine-tuning",
                   f"K = {K}, eps_ft = {proto.eps_ft:g}, eta_ft = {proto.eta_ft:g}",
                   f"{param('eta', 'lower')} or {param('eps_ft', 'raise')}")
-    seconds = estimates.predict_seconds(K, proto, plan)
+    seconds = estimates.predict_seconds(K, proto, plan, compiled.available())
     if plan is None:
         return seconds, f"pretraining ≈ {pretrain:,.0f} steps on the symmetric ray"
     words = (f"fine-tuning ≈ {estimates.format_steps(plan.log_steps)} steps on {K}×{K} "

@@ -717,6 +717,28 @@ def test_the_time_estimate_starts_from_the_logits_a_coarse_step_reaches():
     assert seconds < 1 and "≈ 364 steps" in words    # T2 = 363 at the defaults
 
 
+def test_the_ray_estimate_follows_the_engine_the_run_takes(monkeypatch):
+    """A rotation at K = 1024 pretrains 11,095,966 steps on the ray: about 1.5 s with the
+    compiled loop, 6-11 s plain (bench_predict.py). The estimate said 67 s either way and
+    the CLI announced "this run will take about 67 s" before a 1.5 s run."""
+    import oodcalc as oc
+    from oodcalc import compiled, estimates
+    from oodcalc.cli.progress import LONG_RUN_SECONDS
+    from oodcalc.predict import expected_seconds
+    setting = oc.Setting(oc.rotation(0.5, 1024))
+    steps = estimates.pretrain_steps(1024, 0.01, 0.1)
+    assert estimates.ray_compiled(steps, loaded=False)
+    monkeypatch.setattr(compiled, "available", lambda: True)
+    fast = expected_seconds(setting)[0]
+    assert fast == pytest.approx(estimates.COMPILED_LOAD_SECONDS + 2 * steps
+                                 * estimates.SECONDS_PER_RAY_STEP["compiled"])
+    assert fast < 3 < LONG_RUN_SECONDS
+    monkeypatch.setattr(compiled, "available", lambda: False)
+    plain = expected_seconds(setting)[0]
+    assert plain == pytest.approx(2 * steps * estimates.SECONDS_PER_RAY_STEP["python"])
+    assert 10 < plain < LONG_RUN_SECONDS
+
+
 def test_reproduce_says_how_long_before_it_starts(capsys, monkeypatch):
     from oodcalc import experiments
 
