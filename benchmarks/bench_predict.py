@@ -10,6 +10,8 @@ full K×K logits (the compiled per-column kernel with ``oodcalc[fast]``, else Nu
 run is checked: T1 equals the gradient-flow estimate to 1 %, and the engines are read
 from the report's last line. For each K of ``--json-K`` the same command runs again with
 ``--json`` (its output's size beside it; above K = 16 every K×K matrix is summarised).
+Beside each wall time, the time predict estimates before it starts (``expected_seconds``;
+a run estimated past a minute is announced on stderr): an order of magnitude, kept honest.
 CPU time is the child's user + system time (on a shared machine, wall time grows with the
 load; CPU time much less). Targets: random γ K = 128 under 30 s and 500 MB (issue 12),
 K = 256 under 120 s on 2 threads (issue 22) and 1 GB; rotation K = 1024 under 10 s; its
@@ -81,13 +83,21 @@ def main() -> None:
                         help="the K whose runs are repeated with --json")
     args = parser.parse_args()
     print(machine())
+    import oodcalc as oc
     from oodcalc.estimates import pretrain_steps
+    from oodcalc.predict import expected_seconds
     rng = np.random.default_rng(0)
     cases = [("rotation θ = 0.5", int(K), ["--theta", "0.5", "--K", K])
              for K in args.rotation_K.split(",") if K]
     cases += [("random γ", int(K), ["--gamma=" + ",".join(f"{g:.3f}" for g in
                                                          rng.uniform(-1, 1, int(K)))])
               for K in args.random_K.split(",") if K]
+
+    def estimate(cli: list[str]) -> str:
+        """What predict tells the user before a run (announced past a minute)."""
+        geometry = oc.rotation(0.5, int(cli[3])) if cli[0] == "--theta" else \
+            oc.parallel_shift([float(g) for g in cli[0].split("=")[1].split(",")])
+        return f"{expected_seconds(oc.Setting(geometry))[0]:.2g} s"
     json_K = {int(K) for K in args.json_K.split(",") if K}
     rows, checks, plain = [], [], {}
     for label, K, cli in cases:
@@ -95,13 +105,13 @@ def main() -> None:
             out = run(cli + ([output] if output != "text" else []))
             size = f"{out['bytes'] / 1e6:.2f} MB" if "bytes" in out else "—"
             if "error" in out:
-                rows.append([label, K, output, "—", "—", f"{out['wall']:.2f} s",
+                rows.append([label, K, output, "—", "—", f"{out['wall']:.2f} s", "—",
                              f"{out['cpu']:.2f} s", "—", "—", out["error"][:70], load()])
                 continue
             assert abs(out["T1"] - pretrain_steps(K, 0.01, 0.1)) <= 0.01 * out["T1"] + 1
             engines = " / ".join(short(e) for e in out["engines"])
             rows.append([label, K, output, f"{out['T1']:,}", f"{out['T2']:,}",
-                         f"{out['wall']:.2f} s", f"{out['cpu']:.2f} s",
+                         f"{out['wall']:.2f} s", estimate(cli), f"{out['cpu']:.2f} s",
                          f"{out['rss']:.0f} MiB", size, engines, load()])
             if output == "text":
                 plain[label, K] = out
@@ -116,7 +126,8 @@ def main() -> None:
             print(f"  {label} K = {K} {output}: {out['wall']:.1f} s", file=sys.stderr,
                   flush=True)
     print("\n### `oodcalc predict` as K grows (ε = 0.01, η = 0.1; fresh process each)\n")
-    print(table(["geometry", "K", "output", "T1", "T2", "wall", "CPU", "peak RSS", "JSON",
+    print(table(["geometry", "K", "output", "T1", "T2", "wall", "estimate", "CPU",
+                 "peak RSS", "JSON",
                  "engines (pretraining / fine-tuning)", "load"], rows))
     if checks:
         print("\n### Targets\n")
