@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from _common import machine, table, timed, verdict
 
 import oodcalc as oc
@@ -29,7 +31,9 @@ def torch_prompts(setting, N, batch, seed=0, max_steps=1_000_000):
 
     geo, proto = setting.geometry, setting.protocol
     pre_rng, ft_rng, _ = phase_generators(seed)          # the simulator's own prompts
-    t = lambda a: torch.tensor(a, dtype=torch.float64)
+    # contiguous, as a PyTorch user would hold them (sampled prompts are views of the
+    # simulator's own layout; a strided tensor would slow the baseline down)
+    t = lambda a: torch.tensor(np.ascontiguousarray(a), dtype=torch.float64)
     V, U, K = t(geo.V), t(geo.U), geo.K
     Q = torch.zeros(geo.d, geo.d, dtype=torch.float64, requires_grad=True)
 

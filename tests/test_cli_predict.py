@@ -318,3 +318,12 @@ def test_a_command_loads_only_its_own_module():
     from oodcalc import cli
     assert out[-1] == str(list(cli.LISTED))
     assert out[-1].startswith("['predict', 'sweep', 'simulate'") and "'plot']" in out[-1]
+
+
+def test_every_command_module_loads():
+    """COMMAND_MODULES names modules by string (the layer test reads import statements and
+    cannot see them): each must import and register what `oodcalc -h` lists."""
+    from oodcalc import cli
+    cli.load_commands()
+    assert all(f"oodcalc.cli.{m}" in sys.modules for m in cli.COMMAND_MODULES)
+    assert set(cli.root_command().commands) == set(cli.LISTED)

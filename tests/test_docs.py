@@ -121,3 +121,22 @@ def test_the_outside_pattern_matches_what_it_must():
     assert OUTSIDE.search("see " + "shared" + "/" + "MODEL" + ".md")
     assert OUTSIDE.search("the " + "seeds" + "/000.txt file")
     assert not OUTSIDE.search("the paper, arXiv 2609.36448")
+
+
+def test_the_performance_figures_come_from_a_full_run(tmp_path, monkeypatch):
+    """The README's performance paragraph is read from docs/performance.md: a number changed
+    there changes the paragraph; a smoke-test record (all.py --quick, its headings carrying
+    options) is refused with the reason, not quoted."""
+    text = generate_docs.PERFORMANCE_FILE.read_text(encoding="utf-8")
+    sections = generate_docs.benchmark_sections(text.replace(
+        "## `python benchmarks/bench_peers.py`", "## `python benchmarks/bench_peers.py --n 41`"))
+    assert "bench_peers.py" in sections and "bench_margins.py" in sections
+    changed = tmp_path / "performance.md"
+    ratio = re.search(r"starts in ([0-9.]+)×", generate_docs.performance_summary()).group(1)
+    changed.write_text(text.replace(f"{ratio}× | <= 3×", "9.99× | <= 3×"), encoding="utf-8")
+    monkeypatch.setattr(generate_docs, "PERFORMANCE_FILE", changed)
+    assert "starts in 9.99×" in generate_docs.performance_summary()
+    changed.write_text(text.replace("`python benchmarks/all.py` from",
+                                    "`python benchmarks/all.py` --quick from"), encoding="utf-8")
+    with pytest.raises(ValueError, match="smoke test"):
+        generate_docs.performance_summary()

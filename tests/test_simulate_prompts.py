@@ -138,3 +138,17 @@ def test_finite_prompts_approach_the_population_T1():
     m = {N: np.mean(v) for N, v in dev.items()}
     se = {N: np.std(v, ddof=1) / 2 for N, v in dev.items()}
     assert abs(m[8]) - abs(m[32]) > K_SIGMA * math.hypot(se[8], se[32])
+
+
+def test_the_training_layout_is_the_prompts_own():
+    """Sampled prompts hold their tokens in the training layout (X is a view: no copy);
+    prompts built otherwise are read as they are now, also after a change in place."""
+    F = oc.Setting(oc.parallel_shift([1, -0.9])).geometry.V
+    P = sample_prompts(F, 8, 16, np.random.default_rng(0))
+    assert np.shares_memory(P.X_last, P.X) and P.X_last.flags.c_contiguous
+    Q = 0.3 * np.eye(F.shape[0])
+    own = oc.simulate.prompts.Prompts(P.X.copy(), P.xq, P.y.copy(), P.yq, P.q, P.tokens)
+    before = sampled_loss_and_gradient(Q, own)[0]
+    own.y[:] = 0.0
+    assert sampled_loss_and_gradient(Q, own)[0] == pytest.approx(0.5 * np.mean(P.yq ** 2))
+    assert before != pytest.approx(0.5 * np.mean(P.yq ** 2))

@@ -190,7 +190,8 @@ def main() -> int:
     # Imports shared by every case happen once, before forking (each case then starts fast).
     import numpy  # noqa: F401
     import oodcalc
-    import oodcalc.cli  # noqa: F401
+    import oodcalc.cli
+    oodcalc.cli.root_command()                 # every command loaded, its tree built
     for heavy in ("matplotlib", "matplotlib.pyplot", "sympy"):
         try:
             __import__(heavy)

@@ -64,7 +64,9 @@ def _tree(loaded: frozenset[str]):
     """The tree of the commands registered so far, built once per set of loaded modules,
     listed in :data:`LISTED` order whatever order they were loaded in."""
     group = typer.main.get_command(app)
-    group.commands = dict(sorted(group.commands.items(), key=lambda c: LISTED.index(c[0])))
+    rank = {name: i for i, name in enumerate(LISTED)}     # others (added on app) last
+    group.commands = dict(sorted(group.commands.items(),
+                                 key=lambda c: rank.get(c[0], len(rank))))
     return group
 
 

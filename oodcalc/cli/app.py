@@ -1,7 +1,7 @@
 """The root ``oodcalc`` app that every command module registers on (``@app.command()``).
 
 It lives in its own module so that the command modules import it from here, below the
-package that imports them all (``oodcalc.cli``, which also holds ``main``).
+package that loads them (``oodcalc.cli``, which also holds ``main``).
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ per phase and one for the held-out sample.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -70,13 +69,14 @@ class Prompts:
 
     # Training computes with the prompts innermost: the softmax's sums over N tokens then
     # run across all prompts at once (over an axis of length N they cost ~90 ns a prompt).
-    # For sampled prompts these are the arrays X and y are views of (no copy).
-    @cached_property
+    # Sampled prompts are held in this layout (X and y are views of it): no copy. Not
+    # cached, so that prompts built otherwise and changed in place are read as they are.
+    @property
     def X_last(self) -> np.ndarray:
         """``X`` as ``(d, N, B)``, contiguous."""
         return np.ascontiguousarray(self.X.transpose(2, 1, 0))
 
-    @cached_property
+    @property
     def y_last(self) -> np.ndarray:
         """``y`` as ``(N, B)``, contiguous."""
         return np.ascontiguousarray(self.y.T)
