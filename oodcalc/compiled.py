@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import sys
 
 
@@ -54,6 +55,16 @@ def threads() -> int:
     """Threads the parallel kernels use (Numba's default: one per core)."""
     nb = numba()
     return nb.get_num_threads() if nb is not None else 1
+
+
+def expected_threads() -> int:
+    """:func:`threads` as Numba will choose them, without importing it (for estimates):
+    ``NUMBA_NUM_THREADS``, else the cores this process may run on."""
+    try:
+        return max(1, int(os.environ["NUMBA_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        return max(1, len(cores) if cores else os.cpu_count() or 1)
 
 
 @functools.cache

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import compiled
 from .model import features_last, matrices_first
 from .theory import alpha_star, stopping_margin
 
@@ -235,7 +236,8 @@ def finetune_log_steps(K: int, eps: float, eta_ft: float, *,
 # --- time: the fine-tuning engines --------------------------------------------------------
 
 #: The K×K fine-tuning engines, and the seconds each takes per logit update on one core
-#: (measured on a 2-core Xeon; ``benchmarks/bench_predict.py``), for messages only.
+#: (measured on a 2-core Xeon; ``benchmarks/bench_predict.py`` prints the estimates beside
+#: its measured times), for messages only.
 ENGINES = {"compiled": "per-column kernel (Numba)", "numpy": "K×K descent (NumPy)"}
 SECONDS_PER_UPDATE = {"compiled": 3.5e-9, "numpy": 3e-8}
 #: ... and the seconds each spends per step whatever K (NumPy's calls, predict's source
@@ -323,9 +325,15 @@ def predict_seconds(K: int, protocol, plan: Plan | None,
     seconds = ray_seconds(steps, compiled_available)
     if plan is None:                           # fine-tuning on the ray too, at most as long
         return seconds + ray_seconds(steps, compiled_available, loaded=True)
-    log_t2, engine, _ = plan
-    return seconds + exp_steps(log_t2) * (SECONDS_PER_STEP[engine]
-                                          + K * K * SECONDS_PER_UPDATE[engine])
+    return seconds + finetune_seconds(K, plan.log_steps, plan.engine)
+
+
+def finetune_seconds(K: int, log_steps: float, engine: str) -> float:
+    """Seconds a K×K fine-tuning of ``e^log_steps`` steps takes on ``engine`` (a key of
+    :data:`ENGINES`; the compiled kernel shares the columns out over its threads)."""
+    threads = compiled.expected_threads() if engine == "compiled" else 1
+    return exp_steps(log_steps) * (SECONDS_PER_STEP[engine]
+                                   + K * K * SECONDS_PER_UPDATE[engine] / threads)
 
 
 def exp_steps(log_steps: float) -> float:

@@ -26,8 +26,6 @@ import math
 import os
 import re
 
-import numpy as np
-
 from . import compiled, estimates
 from .errors import ComputationError, InputError, param
 
@@ -386,7 +384,7 @@ def check_finetune_work(K: int, protocol, log_t2: float, engine: str,
     work = estimates.exp_steps(log_t2) * K * K
     if work <= WORK_LIMIT:
         return
-    hours = work * estimates.SECONDS_PER_UPDATE[engine] / 3600
+    hours = estimates.finetune_seconds(K, log_t2, engine) / 3600
     hint = '; pip install "oodcalc[fast]" runs it about 10× faster' if faster else ""
     raise ComputationError(
         f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
