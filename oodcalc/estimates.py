@@ -323,8 +323,9 @@ def predict_seconds(K: int, protocol, plan: Plan | None,
     if not protocol.auto_steps:                # an auto cap is raised to fit the run
         steps = min(steps, float(protocol.max_steps))
     seconds = ray_seconds(steps, compiled_available)
-    if plan is None:                           # fine-tuning on the ray too, at most as long
-        return seconds + ray_seconds(steps, compiled_available, loaded=True)
+    if plan is None:   # fine-tuning on the ray too, at most as long (Numba loaded if used)
+        loaded = compiled_available and ray_compiled(steps, loaded=False)
+        return seconds + ray_seconds(steps, compiled_available, loaded)
     return seconds + finetune_seconds(K, plan.log_steps, plan.engine)
 
 

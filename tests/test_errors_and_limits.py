@@ -734,6 +734,10 @@ def test_the_ray_estimate_follows_the_engine_the_run_takes(monkeypatch):
     assert fast == pytest.approx(estimates.COMPILED_LOAD_SECONDS + 2 * steps
                                  * estimates.SECONDS_PER_RAY_STEP["compiled"])
     assert fast < 3 < LONG_RUN_SECONDS
+    # K = 256 pretrains 796,641 steps: plain, and so is fine-tuning (Numba never loaded)
+    short = estimates.pretrain_steps(256, 0.01, 0.1)
+    assert expected_seconds(oc.Setting(oc.rotation(0.5, 256)))[0] == pytest.approx(
+        2 * short * estimates.SECONDS_PER_RAY_STEP["python"])
     monkeypatch.setattr(compiled, "available", lambda: False)
     plain = expected_seconds(setting)[0]
     assert plain == pytest.approx(2 * steps * estimates.SECONDS_PER_RAY_STEP["python"])
