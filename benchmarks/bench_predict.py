@@ -87,20 +87,17 @@ def main() -> None:
     from oodcalc.estimates import pretrain_steps
     from oodcalc.predict import expected_seconds
     rng = np.random.default_rng(0)
-    cases = [("rotation θ = 0.5", int(K), ["--theta", "0.5", "--K", K])
-             for K in args.rotation_K.split(",") if K]
-    cases += [("random γ", int(K), ["--gamma=" + ",".join(f"{g:.3f}" for g in
-                                                         rng.uniform(-1, 1, int(K)))])
-              for K in args.random_K.split(",") if K]
-
-    def estimate(cli: list[str]) -> str:
-        """What predict tells the user before a run (announced past a minute)."""
-        geometry = oc.rotation(0.5, int(cli[3])) if cli[0] == "--theta" else \
-            oc.parallel_shift([float(g) for g in cli[0].split("=")[1].split(",")])
-        return f"{expected_seconds(oc.Setting(geometry))[0]:.2g} s"
+    cases = [("rotation θ = 0.5", int(K), ["--theta", "0.5", "--K", K],
+              oc.rotation(0.5, int(K))) for K in args.rotation_K.split(",") if K]
+    for K in filter(None, args.random_K.split(",")):
+        gamma = [f"{g:.3f}" for g in rng.uniform(-1, 1, int(K))]
+        cases.append(("random γ", int(K), ["--gamma=" + ",".join(gamma)],
+                      oc.parallel_shift([float(g) for g in gamma])))
     json_K = {int(K) for K in args.json_K.split(",") if K}
     rows, checks, plain = [], [], {}
-    for label, K, cli in cases:
+    for label, K, cli, geometry in cases:
+        # what predict tells the user before the run (announced past a minute)
+        estimate = f"{expected_seconds(oc.Setting(geometry))[0]:.2g} s"
         for output in ["text", "--json"] if K in json_K else ["text"]:
             out = run(cli + ([output] if output != "text" else []))
             size = f"{out['bytes'] / 1e6:.2f} MB" if "bytes" in out else "—"
@@ -111,7 +108,7 @@ def main() -> None:
             assert abs(out["T1"] - pretrain_steps(K, 0.01, 0.1)) <= 0.01 * out["T1"] + 1
             engines = " / ".join(short(e) for e in out["engines"])
             rows.append([label, K, output, f"{out['T1']:,}", f"{out['T2']:,}",
-                         f"{out['wall']:.2f} s", estimate(cli), f"{out['cpu']:.2f} s",
+                         f"{out['wall']:.2f} s", estimate, f"{out['cpu']:.2f} s",
                          f"{out['rss']:.0f} MiB", size, engines, load()])
             if output == "text":
                 plain[label, K] = out

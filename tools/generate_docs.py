@@ -329,6 +329,7 @@ def performance_summary() -> str:
 
     def versus(table, row, peer):
         return _seconds(_row(table, row)["wall"]) / _seconds(_row(table, peer)["wall"])
+    tuned_scalar = versus(tuned, SWEEP_ROW, SCALAR_ROW)
 
     predict = {r["run"]: r for r in bench["bench_predict.py"]["Targets"]}
     cli = bench["bench_cli.py"]
@@ -353,9 +354,9 @@ def performance_summary() -> str:
         f"time and {versus(default, SWEEP_ROW, SCALAR_ROW):.2f}× the scalar-margin peer's; "
         "with glibc's heap tuned so that nothing faults, "
         f"{versus(tuned, SWEEP_ROW, BATCHED_ROW):.2f}× and "
-        f"{versus(tuned, SWEEP_ROW, SCALAR_ROW):.2f}×: the scalar-margin peer, written for "
+        f"{tuned_scalar:.2f}×: the scalar-margin peer, written for "
         "K = 2 alone and computing only T1, T2 and F_k, is then "
-        + ("ahead of" if versus(tuned, SWEEP_ROW, SCALAR_ROW) > 1 else "behind")
+        + ("ahead of" if tuned_scalar > 1 else "behind")
         + " the whole table; oodcalc's dynamics on the same outputs take "
         f"{versus(tuned, OUTPUTS_ROW, SCALAR_ROW):.2f}× its time, the margin engine alone "
         f"{versus(tuned, 'descend_columns alone (the margin engine)', SCALAR_ROW):.2f}×.",

@@ -118,10 +118,10 @@ def sampled_loss_and_gradient(Q: np.ndarray, P: Prompts) -> tuple[float, np.ndar
     ``∂(½r²)/∂s_i = r · a_i (y_i − ŷ)`` for the logit ``s_i = x_iᵀ Q x_query`` and
     ``∂s_i/∂Q = x_i x_queryᵀ``.
     """
-    a = _attention(Q, P)                                       # (N, B)
-    y_hat = np.einsum("nb,nb->b", a, P.y_last)
+    a, y = _attention(Q, P), P.y_last                          # (N, B) both
+    y_hat = np.einsum("nb,nb->b", a, y)
     r = y_hat - P.yq
-    g = np.subtract(P.y_last, y_hat)
+    g = np.subtract(y, y_hat)
     g *= a
     g *= r                                                     # ∂(½r²)/∂s_i
     token_sum = np.einsum("nb,dnb->db", g, P.X_last)           # Σ_i g_i x_i, (d, B)
