@@ -29,6 +29,11 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, as_scalar,
 from ..symbolic.model import Column, conditional_error
 from .claim5_ood_weights import parallel_shift_entries
 
+#: 9b: how close the measured sup of ‖∇²e_k‖ must come to c₂ (the search finds it to
+#: ~1e-16; a real excess over c₂ would show far above this).
+SUP_TOL = 1e-9
+_SUP_TOL_TEXT = f"{SUP_TOL:.0e}".replace("e-0", "e-")     # "1e-9"
+
 CLAIMED = {
     # the paper's bound at T1 under a parallel shift, from α, K, γ_k, γ_n
     "paper-bound": lambda alpha, K, g_k, g_n: sp.exp(alpha * g_k * g_n / (K - 1)),
@@ -226,17 +231,20 @@ def derive_smoothness(claimed: dict = CLAIMED):
     worst = max(sup.values())
     gap = max(abs(v - c2_float) for v in sup.values())
     factor = float(claimed["smoothness"] / c2)
+    # The gap itself is round-off (~1e-16, different on another CPU): it is printed as the
+    # bound it is checked against, so the documents do not depend on the machine.
+    gap_text = f"|sup_K − c₂| {'<' if gap < SUP_TOL else '>='} {_SUP_TOL_TEXT}"
     r.step(f"For K = 3..8 the largest ‖∇²e_k‖ found by maximising over the column (Nelder–Mead "
            f"from random starts and from the two-feature configuration) is the K = 2 value, "
-           f"{worst:.6f} (within {gap:.1e} of c₂), approached as the other logits go to −∞: "
+           f"{worst:.6f} ({gap_text} for every K), approached as the other logits go to −∞: "
            f"the bound {claimed['smoothness']} is loose by a factor 1/c₂ = {factor:.2f}, and if "
            f"the sup is c₂ for every K (measured, not derived), every step with "
            f"η < 2K/c₂ ≈ {2 / c2_float:.2f}K descends, against the certified η < 2K.")
-    r.check("search", "the measured sup of ‖∇²e_k‖ is c₂ for every K = 2..8 (|sup_K − c₂| < "
-            "1e-6) and at or below the claimed constant", NUMERIC,
-            gap < 1e-6 and worst <= float(claimed["smoothness"]),
+    r.check("search", f"the measured sup of ‖∇²e_k‖ is c₂ for every K = 2..8 (|sup_K − c₂| < "
+            f"{_SUP_TOL_TEXT}) and at or below the claimed constant", NUMERIC,
+            gap < SUP_TOL and worst <= float(claimed["smoothness"]),
             "; ".join(f"K = {k}: {v:.6f}" for k, v in sup.items())
-            + f"; max |sup_K − c₂| = {gap:.1e}; loose by 1/c₂ = {factor:.2f}")
+            + f"; max {gap_text}; loose by 1/c₂ = {factor:.2f}")
 
     # Beside the paper's bound.
     alpha, g_k, g_n, _, beta = parallel_shift_entries()
@@ -301,45 +309,15 @@ def measured_sup(Ks: tuple[int, ...] = tuple(range(2, 9)), starts: int = 12,
     return out
 
 
-def _nelder_mead(f, x0: np.ndarray, xatol: float = 1e-10, fatol: float = 1e-14,
-                 maxiter: int = 20_000) -> float:
-    """The smallest value of ``f`` found by Nelder–Mead from ``x0`` (standard coefficients:
-    reflection 1, expansion 2, contraction ½, shrink ½; initial simplex x0 with one
-    coordinate at a time moved by 5 %, or by 0.00025 where it is 0). Here rather than
-    scipy's so that the plain install can measure; it stops, as scipy's does, when the
-    simplex is within ``xatol`` and its values within ``fatol``."""
-    n = len(x0)
-    simplex = np.array([x0] + [x0 + np.eye(n)[i] * (0.05 * x0[i] if x0[i] else 0.00025)
-                               for i in range(n)], dtype=float)
-    values = np.array([f(x) for x in simplex])
-    for _ in range(maxiter):
-        order = np.argsort(values, kind="stable")
-        simplex, values = simplex[order], values[order]
-        if (np.abs(simplex[1:] - simplex[0]).max() <= xatol
-                and np.abs(values[1:] - values[0]).max() <= fatol):
-            break
-        centroid = simplex[:-1].mean(axis=0)
-        worst = simplex[-1]
-        reflected = centroid + (centroid - worst)
-        fr = f(reflected)
-        if fr < values[0]:
-            expanded = centroid + 2 * (centroid - worst)
-            fe = f(expanded)
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-            continue
-        if fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-            continue
-        # Contract towards the better of the worst point and its reflection.
-        outside = fr < values[-1]
-        contracted = centroid + 0.5 * ((reflected if outside else worst) - centroid)
-        fc = f(contracted)
-        if fc < (fr if outside else values[-1]):
-            simplex[-1], values[-1] = contracted, fc
-            continue
-        simplex[1:] = simplex[0] + 0.5 * (simplex[1:] - simplex[0])
-        values[1:] = [f(x) for x in simplex[1:]]
-    return float(values.min())
+def _nelder_mead(f, x0: np.ndarray) -> float:
+    """The smallest value of ``f`` found by scipy's Nelder–Mead from ``x0`` (its default
+    initial simplex: one coordinate at a time moved by 5 %, or by 0.00025 where it is 0),
+    run until the simplex is within 1e-10 and its values within 1e-14."""
+    from scipy.optimize import minimize     # scipy costs ~0.2 s to import: only when measuring
+    result = minimize(f, np.asarray(x0, dtype=float), method="Nelder-Mead",
+                      options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 20_000,
+                               "maxfev": 40_000})
+    return float(result.fun)
 
 
 def derive_paper_bound(claimed: dict = CLAIMED):

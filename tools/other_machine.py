@@ -1,0 +1,192 @@
+"""Run oodcalc as if on another CPU: every result of the floating-point functions whose last
+bits differ between machines (the transcendental functions of numpy and math, numpy's
+linear algebra and matrix products, numpy's sums) is moved by a few units in the last
+place, and the committed generated files are regenerated and compared.
+
+    python tools/other_machine.py            # every generated block, file and derivation
+    python tools/other_machine.py --ulps 4   # a larger nudge
+
+Exit 1 and a diff per file when a committed document would read differently: such a
+document prints a round-off residual (or a value at a rounding boundary) and would fail
+its staleness test on some machine. tests/test_any_machine.py runs the same on the
+generated files that are cheap to regenerate; this script runs them all (minutes).
+
+Why these functions: IEEE 754 fixes +, −, ×, ÷ and sqrt to the bit, but not exp, log and
+their kin (numpy dispatches to SIMD versions chosen by the CPU, libm differs by version),
+and BLAS picks its kernels (and its summation order) by CPU, so a dot product, a matrix
+product or an eigenvalue moves in its last bits from one machine to the next; numpy's
+pairwise sums do too where its SIMD width differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import functools
+import math
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: numpy functions (module attribute, name) whose float64 results are nudged.
+NUMPY_FUNCTIONS = [(np, name) for name in ("exp", "expm1", "log", "log1p", "log2", "log10",
+                                           "tanh", "sinh", "cosh", "power", "sum", "dot",
+                                           "matmul", "einsum", "logaddexp")] + [
+    (np.linalg, name) for name in ("solve", "eigvalsh", "eigh", "norm", "inv")]
+#: math functions nudged (their results are Python floats).
+MATH_FUNCTIONS = ("exp", "expm1", "log", "log1p", "log2", "log10", "tanh", "pow")
+
+
+def _nudge_array(a: np.ndarray, ulps: int) -> None:
+    """Move every finite nonzero float64 entry of ``a`` by ``ulps`` units in the last
+    place, in place, up or down by the parity of its own last bit (so the direction varies
+    from entry to entry but the run is reproducible)."""
+    if a.dtype != np.float64 or a.size == 0:
+        return
+    bits = a.view(np.int64)
+    step = np.where(bits & 1, ulps, -ulps).astype(np.int64)
+    finite = np.isfinite(a) & (a != 0)
+    bits[finite] += step[finite]
+
+
+def _nudge(value, ulps: int):
+    if isinstance(value, tuple):              # eigh: (values, vectors)
+        return tuple(_nudge(v, ulps) for v in value)
+    if isinstance(value, np.ndarray):
+        if value.dtype == np.float64 and value.flags.writeable:
+            _nudge_array(value, ulps)
+        return value
+    if isinstance(value, (float, np.float64)) and math.isfinite(value) and value != 0:
+        array = np.array([value], dtype=np.float64)
+        _nudge_array(array, ulps)
+        return type(value)(array[0]) if isinstance(value, np.float64) else float(array[0])
+    return value
+
+
+class _Nudged:
+    """``function`` with its float64 results nudged; its other attributes (a ufunc's
+    ``reduce``, ``outer``, ``nin``, ...) are the original's, unnudged."""
+
+    def __init__(self, function: Callable, ulps: int) -> None:
+        self._function, self._ulps = function, ulps
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args, **kwargs):
+        result = self._function(*args, **kwargs)
+        out = kwargs.get("out")
+        if isinstance(out, tuple) and len(out) == 1:
+            out = out[0]
+        if isinstance(out, np.ndarray):
+            _nudge(out, self._ulps)
+            return result
+        return _nudge(result, self._ulps)
+
+    def __getattr__(self, name):
+        return getattr(self._function, name)
+
+
+@contextlib.contextmanager
+def other_machine(ulps: int = 2) -> Iterator[None]:
+    """Within the block, numpy's and math's machine-dependent functions return results
+    ``ulps`` units in the last place away from this machine's (see the module docstring).
+    The ``@`` operator and ufunc methods are not reached; ``np.matmul``/``np.dot`` are."""
+    saved = []
+    try:
+        for module, name in NUMPY_FUNCTIONS:
+            saved.append((module, name, getattr(module, name)))
+            setattr(module, name, _Nudged(getattr(module, name), ulps))
+        for name in MATH_FUNCTIONS:
+            saved.append((math, name, getattr(math, name)))
+            setattr(math, name, _Nudged(getattr(math, name), ulps))
+        yield
+    finally:
+        for module, name, original in reversed(saved):
+            setattr(module, name, original)
+
+
+def _load_generate_docs():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import generate_docs
+    finally:
+        sys.path.pop(0)
+    return generate_docs
+
+
+def generated_files(include_derivations: bool = True) -> dict[str, Callable[[], str]]:
+    """Every committed generated text as (label → function giving it as it stands in the
+    repository now, function giving it regenerated)."""
+    generate_docs = _load_generate_docs()
+    out = {}
+    for block in generate_docs.BLOCKS:
+        out[f"{block.file}:{block.name}"] = (functools.partial(generate_docs.current, block),
+                                             lambda block=block: block.generate().strip())
+    for name, generate in generate_docs.FILES.items():
+        out[name] = (lambda name=name: (ROOT / name).read_text(encoding="utf-8"), generate)
+    if include_derivations:
+        from oodcalc.symbolic import documents
+        for name in _derivation_names():
+            out[f"derivations/{name}"] = (
+                lambda name=name: (documents.DEFAULT_DIR / name).read_text(encoding="utf-8"),
+                lambda name=name: _fresh_derivations()[name])
+    return out
+
+
+def _derivation_names() -> list[str]:
+    from oodcalc.symbolic import documents
+    return sorted(p.name for p in documents.DEFAULT_DIR.iterdir() if p.suffix in (".md", ".tex"))
+
+
+def _fresh_derivations() -> dict[str, str]:
+    from oodcalc.symbolic import documents
+    documents.derivation_of.cache_clear()
+    return documents.render_all()
+
+
+def differences(labels: list[str] | None = None, ulps: int = 2) -> dict[str, str]:
+    """Label → unified diff of each generated text that reads differently when regenerated
+    under :func:`other_machine` (empty: nothing committed depends on the last bits)."""
+    files = generated_files(include_derivations=labels is None
+                            or any(label.startswith("derivations/") for label in labels))
+    chosen = labels if labels is not None else list(files)
+    found = {}
+    with other_machine(ulps):
+        fresh_derivations = None
+        for label in chosen:
+            committed, generate = files[label]
+            if label.startswith("derivations/"):
+                fresh_derivations = fresh_derivations or _fresh_derivations()
+                fresh = fresh_derivations[label.split("/", 1)[1]]
+            else:
+                fresh = generate()
+            before = committed()
+            if fresh != before:
+                found[label] = "".join(difflib.unified_diff(
+                    before.splitlines(True), fresh.splitlines(True), "committed",
+                    "another machine", n=0))
+    from oodcalc.symbolic import documents
+    documents.derivation_of.cache_clear()      # nothing nudged outlives the block
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python tools/other_machine.py",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--ulps", type=int, default=2, help="units in the last place (2)")
+    parser.add_argument("labels", nargs="*", help="only these (e.g. README.md:predict-example)")
+    args = parser.parse_args(argv)
+    found = differences(args.labels or None, args.ulps)
+    for label, diff in found.items():
+        print(f"== {label} reads differently on another machine:\n{diff}")
+    if not found:
+        print("every generated file reads the same on another machine")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
