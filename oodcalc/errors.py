@@ -58,6 +58,19 @@ def fill(text: str, names: Names | None = None) -> str:
     return _PLACEHOLDER.sub(one, text)
 
 
+def item_name(name: str, index: int) -> str:
+    """How entry ``index`` (0-based) of a sequence parameter is named in a message: as
+    Python indexes it for the API (``gamma[0]``), counted from 1 for a command-line
+    option (``--gamma value 1``)."""
+    return f"{name} value {index + 1}" if name.startswith("--") else f"{name}[{index}]"
+
+
+def shorten(value: object, limit: int = 60) -> str:
+    """``value`` as a message shows it: its text, cut to ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 class OodcalcError(Exception):
     """A problem the user can act on; ``str(err)`` is the whole message."""
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import estimates, limits
-from .errors import InputError, param
+from .errors import InputError, item_name, param, shorten
 
 #: Largest entry of |VᵀV − I| (and |UᵀU − I|) accepted as orthonormal.
 ORTHONORMAL_TOL = 1e-6
@@ -137,6 +137,18 @@ def check_K(K: Any, name: str = "K") -> int:
     return int(K)
 
 
+def check_sequence(values: Any, name: str, accepted: str) -> list:
+    """``values`` as a list, refusing what only looks like a sequence: a string is not
+    split (``"1,-0.9"`` would iterate its characters), a number or None is not one."""
+    try:
+        if isinstance(values, (str, bytes)):
+            raise TypeError
+        return list(values)
+    except TypeError:
+        raise InputError(name, shorten(repr(values)),
+                         f"expected a sequence of numbers: {accepted}") from None
+
+
 def check_finite(value: Any, name: str) -> float:
     try:
         x = float(value)
@@ -204,13 +216,14 @@ def parallel_shift(gamma: Sequence[float], d: int | None = None, *,
     >>> g.K, g.d, g.gamma.tolist()
     (2, 3, [1.0, -0.9])
     """
-    values = [check_finite(g, f"{name}[{i + 1}]") for i, g in enumerate(gamma)]
+    gamma = check_sequence(gamma, name, "one γ per feature, e.g. [1, -0.9]")
+    values = [check_finite(g, item_name(name, i)) for i, g in enumerate(gamma)]
     if len(values) < 2:
         raise InputError(name, ",".join(map(str, gamma)) or "nothing",
                          "give at least 2 values (one per feature, K >= 2)")
     for i, g in enumerate(values):
         if not -1.0 <= g <= 1.0:
-            raise InputError(f"{name}[{i + 1}]", g, "each γ must lie in [-1, 1]")
+            raise InputError(item_name(name, i), g, "each γ must lie in [-1, 1]")
     return _shifted(np.array(values), d, kind="parallel-shift",
                     params={"gamma": values})
 

@@ -26,7 +26,7 @@ from .estimates import ENGINES, SECONDS_PER_UPDATE, TRAJECTORY_BYTES  # noqa: F4
 from .model import attention, conditional_errors
 from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, TREND_TOL, \
     directions, off_diagonal
-from .setting import Setting
+from .setting import Setting, check_setting
 
 from .limits import AUTO_STEP_LIMIT, WORK_LIMIT, phase_cap  # noqa: F401,E402
 
@@ -168,7 +168,7 @@ def predict(setting: Setting, progress: Progress | None = None) -> Report:
     >>> f"{report.F:+.3g}"                  # F > 0: the source loss rose overall
     '+0.00015'
     """
-    geo, proto, K = setting.geometry, setting.protocol, setting.K
+    geo, proto, K = check_setting(setting).geometry, setting.protocol, setting.K
     # Refuse what is out of reach first: before M, the report's description or any array
     # (for a constructed geometry the diagonal of M is known without forming it).
     limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
@@ -205,7 +205,7 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
     >>> seconds < 10, words
     (True, 'pretraining ≈ 357 steps on the symmetric ray')
     """
-    geo, proto, K = setting.geometry, setting.protocol, setting.K
+    geo, proto, K = check_setting(setting).geometry, setting.protocol, setting.K
     limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
                          M=geo.M if geo.known_diagonal is None else None)
     pretrain = estimates.pretrain_steps(K, proto.eps, proto.eta)

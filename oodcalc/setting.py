@@ -9,12 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, shorten
 from .geometry import Geometry
 
 DEFAULT_EPS = 0.01
 DEFAULT_ETA = 0.1
 DEFAULT_MAX_STEPS = 1_000_000
+#: The largest step count a Protocol takes: counts are exact in float64 and int64 up to
+#: it (no run comes near: the caps refuse runs past about 2e12 logit updates).
+MAX_STEP_COUNT = 2 ** 53
 #: A stopping level no error meets (every e_k >= 0): fine-tuning for ``ft_steps`` steps.
 NEVER = -1.0
 
@@ -90,12 +93,16 @@ class Protocol:
         if auto:
             steps = DEFAULT_MAX_STEPS
             object.__setattr__(self, "max_steps", steps)
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise InputError("max_steps", steps, 'expected an integer >= 1 or "auto"')
+        if (isinstance(steps, bool) or not isinstance(steps, (int, np.integer))
+                or not 1 <= steps <= MAX_STEP_COUNT):
+            raise InputError("max_steps", shorten(steps),
+                             f'expected an integer from 1 to 2^53 or "auto"')
+        object.__setattr__(self, "max_steps", int(steps))
         n = self.ft_steps
         if n is not None:
-            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-                raise InputError("ft_steps", n, "expected an integer >= 1")
+            if (isinstance(n, bool) or not isinstance(n, (int, np.integer))
+                    or not 1 <= n <= MAX_STEP_COUNT):
+                raise InputError("ft_steps", shorten(n), "expected an integer from 1 to 2^53")
             if self.eps_ft is not None:
                 raise InputError("eps_ft", self.eps_ft, "give eps_ft or ft_steps, not both "
                                  "(a fixed number of steps has no stopping rule)")
@@ -151,6 +158,15 @@ class Setting:
     geometry: Geometry
     protocol: Protocol = Protocol()
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.geometry, Geometry):
+            raise InputError("Setting.geometry", shorten(repr(self.geometry)), "expected a Geometry "
+                             "(oc.parallel_shift, oc.rotation, oc.mean_query, oc.orthogonal, "
+                             "oc.from_arrays, oc.from_files)")
+        if not isinstance(self.protocol, Protocol):
+            raise InputError("Setting.protocol", shorten(repr(self.protocol)),
+                             "expected a Protocol, e.g. oc.Protocol(eps=0.01, eta=0.1)")
+
     @property
     def K(self) -> int:
         return self.geometry.K
@@ -159,3 +175,14 @@ class Setting:
         """The ``parameters`` block every result carries, so anyone can recompute it."""
         return {"K": self.K, "d": self.geometry.d, **self.protocol.describe(),
                 "geometry": self.geometry.describe()}
+
+
+def check_setting(setting: Any, name: str = "setting") -> Setting:
+    """``setting`` if it is a :class:`Setting`, else a clear error: the entry points take
+    one (``oc.Setting(oc.parallel_shift([1, -0.9]))``)."""
+    if not isinstance(setting, Setting):
+        hint = ("wrap the geometry: oc.Setting(geometry, oc.Protocol())"
+                if isinstance(setting, Geometry)
+                else "e.g. oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol())")
+        raise InputError(name, shorten(repr(setting)), f"expected a Setting; {hint}")
+    return setting

@@ -37,8 +37,8 @@ import numpy as np
 from . import estimates, limits, theory
 from .dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
     source_errors
-from .errors import InputError
-from .geometry import Geometry, check_K
+from .errors import InputError, item_name, shorten
+from .geometry import Geometry, check_K, check_sequence
 from .io import write_atomic
 from .model import conditional_errors, feature_sum, features_first, loss
 from .report import directions
@@ -101,13 +101,23 @@ class Grid:
 
 
 def _positive_axis(values: Any, name: str) -> np.ndarray:
-    x = np.atleast_1d(np.asarray(values, dtype=np.float64)).ravel()
+    x = _float_axis(values, name, "expected finite numbers > 0")
     bad = ~(np.isfinite(x) & (x > 0))
     if x.size == 0:
         raise InputError(name, "nothing", "give at least one value")
     if bad.any():
         raise InputError(name, repr(float(x[bad][0])), "expected finite numbers > 0")
     return x
+
+
+def _float_axis(values: Any, name: str, accepted: str) -> np.ndarray:
+    """One axis of a grid: a number or a sequence of numbers, as a flat float64 array."""
+    try:
+        if values is None or isinstance(values, (str, bytes)):   # (None would become NaN)
+            raise ValueError
+        return np.atleast_1d(np.asarray(values, dtype=np.float64)).ravel()
+    except (TypeError, ValueError):
+        raise InputError(name, shorten(values), accepted) from None
 
 
 def _protocol_axes(eps: Any, eta: Any, eta_ft: Any) -> list[tuple[str, np.ndarray]]:
@@ -152,14 +162,12 @@ def gamma_grid(gammas: Sequence[Any], eps: Any = DEFAULT_EPS, eta: Any = DEFAULT
     or sequences, also in the product (outermost). Rows run in C order over
     ``(eps, eta[, eta_ft], gamma_1, …, gamma_K)``.
     """
+    gammas = check_sequence(gammas, name, "one axis of γ values per feature")
     K = check_K(len(gammas), f"{name} (number of features)")
     geo_axes = []
     for k, values in enumerate(gammas):
-        label = f"{name}[{k + 1}]"
-        try:
-            x = np.atleast_1d(np.asarray(values, dtype=np.float64)).ravel()
-        except (TypeError, ValueError):
-            raise InputError(label, repr(values), "expected real numbers in [-1, 1]") from None
+        label = item_name(name, k)
+        x = _float_axis(values, label, "expected real numbers in [-1, 1]")
         if x.size == 0:
             raise InputError(label, "nothing", "give at least one value")
         bad = ~(np.isfinite(x) & (np.abs(x) <= 1.0))

@@ -82,7 +82,7 @@ def bad_files(tmp_path):
 
 
 @pytest.mark.parametrize("args, option", [
-    (["--gamma", "2,0"], "--gamma[1]"),
+    (["--gamma", "2,0"], "--gamma value 1"),
     (["--gamma", "1,abc"], "--gamma"),
     (["--gamma", "0.5"], "--gamma"),
     (["--gamma", "nan,0"], "--gamma"),
@@ -139,7 +139,7 @@ def test_console_script_exit_codes():
     assert ok.returncode == 0 and json.loads(ok.stdout)["pretrain"]["T1"] > 0
     bad = subprocess.run([sys.executable, "-m", "oodcalc", "predict", "--gamma", "3,0"],
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.startswith("oodcalc: error: --gamma[1]")
+    assert bad.returncode == 2 and bad.stderr.startswith("oodcalc: error: --gamma value 1")
 
 
 @pytest.mark.parametrize("columns", ["100", "80"])

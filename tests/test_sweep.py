@@ -215,7 +215,7 @@ def test_non_converged_rows_are_marked_not_fatal():
 
 
 def test_bad_api_input_names_the_problem():
-    with pytest.raises(oc.InputError, match=r"gamma\[2\]"):
+    with pytest.raises(oc.InputError, match=r"gamma\[1\]: got 1.5"):
         sw.gamma_grid([[0.1], [1.5]])
     with pytest.raises(oc.InputError, match="eps"):
         sw.gamma_grid([[0.1], [0.5]], eps=[0.01, -1])
@@ -304,7 +304,7 @@ def test_cli_marks_non_converged_rows(capsys, tmp_path):
 
 @pytest.mark.parametrize("args, fragment", [
     (["--gamma=-1:1:abc,0"], "--gamma"),
-    (["--gamma", "1.5,0"], "--gamma[1]"),
+    (["--gamma", "1.5,0"], "--gamma value 1"),
     (["--gamma", "0.5"], "at least 2"),
     (["--gamma", "1,,0"], "empty entry"),
     (["--gamma", "1:2,0"], "START:STOP:NUM"),
