@@ -118,59 +118,54 @@ def _load_generate_docs():
     return generate_docs
 
 
-def generated_files(include_derivations: bool = True) -> dict[str, Callable[[], str]]:
-    """Every committed generated text as (label → function giving it as it stands in the
-    repository now, function giving it regenerated)."""
+def generated_texts(derivations: bool = True) -> dict[str, tuple[Callable[[], str],
+                                                                   Callable[[], str]]]:
+    """Every committed generated text: label → (its text as committed, a function that
+    regenerates it). The derivation documents come from one run of every derivation."""
     generate_docs = _load_generate_docs()
     out = {}
     for block in generate_docs.BLOCKS:
         out[f"{block.file}:{block.name}"] = (functools.partial(generate_docs.current, block),
                                              lambda block=block: block.generate().strip())
     for name, generate in generate_docs.FILES.items():
-        out[name] = (lambda name=name: (ROOT / name).read_text(encoding="utf-8"), generate)
-    if include_derivations:
+        out[name] = (functools.partial(_read, ROOT / name), generate)
+    if derivations:
         from oodcalc.symbolic import documents
-        for name in _derivation_names():
-            out[f"derivations/{name}"] = (
-                lambda name=name: (documents.DEFAULT_DIR / name).read_text(encoding="utf-8"),
-                lambda name=name: _fresh_derivations()[name])
+        fresh: dict[str, str] = {}
+
+        def derived(name: str) -> str:
+            if not fresh:                          # every derivation, once per comparison
+                documents.derivation_of.cache_clear()
+                fresh.update(documents.render_all())
+            return fresh[name]
+        for path in sorted(documents.DEFAULT_DIR.glob("*.*")):
+            out[f"derivations/{path.name}"] = (functools.partial(_read, path),
+                                               functools.partial(derived, path.name))
     return out
 
 
-def _derivation_names() -> list[str]:
-    from oodcalc.symbolic import documents
-    return sorted(p.name for p in documents.DEFAULT_DIR.iterdir() if p.suffix in (".md", ".tex"))
-
-
-def _fresh_derivations() -> dict[str, str]:
-    from oodcalc.symbolic import documents
-    documents.derivation_of.cache_clear()
-    return documents.render_all()
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
 
 
 def differences(labels: list[str] | None = None, ulps: int = 2) -> dict[str, str]:
     """Label → unified diff of each generated text that reads differently when regenerated
     under :func:`other_machine` (empty: nothing committed depends on the last bits)."""
-    files = generated_files(include_derivations=labels is None
+    texts = generated_texts(derivations=labels is None
                             or any(label.startswith("derivations/") for label in labels))
-    chosen = labels if labels is not None else list(files)
     found = {}
-    with other_machine(ulps):
-        fresh_derivations = None
-        for label in chosen:
-            committed, generate = files[label]
-            if label.startswith("derivations/"):
-                fresh_derivations = fresh_derivations or _fresh_derivations()
-                fresh = fresh_derivations[label.split("/", 1)[1]]
-            else:
-                fresh = generate()
-            before = committed()
-            if fresh != before:
-                found[label] = "".join(difflib.unified_diff(
-                    before.splitlines(True), fresh.splitlines(True), "committed",
-                    "another machine", n=0))
-    from oodcalc.symbolic import documents
-    documents.derivation_of.cache_clear()      # nothing nudged outlives the block
+    try:
+        with other_machine(ulps):
+            for label in labels if labels is not None else list(texts):
+                committed, regenerate = texts[label]
+                before, fresh = committed(), regenerate()
+                if fresh != before:
+                    found[label] = "".join(difflib.unified_diff(
+                        before.splitlines(True), fresh.splitlines(True), "committed",
+                        "another machine", n=0))
+    finally:
+        from oodcalc.symbolic import documents
+        documents.derivation_of.cache_clear()      # nothing nudged outlives the block
     return found
 
 
