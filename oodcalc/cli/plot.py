@@ -169,7 +169,7 @@ def k3_slices(gamma1: str, grid: str, protocol):
 @plot_app.command("phase-k3")
 def phase_k3(
     output: Output,
-    gamma1: Gamma1 = "1",
+    gamma1: Gamma1 = "0.25",     # the slice where all five answers differ (1: all agree)
     grid: K3Grid = "201",
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
 ) -> None:
