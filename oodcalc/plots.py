@@ -210,9 +210,9 @@ def _check_moves(report: Report, figure: str) -> None:
     if T1 == 0 and T2 == 0:
         eps = report.parameters["eps"]
         raise NothingToDraw(
-            f"{figure}: neither phase takes a step here (T1 = T2 = 0: the losses at the start "
-            f"already meet the stopping level ε = {eps:g}), so there is no trajectory to "
-            f"draw; {param('eps', 'lower')} to train")
+            f"{figure}: nothing to draw: neither phase takes a step here (T1 = T2 = 0: the "
+            f"losses at the start already meet the stopping level ε = {eps:g}); "
+            f"{param('eps', 'lower')} to train")
 
 
 def _title(report: Report) -> str:
@@ -274,9 +274,9 @@ def forgetting_curve(report: Report):
     shown = steps >= 1                                    # step 0: F = 0 by definition
     if not shown.any():
         raise NothingToDraw(
-            f"forgetting curve: fine-tuning takes no step here (T2 = 0: the OOD loss meets "
-            f"the stopping level at T1 = {report.pretrain.T1:,}), so F(t) has no point to "
-            f"draw; give {param('ft_steps')} N to fine-tune N steps anyway")
+            f"forgetting curve: nothing to draw: fine-tuning takes no step here (T2 = 0: "
+            f"the OOD loss meets the stopping level at T1 = {report.pretrain.T1:,}); give "
+            f"{param('ft_steps')} N to fine-tune N steps anyway")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     marker = _marker(int(shown.sum()))
     for k in range(K):
@@ -370,9 +370,9 @@ def phase_diagram(F: np.ndarray, F_k: np.ndarray, gamma1: Sequence[float],
     g1, g2 = np.asarray(gamma1), np.asarray(gamma2)
     if not (np.nan_to_num(F) != 0).any() and not (np.nan_to_num(F_k) != 0).any():
         raise NothingToDraw(
-            "phase diagram: no point of the grid fine-tunes (F = 0 everywhere: at "
-            f"ε = {protocol.eps:g} the OOD loss meets the stopping level at T1), so there is "
-            f"nothing to draw; {param('eps', 'lower')}")
+            "phase diagram: nothing to draw: no point of the grid fine-tunes (F = 0 "
+            f"everywhere: at ε = {protocol.eps:g} the OOD loss meets the stopping level at "
+            f"T1); {param('eps', 'lower')}")
     extent = (g2[0], g2[-1], g1[0], g1[-1])
     fig, axes = plt.subplots(1, 3, figsize=(15, 5.2))
     # Each sign saturates at its own extreme: F > 0 is ten times smaller than F < 0 at the
@@ -475,10 +475,12 @@ def phase_k3(maps):
         bits.append(b)
     present = np.unique(np.concatenate([[0]] + [b.ravel() for b in bits]))
     if not any(s.scored.any() for s in maps):
+        p = maps[0].protocol
+        eps = (p.describe() if isinstance(p, Protocol) else p)["eps"]
         raise NothingToDraw(
-            "K = 3 slices: no point fine-tunes (T2 = 0 everywhere: the OOD loss meets the "
-            f"stopping level ε = {maps[0].protocol.eps:g} at T1), so no rule can be scored; "
-            f"{param('eps', 'lower')}")
+            "K = 3 slices: nothing to draw: no point fine-tunes (T2 = 0 everywhere: the OOD "
+            f"loss meets the stopping level ε = {eps:g} at T1), no rule can "
+            f"be scored; {param('eps', 'lower')}")
     class_names = ["no rule contradicts the sign of $F_1$" if c == 0 else
                    "contradicted by: " + ", ".join(K3_SHORT[r] for i, r in enumerate(RULES)
                                                    if c >> i & 1) for c in present]
