@@ -251,3 +251,69 @@ def test_a_curve_of_one_point_is_drawn_with_a_marker():
     assert lines and all(line.get_marker() == "o" for line in lines)
     weights = _trajectory("weight_trajectories", eps=0.5, eps_ft=0.1)     # T1 = 0 < T2
     assert any("pretraining takes no step" in t for t in texts(weights))
+
+
+# --- progress on long work: on a terminal's stderr only ------------------------------
+
+def _terminal():
+    from io import StringIO
+
+    from rich.console import Console
+    return Console(file=StringIO(), force_terminal=True, width=100)
+
+
+def test_rows_progress_draws_a_bar_with_the_time_left_on_a_terminal_and_nothing_otherwise():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from oodcalc.cli.progress import rows_progress
+    terminal = _terminal()
+    with rows_progress("K = 3 slices", console=terminal) as progress:
+        for done in (0, 50, 100):
+            progress(done, 100)
+    drawn = terminal.file.getvalue()
+    assert "K = 3 slices" in drawn and "100/100" in drawn and "ETA" in drawn
+    assert "\x1b[" in drawn                               # a live bar, not lines
+    piped = Console(file=StringIO())
+    with rows_progress("K = 3 slices", console=piped) as progress:
+        assert progress is None                           # the sweep runs without one
+    assert piped.file.getvalue() == ""
+
+
+@pytest.mark.parametrize("args, title", [
+    (["plot", "phase-k3", "--grid", "9", "-o", "{tmp}/k3.png"], "K = 3 slices"),
+    (["plot", "phase-diagram", "--grid", "9", "-o", "{tmp}/k2.png"], "K = 2 grid"),
+    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "-o", "{tmp}/e.html"],
+     "computing the maps"),
+])
+def test_long_map_commands_show_progress_on_a_terminal_never_in_piped_output(
+        args, title, tmp_path, capsys, monkeypatch):
+    from oodcalc.cli import progress
+    argv = [a.format(tmp=tmp_path) for a in args]
+    assert main(argv) == 0                                # piped (capsys): nothing extra
+    out, err = capsys.readouterr()
+    assert err == "" and "\x1b[" not in out and "ETA" not in out
+    terminal = _terminal()
+    monkeypatch.setattr(progress, "stderr_console", lambda: terminal)
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    drawn = terminal.file.getvalue()
+    assert title in drawn and "ETA" in drawn                # the bar, on the terminal
+    assert "\x1b[" not in out and "ETA" not in out and err == ""
+
+
+def test_predicts_bar_shows_the_time_left():
+    """It showed the time spent (TimeElapsedColumn), not what someone waiting asks."""
+    import time
+
+    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+
+    from oodcalc.cli.progress import StepProgress
+    with StepProgress(after=0) as shown:
+        deadline = time.monotonic() + 5
+        while shown._bar is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        columns = shown._bar.columns
+    assert any(isinstance(c, TimeRemainingColumn) for c in columns)
+    assert not any(isinstance(c, TimeElapsedColumn) for c in columns)
