@@ -166,7 +166,8 @@ def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
     limits.check_ood_vs_theta(K, protocol, None)
     plt = _pyplot()
     simulators = {"GD on Q": simulate_population} if simulators is None else simulators
-    z1 = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps).z[0]
+    pretrained = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps)
+    z1 = pretrained.z[0]
     thetas = np.linspace(0, math.pi / 2, 181)
     line = [conditional_errors(ood_start(z1, geo.rotation(t, K).M)).mean() for t in thetas]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -181,6 +182,10 @@ def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
                label=f"random guessing, $(K-1)/(2K)$ = {theory.uniform_error(K):g}")
     ax.axhline(protocol.eps, color="grey", ls=":", lw=1,
                label=f"stopping level ε = {protocol.eps:g}")
+    if not np.any(pretrained.steps):       # a flat line at random guessing: say why
+        ax.text(0.5, 0.5, f"pretraining takes no step ($T_1$ = 0 at ε = {protocol.eps:g}):\n"
+                "every rotation is at random guessing", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, color="0.3")
     ax.set_xticks([0, math.pi / 6, math.pi / 4, math.pi / 3, math.pi / 2],
                   ["0", "π/6", "π/4", "π/3", "π/2"])
     ax.set_xlabel("rotation angle θ of every feature out of span(V)")

@@ -317,3 +317,11 @@ def test_predicts_bar_shows_the_time_left():
         columns = shown._bar.columns
     assert any(isinstance(c, TimeRemainingColumn) for c in columns)
     assert not any(isinstance(c, TimeElapsedColumn) for c in columns)
+
+
+def test_ood_vs_theta_without_pretraining_says_why_its_line_is_flat():
+    from oodcalc import plots
+    flat = plots.ood_error_vs_theta(2, oc.Protocol(eps=1.0), simulators={})
+    assert any("pretraining takes no step" in t for t in texts(flat))
+    trained = plots.ood_error_vs_theta(2, simulators={})
+    assert not any("pretraining takes no step" in t for t in texts(trained))
