@@ -148,10 +148,9 @@ def _marker(n_points: int) -> str:
     return "o" if n_points == 1 else ""
 
 
-def _outside_below(ax, handles=None, labels=None, **options):
+def _outside_below(ax, **options):
     """The legend under the axes (outside the data: curves reach every corner)."""
-    args = () if handles is None else (handles,) if labels is None else (handles, labels)
-    return ax.legend(*args, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18),
                      **{"fontsize": 8, "ncol": 2, "frameon": False, **options})
 
 
@@ -350,9 +349,8 @@ def weight_trajectories(report: Report):
                         fontsize=9, color="0.3")
     for ax in axes[1]:
         ax.set_xlabel("gradient step")
-    # one legend per column under the figure: the curves fill every corner of the panels
-    # (the same entries serve both rows)
-    for ax in axes[1]:
+        # one legend per column, under it: the curves fill every corner of the panels, and
+        # the same entries serve both rows
         _outside_below(ax, fontsize=7, ncol=4 if K <= 2 else 3)
     fig.suptitle(_title(report), fontsize=10)
     fig.tight_layout()
@@ -399,9 +397,9 @@ def phase_diagram(F: np.ndarray, F_k: np.ndarray, gamma1: Sequence[float],
         sign = np.sign(np.where(np.abs(F_k[..., k]) < 1e-15, 0.0, F_k[..., k]))
         axes[k + 1].imshow(sign, origin="lower", extent=extent, aspect="equal", cmap=regime_map,
                            vmin=-1, vmax=1, interpolation="nearest")
+        condition = rf"$\gamma_{k + 1}(\gamma_1 + \gamma_2) < 0$"
         axes[k + 1].set_title(f"feature {k + 1}: sign of $F_{k + 1}$ (exact dynamics)\n"
-                              f"theorem: forgetting iff $\\gamma_{k + 1}(\\gamma_1 + \\gamma_2) < 0$",
-                              fontsize=9)
+                              f"theorem: forgetting iff {condition}", fontsize=9)
     line = np.linspace(-1, 1, 3)
     for ax in axes:
         ax.plot(line, -line, color="black", lw=1.2)
