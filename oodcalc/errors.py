@@ -115,6 +115,13 @@ class ComputationError(OodcalcError, RuntimeError):
     exit_code = 1
 
 
+class NothingToDraw(OodcalcError):
+    """A well-posed figure with nothing in it (fine-tuning takes no step, no point of a
+    map moves): said in one line instead of drawing empty axes."""
+
+    exit_code = 1
+
+
 @contextmanager
 def naming(names: Names) -> Iterator[None]:
     """Errors raised inside name parameters as ``names`` says (inner names win)."""

@@ -53,7 +53,7 @@ VERDICT_CODES = {"backward-transfer": 0, "undetermined": 1, "forgetting": 2, "un
 DIRECTION_CODES = {"falling": 0, "flat": 1, "rising": 2}
 
 #: Default slices and grid.
-DEFAULT_GAMMA1 = (1.0,)
+DEFAULT_GAMMA1 = (0.25,)
 DEFAULT_GRID = 201
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from . import geometry as geo
 from . import estimates, limits, theory
 from .dynamics import ood_start
-from .errors import InputError
+from .errors import InputError, NothingToDraw, param
 from .io import check_output as check_file, write_atomic
 from .model import conditional_errors
 from .predict import pretrain_logits
@@ -122,13 +122,36 @@ def _check_drawing(kind: str, report: Report) -> None:
 
 
 def protocol_text(p: dict | Protocol) -> str:
+    """The protocol in a figure's words (subscripts as mathtext, not ``η_ft``)."""
     p = p.describe() if isinstance(p, Protocol) else p
-    text = f"ε = {p['eps']:g}, η = {p['eta']:g}, η_ft = {p['eta_ft']:g}"
+    text = f"ε = {p['eps']:g}, η = {p['eta']:g}, {ETA_FT} = {p['eta_ft']:g}"
     if p.get("ft_steps") is not None:
-        return text + f", {p['ft_steps']} fine-tuning steps"
+        steps = p["ft_steps"]
+        return text + f", {steps:,} fine-tuning step{'s' if steps != 1 else ''}"
     if p.get("eps_ft", p["eps"]) != p["eps"]:
-        return text + f", ε_ft = {p['eps_ft']:g}"
+        return text + rf", $\varepsilon_{{\rm ft}}$ = {p['eps_ft']:g}"
     return text
+
+
+#: Mathtext for the symbols the figures name: matplotlib draws ``$...$`` as TeX-like
+#: maths; raw text such as ``β_{2,1}`` would be printed as it is written.
+ETA_FT = r"$\eta_{\rm ft}$"
+
+
+def _plain(text: str) -> str:
+    """User-given text (a file name) shown as written: a ``$`` would start maths."""
+    return text.replace("$", r"\$")
+
+
+def _marker(n_points: int) -> str:
+    """A line of one point is invisible; a marker shows it."""
+    return "o" if n_points == 1 else ""
+
+
+def _outside_below(ax, **options):
+    """The legend under the axes (outside the data: curves reach every corner)."""
+    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18),
+                     **{"fontsize": 8, "ncol": 2, "frameon": False, **options})
 
 
 # --- OOD error against the rotation angle ---------------------------------------------
@@ -142,7 +165,8 @@ def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
     limits.check_ood_vs_theta(K, protocol, None)
     plt = _pyplot()
     simulators = {"GD on Q": simulate_population} if simulators is None else simulators
-    z1 = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps).z[0]
+    pretrained = pretrain_logits(K, protocol.eps, protocol.eta, protocol.max_steps)
+    z1 = pretrained.z[0]
     thetas = np.linspace(0, math.pi / 2, 181)
     line = [conditional_errors(ood_start(z1, geo.rotation(t, K).M)).mean() for t in thetas]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -154,14 +178,20 @@ def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,
         ax.plot(grid, values, "os^"[i % 3], mfc="none", color=f"C{i + 1}", ms=8 + 3 * i,
                 label=f"simulation: {label}")
     ax.axhline(theory.uniform_error(K), color="grey", ls="--", lw=1,
-               label=f"random guessing, (K−1)/(2K) = {theory.uniform_error(K):g}")
-    ax.axhline(protocol.eps, color="grey", ls=":", lw=1, label=f"stopping level ε = {protocol.eps:g}")
+               label=f"random guessing, $(K-1)/(2K)$ = {theory.uniform_error(K):g}")
+    ax.axhline(protocol.eps, color="grey", ls=":", lw=1,
+               label=f"stopping level ε = {protocol.eps:g}")
+    if not np.any(pretrained.steps):       # a flat line at random guessing: say why
+        ax.text(0.5, 0.5, f"pretraining takes no step ($T_1$ = 0 at ε = {protocol.eps:g}):\n"
+                "every rotation is at random guessing", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, color="0.3")
     ax.set_xticks([0, math.pi / 6, math.pi / 4, math.pi / 3, math.pi / 2],
                   ["0", "π/6", "π/4", "π/3", "π/2"])
     ax.set_xlabel("rotation angle θ of every feature out of span(V)")
-    ax.set_ylabel("OOD loss at T1,  L = Σ_k e_k / K")
-    ax.set_title(f"OOD error after pretraining, K = {K}  ({protocol_text(protocol)})")
-    ax.legend(fontsize=8)
+    ax.set_ylabel(r"OOD loss at $T_1$,  $L = \Sigma_k e_k / K$")
+    ax.set_title(f"OOD error after pretraining, K = {K}  ({protocol_text(protocol)})",
+                 fontsize=10)
+    _outside_below(ax)
     ax.grid(alpha=0.3)
     return fig
 
@@ -178,10 +208,22 @@ def _phases(report: Report):
     return T1, source, ood
 
 
+def _check_moves(report: Report, figure: str) -> None:
+    """Refuse a trajectory figure of one point: neither phase takes a step."""
+    T1, T2 = report.pretrain.T1, report.finetune.T2
+    if T1 == 0 and T2 == 0:
+        eps = report.parameters["eps"]
+        raise NothingToDraw(
+            f"{figure}: nothing to draw: neither phase takes a step here (T1 = T2 = 0: the "
+            f"losses at the start already meet the stopping level ε = {eps:g}); "
+            f"{param('eps', 'lower')} to train")
+
+
 def _title(report: Report) -> str:
     p = report.parameters
-    return (f"{geo.describe_text(p['geometry'], max_values=LABELLED)}; K = {p['K']}, "
-            f"{protocol_text(p)}")
+    where = _plain(geo.describe_text(p["geometry"], max_values=LABELLED))
+    where = where.replace("u_1 = v̄", r"$u_1 = \bar{v}$")
+    return f"{where}; K = {p['K']}, {protocol_text(p)}"
 
 
 #: Up to this many features every curve has its own legend entry; beyond, one entry per
@@ -199,6 +241,7 @@ def _label(k: int, K: int, each: str, together: str) -> str | None:
 def loss_trajectories(report: Report):
     """Per-feature source and OOD loss ``L_k = e_k/K`` through pretraining and fine-tuning."""
     _check_drawing("loss_trajectories", report)
+    _check_moves(report, "losses")
     plt = _pyplot()
     T1, source, ood = _phases(report)
     K = report.parameters["K"]
@@ -206,17 +249,19 @@ def loss_trajectories(report: Report):
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for k in range(K):
         ax.plot(steps, conditional_errors(source)[:, k] / K, color=f"C{k}", lw=1.8,
-                label=_label(k, K, f"source v{k + 1}", f"source v_k, k = 1..{K}"))
+                marker=_marker(len(steps)),
+                label=_label(k, K, f"source $v_{{{k + 1}}}$", f"source $v_k$, k = 1..{K}"))
         ax.plot(steps, conditional_errors(ood)[:, k] / K, color=f"C{k}", lw=1.2, ls="--",
-                label=_label(k, K, f"OOD u{k + 1}", f"OOD u_k, k = 1..{K}"))
+                marker=_marker(len(steps)), mfc="none",
+                label=_label(k, K, f"OOD $u_{{{k + 1}}}$", f"OOD $u_k$, k = 1..{K}"))
     eps = report.parameters["eps"]
     ax.axhline(eps / K, color="grey", ls=":", lw=1, label=f"stopping level ε/K = {eps / K:g}")
     ax.axvline(T1, color="black", lw=0.8)
-    ax.annotate(" T1: fine-tuning on U starts", (T1, 0.02), xycoords=("data", "axes fraction"),
-                fontsize=8)
+    ax.annotate(r" $T_1$: fine-tuning on U starts", (T1, 0.02),
+                xycoords=("data", "axes fraction"), fontsize=8)
     ax.set_yscale("log")
     ax.set_xlabel("gradient step (pretraining on V, then fine-tuning on U)")
-    ax.set_ylabel("per-feature loss L_k = e_k / K")
+    ax.set_ylabel(r"per-feature loss $L_k = e_k / K$")
     ax.set_title(_title(report), fontsize=9)
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax.grid(alpha=0.3)
@@ -230,18 +275,26 @@ def forgetting_curve(report: Report):
     plt = _pyplot()
     curve = report.forgetting_curve()
     steps, K = curve["steps"], report.parameters["K"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
     shown = steps >= 1                                    # step 0: F = 0 by definition
+    if not shown.any():
+        raise NothingToDraw(
+            f"forgetting curve: nothing to draw: fine-tuning takes no step here (T2 = 0: "
+            f"the OOD loss meets the stopping level at T1 = {report.pretrain.T1:,}); give "
+            f"{param('ft_steps')} N to fine-tune N steps anyway")
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    marker = _marker(int(shown.sum()))
     for k in range(K):
-        ax.plot(steps[shown], curve["F_k"][shown, k], color=f"C{k}", lw=1.4,
-                label=_label(k, K, f"F_{k + 1} (source v{k + 1})", f"F_k, k = 1..{K}"))
-    ax.plot(steps[shown], curve["F"][shown], color="black", lw=2.2, label="F = Σ F_k")
+        ax.plot(steps[shown], curve["F_k"][shown, k], color=f"C{k}", lw=1.4, marker=marker,
+                label=_label(k, K, f"$F_{{{k + 1}}}$ (source $v_{{{k + 1}}}$)",
+                             f"$F_k$, k = 1..{K}"))
+    ax.plot(steps[shown], curve["F"][shown], color="black", lw=2.2, marker=marker,
+            mfc="none", label=r"$F = \Sigma_k F_k$")
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xscale("log")
-    ax.set_xlabel(f"fine-tuning step t (T2 = {report.finetune.T2:,})")
-    ax.set_ylabel("forgetting  F_k(t) = L_vk(t) − L_vk(T1)")
+    ax.set_xlabel(f"fine-tuning step t ($T_2$ = {report.finetune.T2:,})")
+    ax.set_ylabel(r"forgetting  $F_k(t) = L_{v_k}(t) - L_{v_k}(T_1)$")
     ax.set_title(_title(report), fontsize=9)
-    ax.legend(fontsize=8)
+    _outside_below(ax, ncol=min(K + 1, 4))
     ax.grid(alpha=0.3, which="both")
     return fig
 
@@ -250,44 +303,55 @@ def weight_trajectories(report: Report):
     """α and β through both phases, and the conservation law: the growth of each α equals
     the summed decrease of the β in its column (on the features being trained)."""
     _check_drawing("weight_trajectories", report)
+    _check_moves(report, "weights")
     plt = _pyplot()
     T1, source, ood = _phases(report)
     K = report.parameters["K"]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharex="col")
+    T2 = len(ood) - 1 - T1
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.2), sharex="col")
     phases = [("pretraining on V: weights of v (equal for every k by symmetry)",
-               source[:T1 + 1], 0),
-              ("fine-tuning on U: weights of u", ood[T1:], T1)]
-    for row, (label, z, start) in enumerate(phases):
+               source[:T1 + 1], 0, "pretraining takes no step ($T_1$ = 0)" if T1 == 0 else ""),
+              ("fine-tuning on U: weights of u", ood[T1:], T1,
+               "fine-tuning takes no step ($T_2$ = 0)" if T2 == 0 else "")]
+    for row, (label, z, start, empty) in enumerate(phases):
         steps = start + np.arange(len(z))
+        marker = _marker(len(z))
         ax = axes[row, 0]
         for k in range(K):
-            ax.plot(steps, z[:, k, k], color=f"C{k}", lw=1.8,
-                    label=_label(k, K, f"α_{k + 1}", f"α_k, k = 1..{K}"))
+            ax.plot(steps, z[:, k, k], color=f"C{k}", lw=1.8, marker=marker,
+                    label=_label(k, K, rf"$\alpha_{{{k + 1}}}$", rf"$\alpha_k$, k = 1..{K}"))
             for n in range(K):
                 if n != k:
-                    ax.plot(steps, z[:, n, k], color=f"C{k}", lw=0.9, ls="--",
-                            label=f"β_{{{n + 1},{k + 1}}}" if K <= 3 else
-                            "β_{n,k}, n ≠ k (dashed)" if (k, n) == (0, 1) else None)
+                    ax.plot(steps, z[:, n, k], color=f"C{k}", lw=0.9, ls="--", marker=marker,
+                            mfc="none",
+                            label=rf"$\beta_{{{n + 1},{k + 1}}}$" if K <= 3 else
+                            r"$\beta_{n,k}$, n ≠ k (dashed)" if (k, n) == (0, 1) else None)
         ax.set_title(label, fontsize=9)
         ax.set_ylabel("weight (logit)")
-        ax.legend(fontsize=7, ncol=2, loc="upper left")   # "best" is slow on K² curves
-        ax.grid(alpha=0.3)
         ax = axes[row, 1]
         change = z - z[0]
         for k in range(K):
             growth = change[:, k, k]
             decrease = -(change[:, :, k].sum(axis=1) - change[:, k, k])
-            ax.plot(steps, growth, color=f"C{k}", lw=3, alpha=0.4,
-                    label=_label(k, K, f"Δα_{k + 1}", f"Δα_k, k = 1..{K}"))
-            ax.plot(steps, decrease, color=f"C{k}", lw=1, ls="--",
-                    label=_label(k, K, f"Σ_n Λ_{{{k + 1},n}} (decrease of β)",
-                                 "Σ_n Λ_{k,n} (decrease of β, dashed)"))
+            ax.plot(steps, growth, color=f"C{k}", lw=3, alpha=0.4, marker=marker,
+                    label=_label(k, K, rf"$\Delta\alpha_{{{k + 1}}}$",
+                                 rf"$\Delta\alpha_k$, k = 1..{K}"))
+            ax.plot(steps, decrease, color=f"C{k}", lw=1, ls="--", marker=marker, mfc="none",
+                    label=_label(k, K, rf"$\Sigma_n \Lambda_{{{k + 1},n}}$ (decrease of β)",
+                                 r"$\Sigma_n \Lambda_{k,n}$ (decrease of β, dashed)"))
         gap = np.abs(change.sum(axis=1)).max()
-        ax.set_title(f"conservation: Δα_k = Σ_(n≠k) Λ_(k,n)  (max gap {gap:.1e})", fontsize=9)
-        ax.legend(fontsize=7, loc="upper left")
-        ax.grid(alpha=0.3)
+        ax.set_title(r"conservation: $\Delta\alpha_k = \Sigma_{n \neq k} \Lambda_{k,n}$"
+                     f"  (max gap {gap:.1e})", fontsize=9)
+        for ax in axes[row]:
+            ax.grid(alpha=0.3)
+            if empty:
+                ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center", va="center",
+                        fontsize=9, color="0.3")
     for ax in axes[1]:
         ax.set_xlabel("gradient step")
+        # one legend per column, under it: the curves fill every corner of the panels, and
+        # the same entries serve both rows
+        _outside_below(ax, fontsize=7, ncol=4 if K <= 2 else 3)
     fig.suptitle(_title(report), fontsize=10)
     fig.tight_layout()
     return fig
@@ -303,38 +367,59 @@ def phase_diagram(F: np.ndarray, F_k: np.ndarray, gamma1: Sequence[float],
     For K = 2 the threshold −γ_kγ_m = γ_k² is the pair of lines γ_k = 0 and γ1 + γ2 = 0.
     """
     plt = _pyplot()
-    from matplotlib.colors import TwoSlopeNorm, ListedColormap
+    from matplotlib.colors import ListedColormap, Normalize, TwoSlopeNorm
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     g1, g2 = np.asarray(gamma1), np.asarray(gamma2)
+    if not (np.nan_to_num(F) != 0).any() and not (np.nan_to_num(F_k) != 0).any():
+        raise NothingToDraw(
+            "phase diagram: nothing to draw: no point of the grid fine-tunes (F = 0 "
+            f"everywhere: at ε = {protocol.eps:g} the OOD loss meets the stopping level at "
+            f"T1); {param('eps', 'lower')}")
     extent = (g2[0], g2[-1], g1[0], g1[-1])
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    limit = np.nanmax(np.abs(F)) or 1.0
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.2))
+    # Each sign saturates at its own extreme: F > 0 is ten times smaller than F < 0 at the
+    # defaults, and a scale symmetric about 0 left the forgetting region a faint pink.
+    low, high = float(np.nanmin(F)), float(np.nanmax(F))
+    norm = (TwoSlopeNorm(0.0, low, high) if low < 0 < high else
+            Normalize(min(low, 0.0), max(high, 0.0)))
     image = axes[0].imshow(F, origin="lower", extent=extent, aspect="equal", cmap="RdBu_r",
-                           norm=TwoSlopeNorm(0.0, -limit, limit))
-    fig.colorbar(image, ax=axes[0], label="F = L_tr(after) − L_tr(before)")
-    axes[0].set_title("total F (red: forgetting, blue: backward transfer)", fontsize=9)
+                           norm=norm)
+    bar = fig.colorbar(image, ax=axes[0], fraction=0.046, pad=0.04,
+                       label=r"$F = L_{\rm tr}(\mathrm{after}) - L_{\rm tr}(\mathrm{before})$")
+    if low < 0 < high:
+        ticks = [low, low / 2, 0.0, high / 2, high]
+        bar.set_ticks(ticks, labels=[f"{t:+.1e}" if t else "0" for t in ticks])
+    axes[0].set_title("total F (red: forgetting, blue: backward transfer;\n"
+                      "each colour saturates at its own extreme)", fontsize=9)
     regime_map = ListedColormap(["#4575b4", "#f7f7f7", "#d73027"])
     for k in range(2):
         sign = np.sign(np.where(np.abs(F_k[..., k]) < 1e-15, 0.0, F_k[..., k]))
         axes[k + 1].imshow(sign, origin="lower", extent=extent, aspect="equal", cmap=regime_map,
                            vmin=-1, vmax=1, interpolation="nearest")
-        axes[k + 1].set_title(f"feature {k + 1}: sign of F_{k + 1} (exact dynamics)\n"
-                              f"theorem: forgetting iff γ{k + 1}(γ1 + γ2) < 0", fontsize=9)
+        condition = rf"$\gamma_{k + 1}(\gamma_1 + \gamma_2) < 0$"
+        axes[k + 1].set_title(f"feature {k + 1}: sign of $F_{k + 1}$ (exact dynamics)\n"
+                              f"theorem: forgetting iff {condition}", fontsize=9)
     line = np.linspace(-1, 1, 3)
-    for i, ax in enumerate(axes):
-        ax.plot(line, -line, color="black", lw=1.2, label="γ1 + γ2 = 0")
-        ax.axhline(0, color="black", lw=1.2, ls="--", label="γ1 = 0")
-        ax.axvline(0, color="black", lw=1.2, ls=":", label="γ2 = 0")
-        ax.set_xlabel("γ2 = ⟨v2, u2⟩")
-        ax.set_ylabel("γ1 = ⟨v1, u1⟩")
-    axes[0].legend(fontsize=7, loc="lower left")
-    from matplotlib.patches import Patch
-    axes[2].legend(handles=[Patch(color="#d73027", label="F_k > 0 (forgetting)"),
-                            Patch(color="#4575b4", label="F_k < 0 (backward transfer)"),
-                            Patch(color="#f7f7f7", ec="grey", label="F_k = 0 (unaffected)")],
-                   fontsize=7, loc="lower left")
+    for ax in axes:
+        ax.plot(line, -line, color="black", lw=1.2)
+        ax.axhline(0, color="black", lw=1.2, ls="--")
+        ax.axvline(0, color="black", lw=1.2, ls=":")
+        ax.set_xticks([-1, -0.5, 0, 0.5, 1])
+        ax.set_yticks([-1, -0.5, 0, 0.5, 1])
+        ax.set_xlabel(r"$\gamma_2 = \langle v_2, u_2 \rangle$")
+        ax.set_ylabel(r"$\gamma_1 = \langle v_1, u_1 \rangle$")
+    # one legend under the panels: inside, any corner hides part of a map
+    fig.legend(handles=[Line2D([], [], color="black", lw=1.2, label=r"$\gamma_1 + \gamma_2 = 0$"),
+                        Line2D([], [], color="black", lw=1.2, ls="--", label=r"$\gamma_1 = 0$"),
+                        Line2D([], [], color="black", lw=1.2, ls=":", label=r"$\gamma_2 = 0$"),
+                        Patch(color="#d73027", label="$F_k > 0$ (forgetting)"),
+                        Patch(color="#4575b4", label="$F_k < 0$ (backward transfer)"),
+                        Patch(color="#f7f7f7", ec="grey", label="$F_k = 0$ (unaffected)")],
+               loc="lower center", ncol=6, fontsize=8, frameon=False)
     fig.suptitle(f"K = 2 phase diagram over {len(g1)}×{len(g2)} parallel shifts "
                  f"({protocol_text(protocol)})", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
@@ -364,6 +449,16 @@ K3_CLASS_COLORS = ("#f4f4f4", "#ff7f00", "#377eb8", "#984ea3", "#a65628", "#fdbf
                    "#e7298a", "#4daf4a", "#b2df8a", "#000000")
 
 
+#: ``k3maps.LABELS`` and ``SHORT`` (plain text for the terminal) as the figure writes them.
+K3_LABELS = {"paper": "paper's verdict (claim 8b)",
+             "corrected": "corrected sufficient condition",
+             "D_sign": "sign of $D_1$ (first order, claim 8c)",
+             "first_step": "exact first step of $L_{v_1}$",
+             "F_sign": "exact sign of $F_1$ (whole run)"}
+K3_SHORT = {"paper": "paper", "corrected": "corrected", "D_sign": "sign $D_1$",
+            "first_step": "first step"}
+
+
 def phase_k3(maps):
     """K = 3, feature 1: per slice (fixed γ_1, γ_2 across, γ_3 up) the paper's verdict, the
     corrected condition, the sign of D_1, the exact first step, the exact sign of F_1 and
@@ -372,7 +467,7 @@ def phase_k3(maps):
     plt = _pyplot()
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
-    from .k3maps import LABELS, RULES, SHORT
+    from .k3maps import RULES
     maps = list(maps)
     # the disagreement classes over every slice together, so that one legend serves all
     bits = []
@@ -382,8 +477,15 @@ def phase_k3(maps):
             b |= s.disagrees(rule).astype(np.int64) << i
         bits.append(b)
     present = np.unique(np.concatenate([[0]] + [b.ravel() for b in bits]))
-    class_names = ["no rule contradicts the sign of F_1" if c == 0 else
-                   "contradicted by: " + ", ".join(SHORT[r] for i, r in enumerate(RULES)
+    if not any(s.scored.any() for s in maps):
+        p = maps[0].protocol
+        eps = (p.describe() if isinstance(p, Protocol) else p)["eps"]
+        raise NothingToDraw(
+            "K = 3 slices: nothing to draw: no point fine-tunes (T2 = 0 everywhere: the OOD "
+            f"loss meets the stopping level ε = {eps:g} at T1), no rule can "
+            f"be scored; {param('eps', 'lower')}")
+    class_names = ["no rule contradicts the sign of $F_1$" if c == 0 else
+                   "contradicted by: " + ", ".join(K3_SHORT[r] for i, r in enumerate(RULES)
                                                    if c >> i & 1) for c in present]
     class_map = ListedColormap([K3_CLASS_COLORS[c] for c in present])
     verdict_map = ListedColormap(list(K3_VERDICT_COLORS.values()))
@@ -414,14 +516,14 @@ def phase_k3(maps):
                       vmax=n - 0.5, interpolation="nearest", aspect="equal")
             if name in fractions:
                 f = fractions[name]
-                title = (f"{LABELS[name]}\ncontradicts F_1 on {100 * f['disagrees']:.2f} %"
+                title = (f"{K3_LABELS[name]}\ncontradicts $F_1$ on {100 * f['disagrees']:.2f} %"
                          + (f", undecided on {100 * f['undecided']:.1f} %"
                             if f["undecided"] else ""))
             elif name == "F_sign":
-                title = (f"{LABELS[name]}\nF_1 > 0 on {100 * (s.F_sign > 0).mean():.1f} %, "
+                title = (f"{K3_LABELS[name]}\n$F_1 > 0$ on {100 * (s.F_sign > 0).mean():.1f} %, "
                          f"< 0 on {100 * (s.F_sign < 0).mean():.1f} %")
             else:
-                title = "where the rules contradict the exact sign of F_1"
+                title = "where the rules contradict the exact sign of $F_1$"
             ax.set_title(title, fontsize=9)
             ax.axhline(0, color="black", lw=0.5, alpha=0.5)
             ax.axvline(0, color="black", lw=0.5, alpha=0.5)
@@ -434,24 +536,24 @@ def phase_k3(maps):
             ax.set_ylim(-1, 1)
             ax.set_xticks([-1, -0.5, 0, 0.5, 1])
             ax.set_yticks([-1, -0.5, 0, 0.5, 1])
-            ax.set_xlabel("γ2", fontsize=9)
-            ax.set_ylabel("γ3", fontsize=9)
+            ax.set_xlabel(r"$\gamma_2$", fontsize=9)
+            ax.set_ylabel(r"$\gamma_3$", fontsize=9)
             ax.tick_params(labelsize=8)
         not_scored = (~s.scored).sum()
         note = (f"; {not_scored} point{'s' if not_scored != 1 else ''} without a fine-tuning "
-                "step (T2 = 0) not scored (blank in the last panel)" if not_scored else "")
-        sub.suptitle(f"K = 3, source feature 1, slice γ1 = {s.gamma1:g} "
+                "step ($T_2$ = 0) not scored (blank in the last panel)" if not_scored else "")
+        sub.suptitle(f"K = 3, source feature 1, slice $\\gamma_1$ = {s.gamma1:g} "
                      f"({len(s.axis)}×{len(s.axis)} points; {protocol_text(s.protocol)})"
                      f"{note}", fontsize=10.5, fontweight="bold")
     legend = rows[-1]
     legend.legend(handles=[Patch(color=c, label=n) for n, c in K3_VERDICT_COLORS.items()],
                   title="verdicts (paper, corrected)", loc="upper left",
                   bbox_to_anchor=(0.02, 0.95), fontsize=8, title_fontsize=8.5, ncol=2)
-    legend.legend(handles=[Patch(color=c, label=n + (" (F_1 > 0)" if n == "rising" else
-                                                      " (F_1 < 0)" if n == "falling" else
-                                                      " (F_1 = 0)"))
+    legend.legend(handles=[Patch(color=c, label=n + (" ($F_1 > 0$)" if n == "rising" else
+                                                      " ($F_1 < 0$)" if n == "falling" else
+                                                      " ($F_1 = 0$)"))
                            for n, c in K3_DIRECTION_COLORS.items()],
-                  title="signs (D_1, first step, F_1)", loc="upper left",
+                  title="signs ($D_1$, first step, $F_1$)", loc="upper left",
                   bbox_to_anchor=(0.31, 0.95), fontsize=8, title_fontsize=8.5)
     legend.legend(handles=[Patch(facecolor=K3_CLASS_COLORS[c], edgecolor="grey", label=n)
                            for c, n in zip(present, class_names)],
@@ -460,7 +562,7 @@ def phase_k3(maps):
     return fig
 
 
-def phase_k3_slices(gamma1=(1.0,), n: int = 201, protocol: Protocol | None = None,
+def phase_k3_slices(gamma1=(0.25,), n: int = 201, protocol: Protocol | None = None,
                     **sweep_options):
     """Compute the slices with :func:`oodcalc.k3maps.slices` and draw them; returns
     ``(figure, slices)``."""

@@ -215,3 +215,27 @@ def test_a_point_of_K8_runs_well_under_a_second(page, tmp_path):
     compare(result, report, f"γ = {gamma}")
     print(f"K = 8 in the browser: {result['ms']:.0f} ms (browser launch and all: {wall:.1f} s)")
     assert result["ms"] < 1000
+
+
+@needs_chromium
+def test_the_F_map_saturates_each_sign_at_its_own_extreme(page, tmp_path):
+    """One scale at max |F| (as plot phase-diagram had) left F > 0, ten times smaller than
+    F < 0, a faint pink: the legend names both extremes, and strong red covers the
+    forgetting corners of the map."""
+    import base64
+
+    from matplotlib.image import imread
+    text = page.read_text(encoding="utf-8")
+    payload = json.loads(re.search(r'id="oodcalc-data">(.*?)</script>', text, re.S).group(1))
+    F = np.frombuffer(base64.b64decode(payload["k2"]["F"]), dtype=np.float32)
+    assert F.max() > 0 > F.min() and F.max() < -F.min() / 3
+    dom = html.unescape(browse(page, "gamma=1,-0.9", tmp_path))
+    shown = re.search(r"(-?[\d.e-]+) … 0 … \+([\d.e-]+) \(blue: backward transfer", dom)
+    assert shown, "no two-sided colour legend on the F map"
+    assert float(shown.group(1)) == pytest.approx(F.min(), rel=1e-2)
+    assert float(shown.group(2)) == pytest.approx(F.max(), rel=1e-2)
+    shot = tmp_path / "F.png"
+    browse(page, "gamma=1,-0.9", tmp_path, screenshot=shot, size="1300,900")
+    left = imread(shot)[150:700, 0:520, :3]
+    red = (left[..., 0] - left[..., 2] > 0.4).mean()    # #d6604d .. #b2182b, not the pinks
+    assert red > 0.01, f"strong red on {red:.2%} of the map region"   # 2.2 % (was 0)

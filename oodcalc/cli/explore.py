@@ -43,4 +43,7 @@ def explore(
         raise InputError("--gamma1", gamma1, f"at most {MAX_SLICES} slices")
     options.name_parameters({"grid": ("--grid", grid),
                              "lower grid": "lower --grid or --k3-grid"})
-    print(write_page(output, n2, n3, slices, protocol))
+    from .progress import rows_progress
+    with rows_progress("computing the maps") as progress:
+        written = write_page(output, n2, n3, slices, protocol, progress=progress)
+    print(written)

@@ -143,7 +143,12 @@ def phase_diagram(
                         f"N × N points: a sweep holds at most {limits.MAX_ROWS:,}")
     options.name_parameters({"n": ("--grid", grid)})
     limits.check_phase_diagram(n)                       # before the output is checked
-    draw(lambda: plots.phase_diagram_k2(n, protocol), output)
+    from .progress import rows_progress
+
+    def make():
+        with rows_progress("K = 2 grid") as progress:
+            return plots.phase_diagram_k2(n, protocol, progress=progress)
+    draw(make, output)
 
 
 Gamma1 = Annotated[str, typer.Option("--gamma1", metavar="G1[,G1...]",
@@ -169,7 +174,7 @@ def k3_slices(gamma1: str, grid: str, protocol):
 @plot_app.command("phase-k3")
 def phase_k3(
     output: Output,
-    gamma1: Gamma1 = "1",
+    gamma1: Gamma1 = "0.25",     # the slice where all five answers differ (1: all agree)
     grid: K3Grid = "201",
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
 ) -> None:
@@ -180,8 +185,10 @@ def phase_k3(
     from ..k3maps import fractions_table
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
     values, n = k3_slices(gamma1, grid, protocol)
+    from .progress import rows_progress
     plots.check_output(output)
-    figure, maps = plots.phase_k3_slices(values, n, protocol)
+    with rows_progress("K = 3 slices") as progress:
+        figure, maps = plots.phase_k3_slices(values, n, protocol, progress=progress)
     written = plots.save(figure, output)
     print(fractions_table(maps))
     print(written)

@@ -3,7 +3,11 @@
 :class:`StepProgress`, for long ``predict`` runs: the bar appears only once a run has
 lasted ``after`` seconds (short runs print nothing extra), only when stderr is a terminal,
 and disappears when the run ends; the numbers it shows are the steps done against each
-phase's estimate (``oodcalc.estimates``).
+phase's estimate (``oodcalc.estimates``) and the time left at the pace so far.
+
+:func:`rows_progress`, for the maps of ``explore`` and ``plot phase-k3``/``phase-diagram``
+(one sweep of many configurations): on a terminal a bar counts the configurations and
+shows the time left; piped or logged, nothing.
 
 :func:`count_progress`, for runs made of items (the depth experiment's trainings, the
 ledger's rows, the synthetic reproduction's settings): the library calls
@@ -49,12 +53,14 @@ class StepProgress:
 
     def _show(self) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
         with self._lock:
+            # the time left, not the time spent: what someone waiting wants to know
             self._bar = Progress(
                 TextColumn("{task.description:<12}"), BarColumn(),
                 TextColumn("{task.completed:>13,.0f} of ≈{task.total:,.0f} steps"),
-                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
+                transient=True)
             self._bar.start()
             for phase in self._phases:
                 self._update(phase)
@@ -71,6 +77,37 @@ class StepProgress:
         with self._lock:
             if self._bar is not None:
                 self._bar.stop()
+
+
+def stderr_console():
+    """The console progress is drawn on (a test replaces it by a terminal of its own)."""
+    from rich.console import Console
+    return Console(stderr=True)
+
+
+@contextlib.contextmanager
+def rows_progress(title: str, console=None) -> Iterator[Callable[[int, int], None] | None]:
+    """``with rows_progress("K = 3 slices") as progress: sweep(..., progress=progress)``.
+
+    On a terminal (stderr by default), ``progress(done, total)`` moves a bar that shows
+    the configurations done and the time left, and disappears at the end. Otherwise
+    (piped, logged, a test) it is None: nothing is printed and stdout stays the result."""
+    console = console or stderr_console()
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeRemainingColumn)
+    with Progress(TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                  TimeRemainingColumn(), console=console, transient=True) as bar:
+        task = None
+
+        def update(done: int, total: int) -> None:
+            nonlocal task
+            if task is None:
+                task = bar.add_task("", total=total)
+            bar.update(task, completed=done, total=total)
+        yield update
 
 
 #: A line :func:`count_progress` prints for a finished item (``verify: 3/13 claim 3 …``):

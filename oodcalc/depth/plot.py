@@ -46,7 +46,7 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
                 label=f"theory, 1 layer ({protocol})")
         for k, style in ((0, "-"), (1, "--")):
             ax_k.plot(fine, [t.F_k[k] for t in exact], color="k", ls=style, lw=1.2,
-                      label=f"theory F_{k + 1}")
+                      label=f"theory $F_{k + 1}$")
         off_axis: list[str] = []
         for i, config in enumerate(sorted(group, key=lambda c: c.layers)):
             color, layers = f"C{i}", f"{config.layers} layer{'s' * (config.layers > 1)}"
@@ -67,7 +67,7 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
                               yerr=[mean - [c.F_k[k].low for c in row],
                                     [c.F_k[k].high for c in row] - mean],
                               ls=style, marker=marker, ms=3, lw=1.1, elinewidth=0.8,
-                              capsize=0, color=color, label=f"ours F_{k + 1}, {layers}")
+                              capsize=0, color=color, label=f"ours $F_{k + 1}$, {layers}")
             beyond = []
             for g in PAPER_GAMMAS:
                 figure = paper_figure(config.layers, g)
@@ -86,9 +86,9 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
                     bbox={"boxstyle": "round", "fc": "white", "ec": "0.7", "alpha": 0.9})
         ax.set_ylim(*top)
         ax.set_title(f"{arch}, {optimizer} (lr {group[0].lr:g})", fontsize=10)
-        ax_k.set_xlabel("γ = ⟨v2, u2⟩  (γ1 = 1)")
-    axes[0][0].set_ylabel("F = F_1 + F_2")
-    axes[1][0].set_ylabel("F_k (F_1 solid, F_2 dashed)")
+        ax_k.set_xlabel(r"$\gamma = \langle v_2, u_2 \rangle$  ($\gamma_1$ = 1)")
+    axes[0][0].set_ylabel("$F = F_1 + F_2$")
+    axes[1][0].set_ylabel("$F_k$ ($F_1$ solid, $F_2$ dashed)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], ls="none", marker="D", mfc="none", mec="0.3", mew=1.6))
     labels.append("paper (in the box when beyond the axis)")
@@ -134,9 +134,9 @@ def ladder_plot(table):
                           rotation=45 if len(rows) > 3 else 0, ha="right" if len(rows) > 3
                           else "center", fontsize=8)
             ax.grid(alpha=0.3)
-        axes[0][col].set_title(f"γ = {gamma:+.2f}  (γ1 = 1)", fontsize=10)
+        axes[0][col].set_title(f"γ = {gamma:+.2f}  ($\\gamma_1$ = 1)", fontsize=10)
         axes[0][col].legend(fontsize=8, loc="upper left")
-    axes[0][0].set_ylabel("F = F_1 + F_2, every rung")
+    axes[0][0].set_ylabel("$F = F_1 + F_2$, every rung")
     axes[1][0].set_ylabel("F, the one-layer rungs")
     p = table.protocol
     fig.suptitle(f"The ladder: forgetting F per rung (mean, 95% bootstrap CI, dots: seeds); "

@@ -15,7 +15,7 @@ import base64
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -46,9 +46,11 @@ def _asset(name: str) -> str:
 
 def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
               gamma1: Sequence[float] = DEFAULT_GAMMA1,
-              protocol: Protocol | None = None) -> dict[str, Any]:
+              protocol: Protocol | None = None, *,
+              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """The maps the page embeds, computed by the exact batched dynamics (``sweep``):
-    float32 values and uint8 codes, base64."""
+    float32 values and uint8 codes, base64. ``progress(done, total)`` is told of the
+    configurations of both maps together as they finish."""
     from .. import k3maps, plots
     from ..sweep import gamma_grid, sweep
     protocol = protocol or Protocol()
@@ -60,9 +62,14 @@ def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
         raise InputError("gamma1", f"{len(gamma1)} slices", f"at most {MAX_SLICES}")
     limits.check_maps({2: grid * grid, 3: len(gamma1) * k3_grid * k3_grid}, 16,
                       "the explorer's maps (one sweep per map)")
+    total = grid * grid + len(gamma1) * k3_grid * k3_grid
+
+    def counted(offset: int):     # each sweep counts its own rows; the page counts both
+        return None if progress is None else lambda done, _: progress(offset + done, total)
     axis = np.linspace(-1.0, 1.0, grid)
     k2 = sweep(gamma_grid([axis, axis], eps=protocol.eps, eta=protocol.eta,
-                          eta_ft=protocol.eta_ft), max_steps=protocol.max_steps)
+                          eta_ft=protocol.eta_ft), max_steps=protocol.max_steps,
+               progress=counted(0))
     verdicts = list(k3maps.VERDICT_CODES)
     directions = list(k3maps.DIRECTION_CODES)
 
@@ -82,7 +89,7 @@ def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
                **{f"F_{k}": _b64(k2[f"F_{k}"].astype(np.float32)) for k in (1, 2)},
                **{f"regime_{k}": _b64(verdict_codes(k2[f"regime_{k}"])) for k in (1, 2)}},
     }
-    maps = k3maps.slices(gamma1, k3_grid, protocol)
+    maps = k3maps.slices(gamma1, k3_grid, protocol, progress=counted(grid * grid))
     data["k3"] = {
         "n": k3_grid, "rules": list(k3maps.RULES),
         "labels": {r: k3maps.LABELS[r] for r in k3maps.RULES}, "short": k3maps.SHORT,
@@ -111,7 +118,8 @@ def build_page(data: dict[str, Any]) -> str:
 
 def write_page(path: str | Path, grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
                gamma1: Sequence[float] = DEFAULT_GAMMA1, protocol: Protocol | None = None,
-               *, option: str = "--output") -> Path:
+               *, option: str = "--output",
+               progress: Callable[[int, int], None] | None = None) -> Path:
     """Compute the maps and write the page atomically; returns ``path``."""
-    page = build_page(page_data(grid, k3_grid, gamma1, protocol))
+    page = build_page(page_data(grid, k3_grid, gamma1, protocol, progress=progress))
     return write_text_atomic(path, page, option=option)

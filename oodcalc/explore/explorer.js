@@ -152,14 +152,16 @@
       codes = s.F_sign; names = DIRECTIONS; colors = DIRECTION_COLORS;
     } else if (state.layer === "F_1") values = s.F_1;
     if (values) {
-      let lim = 0;
-      for (let i = 0; i < N; i++) if (Math.abs(values[i]) > lim) lim = Math.abs(values[i]);
-      lim = lim || 1;
+      // each sign saturates at its own extreme (as plot phase-diagram): F > 0 is ten times
+      // smaller than F < 0 at the defaults, and one scale left forgetting a faint pink
+      let low = 0, high = 0;
+      for (let i = 0; i < N; i++) { low = Math.min(low, values[i]); high = Math.max(high, values[i]); }
       for (let i = 0; i < N; i++) {
-        const c = diverging(values[i] / lim);
+        const v = values[i];
+        const c = diverging(v > 0 ? v / high : v < 0 ? -v / low : 0);
         rgba.set([c[0], c[1], c[2], 255], 4 * i);
       }
-      legend.push({ gradient: true, lim });
+      legend.push({ gradient: true, low, high });
     } else if (codes) {
       const count = new Map();
       for (let i = 0; i < N; i++) {
@@ -260,7 +262,9 @@
       if (it.gradient) {
         sw.style.background = "linear-gradient(90deg, #2166ac, #f7f7f7, #b2182b)";
         sw.style.width = "60px";
-        row.append(sw, ` −${it.lim.toPrecision(3)} … +${it.lim.toPrecision(3)} (blue: backward transfer, red: forgetting)`);
+        const end = (v) => (v ? v.toPrecision(3) : "0");
+        row.append(sw, ` ${end(it.low)} … 0 … +${end(it.high)} (blue: backward transfer, red: ` +
+                   "forgetting; each colour saturates at its own extreme)");
       } else {
         sw.style.background = it.color;
         row.append(sw, " " + it.label);

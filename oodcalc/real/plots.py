@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plots import _pyplot
+from ..plots import _outside_below, _plain, _pyplot
 from .render import FAMILY_TITLES
 
 COLORS = {"scenario 1": "tab:red", "scenario 2": "tab:blue", "scenario 1 (head)": "tab:orange",
@@ -17,9 +17,9 @@ COLORS = {"scenario 1": "tab:red", "scenario 2": "tab:blue", "scenario 1 (head)"
 
 def _subtitle(result: dict[str, Any]) -> str:
     p = result["parameters"]
-    return (f"{p['model']}, layer-{p['layer']} attention block + head fine-tuned on "
-            f"{p['source']} reviews; {p['folds']}-fold CV × {p['seeds']} seed(s); "
-            "bands: 95 % bootstrap")
+    return _plain(f"{p['model']}, layer-{p['layer']} attention block + head fine-tuned on "
+                  f"{p['source']} reviews; {p['folds']}-fold CV × {p['seeds']} seed(s); "
+                  "bands: 95 % bootstrap")
 
 
 def rotation(result: dict[str, Any]):
@@ -31,14 +31,15 @@ def rotation(result: dict[str, Any]):
     plt = _pyplot()
     rot = result["rotation"]
     theta = np.array(rot["theta"])
-    fig, (measured, theory) = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
+    fig, (measured, theory) = plt.subplots(1, 2, figsize=(12, 5.6), sharex=True)
     for fam, v in rot["families"].items():
+        fam_title = _plain(FAMILY_TITLES.get(fam, fam))
         mean = np.array([x["mean"] for x in v["loss"]])
         lo = np.array([x["lo"] for x in v["loss"]])
         hi = np.array([x["hi"] for x in v["loss"]])
         color = COLORS.get(fam)
         measured.plot(theta, mean, "s--" if "(head)" in fam else "o-", ms=3, color=color,
-                      label=f"{FAMILY_TITLES.get(fam, fam)} (n = {result['parameters']['seeds']}"
+                      label=f"{fam_title} (n = {result['parameters']['seeds']}"
                             f" seed(s) × {result['parameters']['folds']} folds)")
         measured.fill_between(theta, lo, hi, color=color, alpha=0.2, lw=0)
     start, end = paper.figure("bert-rotation-scenario1-start"), \
@@ -49,17 +50,18 @@ def rotation(result: dict[str, Any]):
                         f"{start.setting['data']}): {start.printed}")
     measured.set_ylabel("cross-entropy on held-out source reviews (nats)")
     measured.set_title("measured (real encoder)", fontsize=9)
-    measured.legend(fontsize=7.5, loc="upper left")
+    # legends under the panels: inside, the curves of every rotation reach each corner
+    _outside_below(measured, fontsize=7.5, ncol=1)
     theory.plot(theta, rot["theory_rotation"], "k--", lw=1.5,
                 label="rotation geometry γ = cos θ (oodcalc predict --theta, K = 2)")
     for fam, v in rot["families"].items():
         if fam != "all":     # for all dimensions the real geometry gives the line above
             theory.plot(theta, v["theory_real"], ":", lw=1.8, color=COLORS.get(fam),
-                        label=f"real class-mean geometry: {FAMILY_TITLES.get(fam, fam)}")
+                        label=f"real class-mean geometry: {_plain(FAMILY_TITLES.get(fam, fam))}")
     theory.set_ylabel("theory's OOD error e (squared error)")
     theory.set_ylim(bottom=0)
     theory.set_title("theory (exact dynamics, one layer)", fontsize=9)
-    theory.legend(fontsize=7.5, loc="upper left")
+    _outside_below(theory, fontsize=7.5, ncol=1)
     ticks = [0, math.pi / 4, math.pi / 2, 3 * math.pi / 4, math.pi]
     for ax in (measured, theory):
         ax.set_xticks(ticks, ["0", "π/4", "π/2", "3π/4", "π"])
@@ -96,13 +98,71 @@ def shift(result: dict[str, Any]):
         ax.errorbar(x, mean, yerr=err, fmt="o", capsize=3, label="CE (95 % bootstrap)")
         ax.errorbar(x, balanced, yerr=balanced_err, fmt="s", mfc="none", capsize=3,
                     color="tab:orange", label="class-balanced CE (95 % bootstrap)")
-        for xi, yi, r in zip(x, mean, rows):
-            ax.annotate(r["domain"], (xi, yi), textcoords="offset points", xytext=(5, 4),
-                        fontsize=8)
+        ax.margins(x=0.12)                # room for the names beside the outer points
         ax.set_xlabel(label, fontsize=8)
     axes[0].invert_xaxis()          # less similar to the right, as the other panels
     axes[0].set_ylabel("cross-entropy (nats)")
-    axes[0].legend(fontsize=8)
+    # under the panels: inside, it covered the source domain's point
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8,
+               frameon=False)
     fig.suptitle("Natural shift between review domains\n" + _subtitle(result), fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    names = [_plain(r["domain"]) for r in rows]
+    for ax, (_, x) in zip(axes, xs):
+        label_points(ax, x, mean, names)
     return fig
+
+
+#: Where a point's name may go, in points from it: right, left, above right, below right...
+LABEL_PLACES = ((5, 4, "left", "bottom"), (-5, 4, "right", "bottom"),
+                (5, -4, "left", "top"), (-5, -4, "right", "top"),
+                (0, 9, "center", "bottom"), (0, -9, "center", "top"))
+
+
+def label_points(ax, xs, ys, names) -> None:
+    """Name each point beside it, at the first place in :data:`LABEL_PLACES` where the
+    name overlaps no name already placed, nothing drawn (markers, error bars) and stays
+    in the axes (nearby domains' names were printed over each other and over the bars)."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    drawn = drawn_points(ax)
+    box = ax.get_window_extent(renderer)
+    placed = []
+    for xy, name in zip(zip(xs, ys), names):
+        for dx, dy, ha, va in LABEL_PLACES:
+            text = ax.annotate(name, xy, textcoords="offset points", xytext=(dx, dy),
+                               fontsize=8, ha=ha, va=va)
+            extent = text.get_window_extent(renderer).expanded(1.05, 1.1)
+            clear = (not any(extent.overlaps(b) for b in placed)
+                     and not extent.count_contains(drawn)
+                     and box.contains(extent.x0, extent.y0) and box.contains(extent.x1, extent.y1))
+            if clear or (dx, dy) == LABEL_PLACES[-1][:2]:
+                placed.append(extent)
+                break
+            text.remove()
+
+
+def drawn_points(ax, per_segment: int = 24) -> np.ndarray:
+    """Points along everything drawn in ``ax`` (lines, markers, error bars), in display
+    coordinates: what a label or a legend must not cover."""
+    pieces = []
+    for line in ax.get_lines():
+        xy = line.get_transform().transform(
+            np.column_stack(line.get_data(orig=False)).astype(float))
+        joined = line.get_linestyle() not in ("None", "none", "", " ")   # else markers only
+        pieces.append(_along(xy, per_segment) if joined else xy[np.isfinite(xy).all(axis=1)])
+    for collection in ax.collections:
+        for segment in getattr(collection, "get_segments", lambda: [])():
+            pieces.append(_along(collection.get_transform().transform(segment), per_segment))
+    pieces = [p for p in pieces if len(p)]
+    return np.concatenate(pieces) if pieces else np.empty((0, 2))
+
+
+def _along(xy: np.ndarray, n: int) -> np.ndarray:
+    """``xy``'s vertices and ``n`` points on each segment between them (finite only)."""
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    if len(xy) < 2:
+        return xy
+    t = np.linspace(0, 1, n, endpoint=False)[None, :, None]
+    inner = xy[:-1, None, :] + t * (xy[1:, None, :] - xy[:-1, None, :])
+    return np.concatenate([inner.reshape(-1, 2), xy[-1:]])
