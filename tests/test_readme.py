@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import doctest
+import inspect
 import io
 import os
 import re
@@ -196,3 +197,52 @@ def test_the_time_check_sees_a_typed_time():
     assert not DURATION.findall(text_to_check_for_times(
         "<!-- times:start -->\n| x | 25 s |\n<!-- times:end -->\n"
         "## Performance\n0.69 s\n## Next\nno time here\n"))
+
+
+#: A Python name in the README's prose: ``oc.x``, ``oodcalc.x.y`` or ``help(oc.x)``, with
+#: or without a call; what is not fenced is not run, so it is resolved here.
+PROSE_NAME = re.compile(r"`(?:help\()?((?:oc|oodcalc)(?:\.\w+)+)(?:\(|`|\))")
+
+
+def prose_python_names(text: str) -> list[str]:
+    """Dotted names of the API in inline code outside fenced blocks."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return sorted(set(PROSE_NAME.findall(text)))
+
+
+def resolve(name: str):
+    """``oc.predict`` / ``oodcalc.simulate.simulate_population`` as a reader would reach it:
+    ``import oodcalc as oc`` then attribute by attribute, importing a submodule where the
+    attribute is one (``import oodcalc.simulate``)."""
+    import importlib
+    parts = name.split(".")
+    obj = importlib.import_module("oodcalc")
+    for i, part in enumerate(parts[1:], start=1):
+        if inspect.ismodule(obj) and not hasattr(obj, part):    # a submodule not yet imported
+            obj = importlib.import_module("oodcalc." + ".".join(parts[1:i + 1]))
+        else:
+            obj = getattr(obj, part)      # AttributeError, as the reader would see it
+    return obj
+
+
+def test_the_readme_prose_names_only_what_exists():
+    """`oodcalc.predict.expected_seconds(setting)` in the prose was an AttributeError: the
+    function `oodcalc.predict` hides the module of the same name. Every API name the prose
+    shows must resolve as a reader writes it, and a call must be callable."""
+    text = README.read_text(encoding="utf-8")
+    names = prose_python_names(text)
+    assert "oc.expected_seconds" in names and "oc.predict" in names
+    for name in names:
+        try:
+            obj = resolve(name)
+        except (AttributeError, ImportError) as error:
+            pytest.fail(f"the README names `{name}`, which does not resolve: {error}")
+        if re.search(rf"`(?:help\()?{re.escape(name)}\((?!\))", text) and "help(" not in name:
+            assert callable(obj), name
+
+
+def test_the_prose_check_sees_a_shadowed_module():
+    assert prose_python_names("say `oodcalc.predict.expected_seconds(setting)` here") == [
+        "oodcalc.predict.expected_seconds"]
+    with pytest.raises(AttributeError):
+        resolve("oodcalc.predict.expected_seconds")
