@@ -19,7 +19,7 @@ Report = Any
 
 
 def fmt(x: float | None, digits: int = 5) -> str:
-    return "—" if x is None else f"{x:.{digits}g}"
+    return "—" if x is None else f"{x + 0.0:.{digits}g}"     # + 0.0: no "-0"
 
 
 @dataclass

@@ -30,7 +30,7 @@ def fmt(x: float, digits: int = 5, sign: str = "") -> str:
         return "undefined (overflow)"
     if math.isinf(x):
         return "overflow" if x > 0 else "−overflow"
-    return f"{x:{sign}.{digits}g}"
+    return f"{x + 0.0:{sign}.{digits}g}"        # + 0.0: −0.0 (−α*/(K−1) at α* = 0) is 0
 
 
 def add_feature_rows(table: Table, rows: list[tuple[str, ...]],
