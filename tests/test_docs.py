@@ -100,42 +100,8 @@ def test_the_notebook_follows_the_script_and_has_its_outputs():
     assert "iopub" not in text and "execute_input" not in text      # no timestamps
 
 
-def _run_cells(cells: list[dict]) -> list[list[dict]]:
-    """Each code cell run in this process, in one namespace, as a kernel would: what it
-    prints (stdout), then, when it ends in an expression, that value's Markdown and HTML."""
-    import ast
-    import contextlib
-    import io
-    namespace: dict = {"__name__": "__main__"}
-    outputs = []
-    for cell in cells:
-        tree = ast.parse("".join(cell["source"]))
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            exec(compile(tree, "<cell>", "exec"), namespace)
-            value = (eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
-                     if last is not None else None)
-        out = [{"output_type": "stream", "name": "stdout", "text": printed.getvalue()}]
-        out = out if printed.getvalue() else []
-        data = {mime: getattr(value, f"_repr_{kind}_")()
-                for mime, kind in (("text/html", "html"), ("text/markdown", "markdown"))
-                if hasattr(value, f"_repr_{kind}_")}
-        if data:
-            out.append({"output_type": "execute_result", "data": data})
-        outputs.append(out)
-    return outputs
-
-
-def _comparable(outputs: list[dict]) -> list[dict]:
-    keep = []
-    for o in outputs:
-        if o["output_type"] == "stream":
-            keep.append({"output_type": "stream", "name": o["name"], "text": "".join(o["text"])})
-        else:
-            keep.append({"output_type": o["output_type"],
-                         "data": {k: "".join(v) for k, v in o["data"].items()}})
-    return keep
+_run_cells = generate_docs.run_cells
+_comparable = generate_docs.comparable
 
 
 def test_the_notebooks_outputs_are_what_its_cells_compute():

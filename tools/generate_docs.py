@@ -246,6 +246,50 @@ def without_outputs(notebook: str) -> dict[str, Any]:
     return nb
 
 
+def run_cells(cells: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Each code cell run in this process, in one namespace, as a kernel runs it: what it
+    prints (stdout), then, when it ends in an expression, that value's HTML and Markdown:
+    the outputs :func:`executed` keeps, re-made without Jupyter (tests/test_docs.py and
+    tools/other_machine.py compare them with the committed ones)."""
+    import ast
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    outputs = []
+    for cell in cells:
+        tree = ast.parse("".join(cell["source"]))
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(tree, "<cell>", "exec"), namespace)
+            value = (eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+                     if last is not None else None)
+        out = ([{"output_type": "stream", "name": "stdout", "text": printed.getvalue()}]
+               if printed.getvalue() else [])
+        data = {mime: getattr(value, f"_repr_{kind}_")()
+                for mime, kind in (("text/html", "html"), ("text/markdown", "markdown"))
+                if hasattr(value, f"_repr_{kind}_")}
+        if data:
+            out.append({"output_type": "execute_result", "data": data})
+        outputs.append(out)
+    return outputs
+
+
+def comparable(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A cell's outputs as :func:`run_cells` gives them (texts joined; no counts)."""
+    keep = []
+    for o in outputs:
+        if o["output_type"] == "stream":
+            keep.append({"output_type": "stream", "name": o["name"], "text": "".join(o["text"])})
+        else:
+            keep.append({"output_type": o["output_type"],
+                         "data": {k: "".join(v) for k, v in o["data"].items()}})
+    return keep
+
+
+def code_cells(path: Path) -> list[dict[str, Any]]:
+    return [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+            if c["cell_type"] == "code"]
+
+
 def can_execute() -> bool:
     """Whether nbclient and a Python kernel are installed (the ``notebook`` extra)."""
     return all(importlib.util.find_spec(m) is not None for m in ("nbclient", "ipykernel"))
