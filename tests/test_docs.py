@@ -37,10 +37,11 @@ def test_generated_block_is_current(block):
         f"{block.file} is stale in its '{block.name}' block: run `{FIX}`")
 
 
-@pytest.mark.parametrize("name", sorted(generate_docs.FILES))
-def test_generated_file_is_current(name):
-    assert (ROOT / name).read_text(encoding="utf-8") == generate_docs.FILES[name](), (
-        f"{name} is stale: run `{FIX}`")
+def test_generated_files_are_current():
+    """(None at present: the notebook, executed, is checked below.)"""
+    for name, generate in generate_docs.FILES.items():
+        assert (ROOT / name).read_text(encoding="utf-8") == generate(), (
+            f"{name} is stale: run `{FIX}`")
 
 
 def test_a_stale_block_is_found_and_regenerated(tmp_path):
