@@ -4,7 +4,7 @@
 from .errors import ComputationError, InputError, OodcalcError
 from .geometry import (Geometry, from_arrays, from_files, mean_query, orthogonal,
                        parallel_shift, rotation)
-from .predict import predict
+from .predict import expected_seconds, predict
 from .report import Report
 from .setting import Protocol, Setting
 
@@ -12,6 +12,6 @@ from ._version import __version__
 
 __all__ = [
     "ComputationError", "Geometry", "InputError", "OodcalcError", "Protocol", "Report",
-    "Setting", "from_arrays", "from_files", "mean_query", "orthogonal", "parallel_shift",
+    "Setting", "expected_seconds", "from_arrays", "from_files", "mean_query", "orthogonal", "parallel_shift",
     "predict", "rotation",
 ]

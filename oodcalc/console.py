@@ -81,3 +81,37 @@ def duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.2g} h"
+
+
+class StripTrailing:
+    """A text stream that writes every line to ``stream`` without the spaces at its end.
+
+    Piped, rich pads each line of a table (and typer its help) to the table's width; the
+    padding is invisible on a terminal but stays in a file or a diff. A line's trailing
+    spaces are held until the line goes on (they were inside it) or ends (dropped)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._spaces = ""          # spaces written at the end of the current line so far
+
+    def write(self, text: str) -> int:
+        lines = text.split("\n")
+        out = []
+        for i, line in enumerate(lines):
+            if i:                                  # a line ended: its trailing spaces go
+                out.append("\n")
+                self._spaces = ""
+            body = line.rstrip(" ")
+            if body:
+                out.append(self._spaces + body)
+                self._spaces = line[len(body):]
+            else:
+                self._spaces += line
+        self._stream.write("".join(out))
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

@@ -19,7 +19,7 @@ Report = Any
 
 
 def fmt(x: float | None, digits: int = 5) -> str:
-    return "—" if x is None else f"{x:.{digits}g}"
+    return "—" if x is None else f"{x + 0.0:.{digits}g}"     # + 0.0: no "-0"
 
 
 @dataclass
@@ -68,8 +68,8 @@ def sections(report: Report) -> list[Section]:
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")
     finetune.lines.append(f"F = L_tr(after) − L_tr(before) = {F:+.5g} ({meaning})")
-    finetune.header = ["k", "paper's verdict (claim 8)", "condition", "first step (exact)",
-                       "D_k (first order)", "F_k", "L_{v_k} trend"]
+    finetune.header = ["k", "paper's verdict (claim 8)", "condition", "first step ΔL_{v_k} (exact)",
+                       "D_k (first order)", "F_k = ΔL_{v_k}", "L_{v_k} trend"]
     for f in report.forgetting:
         trend = f.trend + (" ✗ (contradicts the verdict)" if f.theorem_holds is False else "")
         first = ("—" if f.first_step is None

@@ -354,12 +354,16 @@ def phase_cap(max_steps: int, auto: bool, log_estimate: float, phase: str,
         cap = int(min(max(max_steps, math.ceil(2 * estimate) + 1000), AUTO_STEP_LIMIT))
     if estimate > 2 * cap:
         steps = estimates.format_steps(log_estimate)
-        how = (f"raise {param('max_steps')} to about {math.ceil(1.2 * estimate):,}, or "
-               if estimate <= AUTO_STEP_LIMIT else "")
+        # the cap as the user set it, or the automatic one and how far auto goes
+        capped = (f"more than the automatic step cap ({param('max_steps')} auto: "
+                  f"{max_steps:,}, raised to twice the estimate but not past "
+                  f"{AUTO_STEP_LIMIT:,})" if auto
+                  else f"more than {param('max_steps')} = {cap:,}")
+        how = (f"raise {param('max_steps')} to about {math.ceil(1.2 * estimate):,} (it "
+               f"takes up to {MAX_STEPS:,}), or " if 1.2 * estimate <= MAX_STEPS else "")
         raise ComputationError(
             f"{phase} would need about {steps} steps to meet the stopping rule "
-            f"(gradient-flow estimate for {describe}), more than max_steps = {cap:,}; "
-            f"{how}{change}")
+            f"(gradient-flow estimate for {describe}), {capped}; {how}{change}")
     return cap
 
 

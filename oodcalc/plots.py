@@ -7,7 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -238,30 +238,40 @@ def _label(k: int, K: int, each: str, together: str) -> str | None:
     return together if k == 0 else None
 
 
+def error_curves(report: Report) -> dict[str, Any]:
+    """What ``loss_trajectories`` draws: ``steps`` (0 … T1 + T2), ``T1``, the per-feature
+    errors ``e_k`` on the source (``source``) and OOD (``ood``) features at every step,
+    ``(steps, K)``, and the stopping level ``eps`` they are compared with: the quantity
+    of predict's sections 1 and 2 and of the explorer's error plot (no matplotlib)."""
+    T1, source, ood = _phases(report)
+    return {"steps": np.arange(len(source)), "T1": T1, "source": conditional_errors(source),
+            "ood": conditional_errors(ood), "eps": report.parameters["eps"]}
+
+
 def loss_trajectories(report: Report):
-    """Per-feature source and OOD loss ``L_k = e_k/K`` through pretraining and fine-tuning."""
+    """Per-feature source and OOD errors ``e_k`` through pretraining and fine-tuning, with
+    the stopping level ε (``error_curves``)."""
     _check_drawing("loss_trajectories", report)
     _check_moves(report, "losses")
     plt = _pyplot()
-    T1, source, ood = _phases(report)
-    K = report.parameters["K"]
-    steps = np.arange(len(source))
+    curves = error_curves(report)
+    T1, steps, K = curves["T1"], curves["steps"], report.parameters["K"]
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for k in range(K):
-        ax.plot(steps, conditional_errors(source)[:, k] / K, color=f"C{k}", lw=1.8,
+        ax.plot(steps, curves["source"][:, k], color=f"C{k}", lw=1.8,
                 marker=_marker(len(steps)),
                 label=_label(k, K, f"source $v_{{{k + 1}}}$", f"source $v_k$, k = 1..{K}"))
-        ax.plot(steps, conditional_errors(ood)[:, k] / K, color=f"C{k}", lw=1.2, ls="--",
+        ax.plot(steps, curves["ood"][:, k], color=f"C{k}", lw=1.2, ls="--",
                 marker=_marker(len(steps)), mfc="none",
                 label=_label(k, K, f"OOD $u_{{{k + 1}}}$", f"OOD $u_k$, k = 1..{K}"))
-    eps = report.parameters["eps"]
-    ax.axhline(eps / K, color="grey", ls=":", lw=1, label=f"stopping level ε/K = {eps / K:g}")
+    eps = curves["eps"]
+    ax.axhline(eps, color="grey", ls=":", lw=1, label=f"stopping level ε = {eps:g}")
     ax.axvline(T1, color="black", lw=0.8)
     ax.annotate(r" $T_1$: fine-tuning on U starts", (T1, 0.02),
                 xycoords=("data", "axes fraction"), fontsize=8)
     ax.set_yscale("log")
     ax.set_xlabel("gradient step (pretraining on V, then fine-tuning on U)")
-    ax.set_ylabel(r"per-feature loss $L_k = e_k / K$")
+    ax.set_ylabel(r"per-feature error $e_k$  (loss $L_k = e_k / K$)")
     ax.set_title(_title(report), fontsize=9)
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax.grid(alpha=0.3)

@@ -185,6 +185,9 @@ def predict(setting: Setting, progress: Progress | None = None) -> Report:
             f"MiB plus the report); lower K") from None
 
 
+#: ``expected_seconds`` suggests the ``fast`` extra only for a run estimated to take at least
+#: this long (a tenth of a second saved is not worth an install).
+FAST_HINT_SECONDS = 10.0
 #: Pretraining estimated to take at most this many steps is run by :func:`expected_seconds`
 #: (milliseconds) to start its fine-tuning estimate from the logits pretraining reaches.
 SHORT_PRETRAINING = 10_000
@@ -199,11 +202,24 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
     fine-tuning estimated past its step cap a ``ComputationError`` (predict's, after
     pretraining, names the cause).
 
+    Parameters
+    ----------
+    setting : Setting
+        What :func:`predict` would run.
+
+    Returns
+    -------
+    (float, str)
+        The estimated seconds, and in words the phase that takes them (its steps and
+        engine; a hint to install the ``fast`` extra where that saves at least
+        ``FAST_HINT_SECONDS``).
+
+    Example
+    -------
     >>> import oodcalc as oc
-    >>> from oodcalc.predict import expected_seconds
-    >>> seconds, words = expected_seconds(oc.Setting(oc.parallel_shift([1, -0.9])))
+    >>> seconds, words = oc.expected_seconds(oc.Setting(oc.parallel_shift([1, -0.9])))
     >>> seconds < 10, words
-    (True, 'pretraining ≈ 357 steps on the symmetric ray')
+    (True, 'fine-tuning ≈ 361 steps on 2×2 logits by the K×K descent (NumPy)')
     """
     geo, proto, K = check_setting(setting).geometry, setting.protocol, setting.K
     limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
@@ -226,7 +242,7 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
         return seconds, f"pretraining ≈ {pretrain:,.0f} steps on the symmetric ray"
     words = (f"fine-tuning ≈ {estimates.format_steps(plan.log_steps)} steps on {K}×{K} "
              f"logits by the {ENGINES[plan.engine]}")
-    if plan.faster:
+    if plan.faster and seconds >= FAST_HINT_SECONDS:
         words += '; pip install "oodcalc[fast]" runs it about 10× faster'
     return seconds, words
 

@@ -82,13 +82,21 @@ class Pretrain:
     def beta(self) -> float:
         return float(np.nanmean(off_diagonal(self.z)))
 
+    @property
+    def loss(self) -> float:
+        """``L = Σ_k e_k / K`` on the source features at T1."""
+        return float(self.error.sum() / self.z.shape[0])
+
+    @property
+    def beta_star(self) -> float | None:
+        """The closed-form β at T1, ``−α*/(K−1)`` (theory only)."""
+        return None if self.alpha_star is None else -self.alpha_star / (self.z.shape[0] - 1)
+
     def to_dict(self) -> dict[str, Any]:
-        K = self.z.shape[0]
         out = {"T1": self.T1, "alpha": self.alpha, "beta": self.beta,
-               "z": self.z, "error": self.error, "loss": float(self.error.sum() / K)}
+               "z": self.z, "error": self.error, "loss": self.loss}
         if self.alpha_star is not None:
-            out |= {"alpha_star": self.alpha_star,
-                    "beta_star": -self.alpha_star / (K - 1)}
+            out |= {"alpha_star": self.alpha_star, "beta_star": self.beta_star}
         return out
 
 
@@ -100,12 +108,31 @@ class OOD:
     corollary: list[str | None] = field(default_factory=list)
     at_alpha_star: dict[str, Any] | None = None  # claim 5 evaluated at α* (theory only)
 
+    @property
+    def alpha(self) -> np.ndarray:
+        """``α_{u_k} = z[k, k]``, per OOD feature."""
+        return np.diag(self.z).copy()
+
+    @property
+    def beta(self) -> np.ndarray:
+        """``β_{u_n,u_k} = z[n, k]`` for n ≠ k, NaN on the diagonal."""
+        return off_diagonal(self.z)
+
+    @property
+    def attention_correct(self) -> np.ndarray:
+        """``Attn_k``: the attention query ``u_k`` gives its own feature's tokens."""
+        return np.diag(self.attention).copy()
+
+    @property
+    def loss(self) -> float:
+        """The OOD loss ``L = Σ_k e_k / K`` at T1."""
+        return float(self.error.sum() / self.z.shape[0])
+
     def to_dict(self) -> dict[str, Any]:
-        K = self.z.shape[0]
-        out = {"alpha": np.diag(self.z), "beta": off_diagonal(self.z),
+        out = {"alpha": self.alpha, "beta": self.beta,
                "attention": self.attention,
-               "attention_correct": np.diag(self.attention),
-               "error": self.error, "loss": float(self.error.sum() / K),
+               "attention_correct": self.attention_correct,
+               "error": self.error, "loss": self.loss,
                "corollary": self.corollary}
         if self.at_alpha_star is not None:
             out["at_alpha_star"] = self.at_alpha_star
@@ -157,13 +184,20 @@ class Finetune:
     step_size_bounds: np.ndarray | None = None
     eta_ft: float | None = None
 
+    @property
+    def eta_ft_within_bound(self) -> bool | None:
+        """Whether ``η_ft`` is within the step-size bound (None without a bound)."""
+        if self.step_size_bound is None:
+            return None
+        return bool(self.eta_ft <= self.step_size_bound)
+
     def to_dict(self) -> dict[str, Any]:
         out = {"T2": self.T2, "z_ood": self.z_ood, "z_source": self.z_source,
                "error_ood": self.error_ood}
         if self.step_size_bound is not None:
             out |= {"step_size_bound": self.step_size_bound,
                     "step_size_bounds": self.step_size_bounds,
-                    "eta_ft_within_bound": bool(self.eta_ft <= self.step_size_bound)}
+                    "eta_ft_within_bound": self.eta_ft_within_bound}
         return out
 
 
@@ -207,10 +241,19 @@ class Report:
         How the numbers were computed: ``max_steps`` (the cap each phase ran under,
         ``pretrain`` and ``finetune``) and ``engine`` (the engine of each phase).
 
+    The JSON (:meth:`to_dict`) and the attributes have the same names: the JSON's
+    ``ood.loss`` is ``report.ood.loss``, ``pretrain.beta_star`` is
+    ``report.pretrain.beta_star`` (dicts, ``parameters`` and ``run``, by key). One
+    block differs: the JSON's ``forgetting`` is ``{"F", "per_feature", "curve"}``, which
+    are ``report.F``, the list ``report.forgetting`` (``per_feature[i]`` is
+    ``report.forgetting[i]``, its keys attributes) and ``report.forgetting_curve()``.
+
     Example
     -------
     >>> import oodcalc as oc
     >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+    >>> report.ood.loss == report.to_dict()["ood"]["loss"]
+    True
     >>> report.pretrain.T1, report.finetune.T2
     (357, 360)
     >>> [(f.k, f.regime, f.trend) for f in report.forgetting]

@@ -103,7 +103,9 @@ def test_a_residual_in_a_generated_text_is_found(monkeypatch):
 #: mantissa (1.7e-16, 9e-19): a residual printed as a value. A power of ten (1e-15) is a
 #: bound or a tolerance, and so is any number after "<" or "≤".
 _ROUNDOFF = re.compile(r"(?<![\w.])(?!1e)(\d(?:\.\d+)?)e-(1[3-9]|[2-9]\d)\b")
-_ROUNDOFF_UNICODE = re.compile(r"(?<![\w.])(?!1·)(\d(?:\.\d+)?)\s?[·×]\s?10⁻(¹[³-⁹]|[²-⁹][⁰-⁹])")
+#: (superscript digits are not one Unicode range: ¹²³ are Latin-1, ⁰ and ⁴-⁹ U+2070 on;
+#: [³-⁹] would take ⁰ as well, and flag 10⁻¹⁰)
+_ROUNDOFF_UNICODE = re.compile(r"(?<![\w.])(?!1·)(\d(?:\.\d+)?)\s?[·×]\s?10⁻(¹[³⁴-⁹]|[²³⁴-⁹][⁰¹²³⁴-⁹])")
 _BOUND_BEFORE = re.compile(r"(<|≤|<=|\\le|\\leq|\\textless\{\})\s*$")
 
 #: committed documents that are regenerated from the code or from a committed record
@@ -111,8 +113,8 @@ _BOUND_BEFORE = re.compile(r"(<|≤|<=|\\le|\\leq|\\textless\{\})\s*$")
 #: measurements, not regenerated; it is read, never rewritten, by the tests).
 DOCUMENTS = sorted([*Path(ROOT, "derivations").glob("*.md"),
                     *Path(ROOT, "derivations").glob("*.tex"),
-                    ROOT / "README.md", *[p for p in Path(ROOT, "docs").glob("*.md")
-                                          if p.name != "performance.md"]])
+                    ROOT / "README.md", ROOT / "examples" / "tour.ipynb",
+                    *[p for p in Path(ROOT, "docs").glob("*.md") if p.name != "performance.md"]])
 
 
 def roundoff_values(text: str) -> list[str]:
@@ -130,7 +132,8 @@ def test_the_roundoff_lint_finds_a_residual():
     assert roundoff_values("simulator to 1.9e-17") == ["…simulator to 1.9e-17"]
     assert roundoff_values("(residual 9e-19)") == ["…(residual 9e-19"]
     assert roundoff_values("an F within 1.9·10⁻¹⁷ (float64)") == ["…an F within 1.9·10⁻¹⁷"]
-    assert roundoff_values("1·10⁻¹⁵, < 3·10⁻¹⁶, 2·10⁻⁹") == []
+    assert roundoff_values("1·10⁻¹⁵, < 3·10⁻¹⁶, 2·10⁻⁹, 9.5·10⁻¹⁰") == []
+    assert roundoff_values("a gap of 4.4·10⁻¹⁶") == ["…a gap of 4.4·10⁻¹⁶"]
     assert roundoff_values("residual < 4e-15, |x| ≤ 2e-14, within 1e-13, 1.0e-16") == []
     assert roundoff_values("a GD step of 1e-3 or 2.5e-9, 1e-300") == []
 

@@ -14,7 +14,7 @@ from oodcalc import display, sweep as sweep_module
 from oodcalc.simulate import simulate_population, simulate_prompts
 
 DOCUMENTED = {
-    "predict": oc.predict, "Setting": oc.Setting, "Protocol": oc.Protocol,
+    "predict": oc.predict, "expected_seconds": oc.expected_seconds, "Setting": oc.Setting, "Protocol": oc.Protocol,
     "parallel_shift": oc.parallel_shift, "rotation": oc.rotation, "mean_query": oc.mean_query,
     "orthogonal": oc.orthogonal, "from_arrays": oc.from_arrays, "from_files": oc.from_files,
     "Report": oc.Report, "sweep": sweep_module.sweep,
@@ -93,3 +93,61 @@ def test_derivation_displays_as_its_markdown_document():
     text = derivation._repr_markdown_()
     assert text == to_markdown(derivation, get_claim("1"))
     assert text.startswith("# Claim 1") and "$$" in text
+
+
+def _attribute_of(report, path):
+    """The attribute behind a JSON path, by the one rule the Report's docstring states:
+    the same names, dicts by key, and ``forgetting.{F, per_feature, curve}`` laid out as
+    ``report.F``, the list ``report.forgetting`` and ``report.forgetting_curve()``."""
+    if path[0] == "forgetting":
+        if path[1] == "F":
+            return report.F
+        if path[1] == "per_feature":
+            return getattr(report.forgetting[path[2]], path[3])
+        if path[1] == "curve":
+            return report.forgetting_curve()[path[2]]
+    value = report
+    for key in path:
+        value = value[key] if isinstance(value, dict) else getattr(value, key)
+    return value
+
+
+def _json_leaves(tree, path=()):
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _json_leaves(value, (*path, key))
+    elif isinstance(tree, list) and path == ("forgetting", "per_feature"):
+        for i, entry in enumerate(tree):
+            yield from _json_leaves(entry, (*path, i))
+    else:
+        yield path, tree
+
+
+@pytest.mark.parametrize("gamma", [[1, -0.9], [0.5, -0.9, -0.9]])
+def test_every_json_key_is_an_attribute_of_the_same_name(gamma):
+    """`report.ood.loss` exists because `to_dict()['ood']['loss']` does (issue: the names
+    differed); every JSON leaf is the attribute it names, value for value."""
+    from oodcalc.report import jsonable
+    report = oc.predict(oc.Setting(oc.parallel_shift(gamma), oc.Protocol(ft_steps=5)))
+    leaves = list(_json_leaves(report.to_dict()))
+    assert ("ood", "loss") in dict(leaves) and ("pretrain", "beta_star") in dict(leaves)
+    for path, value in leaves:
+        if path[:2] == ("forgetting", "curve"):
+            continue                                 # the JSON keeps up to 1,000 points
+        assert jsonable(_attribute_of(report, path)) == value, path
+
+
+def test_the_attribute_rule_fails_on_a_renamed_key():
+    """The check above is not vacuous: a JSON key without its attribute is caught."""
+    report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+    with pytest.raises(AttributeError):
+        _attribute_of(report, ("ood", "losses"))
+
+
+def test_expected_seconds_is_at_the_top_level_and_suggests_numba_only_when_it_pays():
+    from oodcalc import predict as predict_module  # noqa: F401  (the module, as a reader imports it)
+    setting = oc.Setting(oc.parallel_shift([1, -0.9]))
+    seconds, words = oc.expected_seconds(setting)
+    assert seconds < 1 and "oodcalc[fast]" not in words
+    from oodcalc.predict import FAST_HINT_SECONDS
+    assert FAST_HINT_SECONDS >= 1

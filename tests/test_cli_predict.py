@@ -150,8 +150,8 @@ def test_predict_shows_the_first_step_criterion(capsys, monkeypatch, columns):
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= int(columns) and "…" not in out
     header = next(i for i, line in enumerate(lines) if "paper's verdict" in line)
-    assert "first step" in lines[header] and "(exact; D_k)" in lines[header + 1]
-    assert "F_k" in lines[header] and "(exact)" in lines[header + 1]
+    assert "first step (exact)" in lines[header] and "ΔL_{v_k}; D_k" in lines[header + 1]
+    assert "F_k (exact)" in lines[header] and lines[header + 1].count("ΔL_{v_k}") == 2
     row = next(i for i, line in enumerate(lines) if line.lstrip().split()[:2] == ["1", "-0.7"])
     assert "forgetting" in lines[row] and "falling -" in lines[row] and "✗" in lines[row]
     assert "−γ1·γ2 = +0.63" in lines[row + 1]

@@ -89,3 +89,40 @@ def test_the_tool_reuses_the_records_runs(saved, monkeypatch):
     config, seed, gamma = selection.runs()[0]
     other = config.run_parameters(seed, gamma) | {"seed": 99}
     assert cache.load(other) is None
+
+
+def test_plot_depth_draws_the_record_without_torch(tmp_path, monkeypatch, capsys):
+    """`plot depth` needed torch although docs/depth.json holds every run it draws: with
+    torch unimportable and an empty cache it now draws from the record; told to ignore the
+    record (--record none), the same plot needs torch and says so."""
+    import sys
+    pytest.importorskip("matplotlib")
+    from oodcalc.cli import main
+    monkeypatch.setitem(sys.modules, "torch", None)            # import torch fails
+    argv = ["plot", "depth", "--arch", "attention", "--optimizer", "sgd", "--layers", "1",
+            "--cache-dir", str(tmp_path / "cache")]
+    figure = tmp_path / "depth.png"
+    assert main([*argv, "-o", str(figure)]) == 0, capsys.readouterr().err
+    assert figure.stat().st_size > 10_000
+    assert not list((tmp_path / "cache").iterdir())           # nothing trained, nothing stored
+    capsys.readouterr()
+    assert main([*argv, "-o", str(tmp_path / "other.png"), "--record", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs torch" in err[0]
+    assert not (tmp_path / "other.png").exists()
+
+
+def test_a_record_answers_by_protocol_not_by_torch_build(saved):
+    """FromRecord matches a run made by torch 2.13.0+cpu to the same run asked for on a
+    machine without torch; a different protocol (another seed) finds nothing."""
+    _, results = saved
+    (config, seed, gamma), run = next(iter(results.records.items()))
+    asked = config.run_parameters(seed, gamma) | {"torch": "missing", "machine": "other"}
+
+    class Empty:
+        def load(self, parameters):
+            return None
+
+    cache = record.FromRecord(Empty(), results)
+    assert cache.load(asked) is run
+    assert cache.load(asked | {"seed": 10_000}) is None

@@ -212,8 +212,21 @@ def test_auto_step_cap_runs_past_the_default_and_explicit_cap_is_kept():
     assert estimate > 2 * oc.Protocol().max_steps
     assert predict_module.phase_cap(10**6, True, math.log(estimate), "p", "", "") \
         >= 2 * estimate
-    with pytest.raises(oc.ComputationError, match="more than max_steps = 1,000,000"):
+    with pytest.raises(oc.ComputationError, match=r"more than Protocol.max_steps = 1,000,000;"):
         predict_module.phase_cap(10**6, False, math.log(estimate), "pretraining", "K", "x")
+
+
+def test_an_auto_cap_is_named_as_auto_not_as_a_cap_the_user_set():
+    """`predict --gamma 1,-0.9 --eps 1e-9` said "more than max_steps = 1,000,000,000", a
+    value the user never gave; it names the automatic cap, its default and its ceiling,
+    and the explicit cap that would run it."""
+    with pytest.raises(oc.ComputationError) as refused:
+        oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(eps=1e-9)))
+    text = str(refused.value)
+    assert "max_steps = 1,000,000,000" not in text
+    assert (f"automatic step cap (Protocol.max_steps auto: {oc.Protocol().max_steps:,}, "
+            f"raised to twice the estimate but not past {limits.AUTO_STEP_LIMIT:,})") in text
+    assert f"raise Protocol.max_steps to about 3," in text and f"{limits.MAX_STEPS:,}" in text
 
 
 def test_memory_error_is_one_line(monkeypatch):

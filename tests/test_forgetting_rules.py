@@ -156,6 +156,30 @@ def test_misses_of_D_are_explained_by_turning_trajectories():
     assert {key.split("→")[0] for key in d.misses} <= {"rising", "falling", "flat"}
 
 
+def test_the_readme_states_what_the_study_finds_at_K3():
+    """The README's findings quote `python examples/claim8_rules.py --n 2000` (seed 0): its
+    K = 3 row and how D_k's misses turn. It said "every miss of D_k is rise-then-fall" while
+    12 of the 19 at K = 3 are rise-then-fall-then-rise."""
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    r = fr.agreement(3, 2000, seed=0)
+    paper, corrected, D = (r.scores[name] for name in ("paper", "corrected", "D_sign"))
+    row = (f"| 3 | {100 * paper.coverage:.0f} % · {100 * paper.accuracy:.1f} % | "
+           f"{100 * corrected.coverage:.0f} % · {100 * corrected.accuracy:.0f} % | "
+           f"{100 * D.accuracy:.2f} % |")
+    assert row in readme, row
+    assert set(paper.misses) == {"forgetting→falling"}
+    # every miss of D_k rose first (as D_k says) and ended below its start
+    assert set(D.misses) <= {"rising→rise-then-fall", "rising→rise-then-fall-then-rise"}
+    said = re.search(r"at K = 3: (\d+) rise-then-fall and (\d+) rise-then-fall-then-rise "
+                     r"of the (\d+) misses", readme)
+    assert said, "the README no longer counts D_k's misses at K = 3"
+    assert [int(x) for x in said.groups()] == [
+        D.misses.get("rising→rise-then-fall", 0),
+        D.misses.get("rising→rise-then-fall-then-rise", 0), D.decided - D.correct]
+
+
 def test_table_and_bad_input():
     text = fr.table([fr.agreement(2, 20, 0), fr.agreement(3, 20, 0)])
     lines = text.splitlines()

@@ -210,10 +210,13 @@ def test_checksum_mismatch_is_one_clear_line(tmp_path):
 
 def test_missing_packages_name_the_install_step(monkeypatch, tmp_path):
     monkeypatch.setattr(assets, "package_dir", lambda module: None)
+    from oodcalc.extras import MissingDependency
     for call in (lambda: assets.model_dir(tmp_path), assets.data_zip):
-        with pytest.raises(InputError) as err:
+        with pytest.raises(MissingDependency) as err:
             call()
-        assert assets.INSTALL in str(err.value)
+        assert assets.INSTALL in str(err.value) and err.value.exit_code == 2
+        # it said "model weights (...): got not installed"
+        assert "got not installed" not in str(err.value) and "not installed here" in str(err.value)
 
 
 def test_zipped_model_is_extracted_once_and_checked(monkeypatch, tmp_path):

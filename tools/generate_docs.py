@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
 import io
 import json
 import os
@@ -202,10 +203,102 @@ def notebook_from_script(script: Path) -> str:
     return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
 
 
+def executed(notebook: str) -> str:
+    """``notebook`` run top to bottom in a fresh Jupyter kernel (nbclient and ipykernel:
+    the ``notebook`` extra), with its outputs as a reader's Jupyter shows them, less what
+    would differ from run to run or machine to machine: no timings, the kernel's metadata
+    (its Python version) left as the script's, consecutive stream chunks joined, and no
+    plain-text repr beside a table or a formula (a Report's dataclass repr prints every
+    float in full; the script prints bounds, never round-off digits)."""
+    import nbclient
+    import nbformat
+    nb = nbformat.reads(notebook, as_version=4)
+    metadata = json.loads(json.dumps(nb.metadata))
+    sources = [cell["source"] for cell in json.loads(notebook)["cells"]]   # as lines
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    for cell, source in zip(nb.cells, sources):
+        cell.source = source
+        if cell.cell_type != "code":
+            continue
+        outputs = []
+        for out in cell.outputs:
+            if (out.output_type == "stream" and outputs and outputs[-1].output_type == "stream"
+                    and outputs[-1].name == out.name):
+                outputs[-1].text += out.text
+                continue
+            if "data" in out and {"text/html", "text/markdown"} & set(out.data):
+                out.data.pop("text/plain", None)
+            outputs.append(out)
+        cell.outputs = outputs
+        cell.metadata = {}
+    nb.metadata = metadata
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def without_outputs(notebook: str) -> dict[str, Any]:
+    """A notebook's cells and metadata as :func:`notebook_from_script` writes them: no
+    outputs, no execution counts."""
+    nb = json.loads(notebook)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell |= {"execution_count": None, "outputs": []}
+    return nb
+
+
+def run_cells(cells: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Each code cell run in this process, in one namespace, as a kernel runs it: what it
+    prints (stdout), then, when it ends in an expression, that value's HTML and Markdown:
+    the outputs :func:`executed` keeps, re-made without Jupyter (tests/test_docs.py and
+    tools/other_machine.py compare them with the committed ones)."""
+    import ast
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    outputs = []
+    for cell in cells:
+        tree = ast.parse("".join(cell["source"]))
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(tree, "<cell>", "exec"), namespace)
+            value = (eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+                     if last is not None else None)
+        out = ([{"output_type": "stream", "name": "stdout", "text": printed.getvalue()}]
+               if printed.getvalue() else [])
+        data = {mime: getattr(value, f"_repr_{kind}_")()
+                for mime, kind in (("text/html", "html"), ("text/markdown", "markdown"))
+                if hasattr(value, f"_repr_{kind}_")}
+        if data:
+            out.append({"output_type": "execute_result", "data": data})
+        outputs.append(out)
+    return outputs
+
+
+def comparable(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A cell's outputs as :func:`run_cells` gives them (texts joined; no counts)."""
+    keep = []
+    for o in outputs:
+        if o["output_type"] == "stream":
+            keep.append({"output_type": "stream", "name": o["name"], "text": "".join(o["text"])})
+        else:
+            keep.append({"output_type": o["output_type"],
+                         "data": {k: "".join(v) for k, v in o["data"].items()}})
+    return keep
+
+
+def code_cells(path: Path) -> list[dict[str, Any]]:
+    return [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+            if c["cell_type"] == "code"]
+
+
+def can_execute() -> bool:
+    """Whether nbclient and a Python kernel are installed (the ``notebook`` extra)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("nbclient", "ipykernel"))
+
+
 #: Whole files generated from others: path → generator.
-FILES: dict[str, Callable[[], str]] = {
-    "examples/tour.ipynb": lambda: notebook_from_script(ROOT / "examples" / "tour.py"),
-}
+FILES: dict[str, Callable[[], str]] = {}
+#: Notebooks generated from a script and executed (outputs committed): path → script.
+NOTEBOOKS: dict[str, Path] = {"examples/tour.ipynb": ROOT / "examples" / "tour.py"}
 
 
 # --- the registry of blocks -----------------------------------------------------------------
@@ -435,6 +528,23 @@ def main(argv: list[str] | None = None) -> int:
     for name, generate in FILES.items():
         path, fresh = ROOT / name, generate()
         if path.exists() and path.read_text(encoding="utf-8") == fresh:
+            continue
+        if args.check:
+            stale.append(name)
+        else:
+            path.write_text(fresh, encoding="utf-8")
+            print(f"updated {name}")
+    for name, script in NOTEBOOKS.items():
+        path, skeleton = ROOT / name, notebook_from_script(script)
+        committed = path.read_text(encoding="utf-8") if path.exists() else None
+        if not can_execute():       # the cells can still be checked, not the outputs
+            print(f"{name}: outputs not re-executed (pip install -e \".[notebook]\")",
+                  file=sys.stderr)
+            if committed is None or without_outputs(committed) != json.loads(skeleton):
+                stale.append(name)
+            continue
+        fresh = executed(skeleton)
+        if committed == fresh:
             continue
         if args.check:
             stale.append(name)

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import difflib
 import functools
+import json
 import math
 import sys
 from pathlib import Path
@@ -129,6 +130,13 @@ def generated_texts(derivations: bool = True) -> dict[str, tuple[Callable[[], st
                                              lambda block=block: block.generate().strip())
     for name, generate in generate_docs.FILES.items():
         out[name] = (functools.partial(_read, ROOT / name), generate)
+    for name in generate_docs.NOTEBOOKS:           # the outputs, re-made in this process
+        cells = generate_docs.code_cells(ROOT / name)
+        out[f"{name} (outputs)"] = (
+            lambda cells=cells: json.dumps([generate_docs.comparable(c["outputs"])
+                                            for c in cells], indent=1, ensure_ascii=False),
+            lambda cells=cells: json.dumps(generate_docs.run_cells(cells), indent=1,
+                                           ensure_ascii=False))
     if derivations:
         from oodcalc.symbolic import documents
         fresh: dict[str, str] = {}

@@ -59,6 +59,12 @@ NUMERIC_CLAIMED = {"step_size_bounds": theory.step_size_bounds,
                    "smoothness": 1.0}
 
 
+def span(values) -> str:
+    """``4–16`` over the settings, or ``16`` when they all agree (not ``16–16``)."""
+    low, high = min(values), max(values)
+    return f"{low:g}" if low == high else f"{low:g}–{high:g}"
+
+
 def hessian_entry(col: Column, p: str, q: str, claimed: dict = CLAIMED) -> sp.Expr:
     """The claimed ∂²e_k/∂z_p∂z_q: ``w_pδ_pq − w_p a_q − a_p w_q + σ a_p a_q`` with
     ``w_n = a_n c_n`` and ``σ = Σ_m a_m c_m = Σ_m a_m²``."""
@@ -429,7 +435,7 @@ def check_paper_bound(ctx, claimed: dict = NUMERIC_CLAIMED):
         "|log bound − log bound_(a)| within one GD step of α; monotone for η_ft/bound <= 1",
         ok, lines)
     findings = [f"the bound is conservative: the OOD loss still fell monotonically up to "
-                f"η_ft/bound = {min(safe_up_to):g}–{max(safe_up_to):g} (largest tried "
+                f"η_ft/bound = {span(safe_up_to)} (largest tried "
                 f"{max(ctx.budget.step_multipliers):g})"]
     th = ctx.theory(MAIN).finetune.step_size_bound
     points = []

@@ -24,6 +24,7 @@ import typer
 
 from .. import __version__
 from ..errors import OodcalcError
+from ..console import StripTrailing
 from ..limits import MEMORY_VARIABLE
 
 from . import options
@@ -67,7 +68,28 @@ def _tree(loaded: frozenset[str]):
     rank = {name: i for i, name in enumerate(LISTED)}     # others (added on app) last
     group.commands = dict(sorted(group.commands.items(),
                                  key=lambda c: rank.get(c[0], len(rank))))
+    _unwrap_help(group)
     return group
+
+
+def unwrap(text: str | None) -> str | None:
+    """``text`` with each paragraph on one line: docstrings break lines at 90 columns, and
+    the help (rich) kept those breaks, cutting sentences in the middle of a wider or
+    narrower terminal; rich wraps the joined text to the width at hand."""
+    if not text:
+        return text
+    return "\n\n".join(" ".join(part.split()) for part in text.split("\n\n"))
+
+
+def _unwrap_help(command) -> None:
+    """Every command's and option's help in the tree, unwrapped (:func:`unwrap`)."""
+    command.help = unwrap(command.help)
+    command.short_help = unwrap(command.short_help)
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = unwrap(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _unwrap_help(sub)
 
 
 def start_text() -> str:
@@ -89,8 +111,25 @@ def start_text() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns (and, as a script, exits with) the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    result = None
     options.reset_names()
+    stdout = sys.stdout
+    if not _isatty(stdout):             # piped: no line ends in the padding of a table
+        sys.stdout = StripTrailing(stdout)
+    try:
+        return _run(args, argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):      # no isatty, or a closed stream
+        return False
+
+
+def _run(args: list[str], argv) -> int:
+    result = None
     try:
         command = root_command(args[0] if args else None)
         if not args:

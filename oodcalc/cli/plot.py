@@ -75,7 +75,7 @@ def losses(
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
 ) -> None:
-    """Source and OOD losses through pretraining and fine-tuning, for one geometry."""
+    """Source and OOD errors e_k through pretraining and fine-tuning, against ε, for one geometry."""
     trajectories("loss_trajectories", output, gamma, theta, K, mean_query, orthogonal,
                  features, ood, d, tol, eps, eta, eta_ft, max_steps)
 

@@ -30,7 +30,7 @@ def fmt(x: float, digits: int = 5, sign: str = "") -> str:
         return "undefined (overflow)"
     if math.isinf(x):
         return "overflow" if x > 0 else "−overflow"
-    return f"{x:{sign}.{digits}g}"
+    return f"{x + 0.0:{sign}.{digits}g}"        # + 0.0: −0.0 (−α*/(K−1) at α* = 0) is 0
 
 
 def add_feature_rows(table: Table, rows: list[tuple[str, ...]],
@@ -75,8 +75,9 @@ def _forgetting_table(report: Report, console: Console) -> Table:
     its formulas, in the width the other columns leave (never when piped)."""
     p = report.parameters
     gamma = p["geometry"].get("gamma") or np.diag(np.asarray(p["geometry"]["M"]))
-    headers = ("k", "γ_k", "paper's verdict\n(claim 8)", "first step\n(exact; D_k)",
-               "F_k\n(exact)", "L_{v_k}\ntrend")
+    # one quantity per column, named: changes of L_{v_k} = e_k/K (they add up to F)
+    headers = ("k", "γ_k", "paper's verdict\n(claim 8)", "first step (exact)\nΔL_{v_k}; D_k",
+               "F_k (exact)\nΔL_{v_k}", "L_{v_k}\ntrend")
     rows = []
     for f in report.forgetting:
         first = (f"{f.initial_direction} {fmt(f.first_step, 3, '+')}"
@@ -162,7 +163,8 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
                  f"η_ft = {fmt(ft.eta_ft)} is {verdict} it.")
     console.print(_forgetting_table(report, console))
     if any(f.D_k is not None for f in report.forgetting):
-        say(console, "First step: the exact change of L_{v_k} over fine-tuning's first step; "
+        say(console, "First step: the exact change of L_{v_k} = e_k/K over fine-tuning's "
+                     "first step (F_k: over all of it); "
                      "below it D_k = Σ_(n≠k)(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ, whose sign is the step's "
                      "to first order in η_ft (claim 8c): ✓ the signs agree, ✗ they differ "
                      "(near D_k = 0 the O(η_ft²) term decides).")

@@ -8,6 +8,7 @@ trains only what is missing. torch is imported only when something must be train
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -205,9 +206,14 @@ def plot_depth(
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
     ft_steps: FtSteps = None,
+    record_file: Annotated[Text, typer.Option("--record", metavar="FILE|none",
+        help="A record of runs (tools/depth_full_run.py writes docs/depth.json) to draw "
+             "from; only runs in neither it nor the cache are trained (torch).",
+        show_default="docs/depth.json of a clone")] = None,
 ) -> None:
     """F against γ per depth (mean and 95% CI over seeds), the one-layer theory's curve
-    and the paper's nine points; one panel per architecture and optimizer."""
+    and the paper's nine points; one panel per architecture and optimizer. Draws from the
+    cache and the record (no torch needed when they hold every run)."""
     from .. import plots
     from ..depth import collect
     from ..depth.plot import gamma_curves
@@ -218,7 +224,30 @@ def plot_depth(
                                              max_steps, eval_prompts, cache_dir, no_cache,
                                              gammas, gamma, workers, default_seeds=CURVE_SEEDS,
                                              ft_steps=ft_steps)
+    cache = with_record(cache, record_file)
     n_workers = options.integer("--workers", workers, 1)
     with count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
         results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
     print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))
+
+
+def with_record(cache, record_file: str | None):
+    """``cache``, answering also from the record's runs (``--record``; by default the
+    clone's docs/depth.json, when there is one and its protocol version is this code's)."""
+    from ..depth import documents, record
+    if record_file is not None and record_file.strip().lower() == "none":
+        return cache
+    path = documents.RECORD if record_file is None else Path(record_file)
+    if record_file is None and not path.is_file():
+        return cache                              # an installed wheel: no record shipped
+    try:
+        saved, runs = record.load(path)
+    except InputError as err:
+        raise InputError("--record", str(path), err.accepted) from None
+    if not record.current(saved):
+        if record_file is not None:
+            raise InputError("--record", str(path), f"its runs are of protocol version "
+                             f"{saved.get('version')}, this code makes "
+                             f"{record.PROTOCOL_VERSION}")
+        return cache
+    return record.FromRecord(cache, runs)

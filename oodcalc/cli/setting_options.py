@@ -60,10 +60,16 @@ EpsFt = Annotated[Text, typer.Option("--eps-ft", metavar="FLOAT",
 FtSteps = Annotated[Text, typer.Option("--ft-steps", metavar="INT",
     help="Fine-tune exactly INT steps, with no stopping rule (not with --eps-ft).",
     show_default="off: until the stopping rule", rich_help_panel=PROTOCOL_PANEL)]
+def _power(n: int) -> str:
+    """A power of ten as ``10^12`` (the caps are powers of ten)."""
+    return f"10^{len(str(n)) - 1}" if str(n).rstrip("0") == "1" else f"{n:,}"
+
+
 MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT|auto",
-    help="Step cap per phase; auto (what the JSON's parameters record when it is not given) "
-    "is the default.", show_default=f"auto: {DEFAULT_MAX_STEPS:,}, raised to twice the "
-    "estimated steps where a phase needs more", rich_help_panel=PROTOCOL_PANEL)]
+    help=f"Most steps per phase, up to {_power(limits.MAX_STEPS)}. auto: {DEFAULT_MAX_STEPS:,}, "
+    f"or twice a phase's estimated steps where it needs more, up to "
+    f"{_power(limits.AUTO_STEP_LIMIT)}.",
+    show_default="auto", rich_help_panel=PROTOCOL_PANEL)]
 
 
 def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None,

@@ -110,8 +110,9 @@ def render(ledger, details: bool, console=None) -> None:
 
     console = console or make_console()
     b = ledger.budget
-    say(console, f"[bold]oodcalc verify[/bold] ({b.name}) · simulator (a): population GD on "
-                 f"the full Q; simulator (b): prompts of N = {', '.join(map(str, b.Ns))} "
+    say(console, f"[bold]oodcalc verify[/bold] ({b.name}) · (a) the population simulator: GD "
+                 f"on the full Q; (b) the prompts simulator: prompts of N = "
+                 f"{', '.join(map(str, b.Ns))} "
                  f"tokens, fresh mini-batches of {b.batch}, {b.seeds} seeds, stopping rule on "
                  "population errors")
     say(console, f"(b) settings: γ = (1, −0.9), K = 2, ε = {MAIN.protocol.eps:g}, "
@@ -119,12 +120,13 @@ def render(ledger, details: bool, console=None) -> None:
                  f"η = {OOD_SETTING.protocol.eta:g}. Exact tolerance {EXACT_TOL:g}; Monte "
                  f"Carlo: {K_SIGMA:g} standard errors (SE).")
     console.print(fitting_table(ledger, console))
-    say(console, "[bold]Tolerances[/bold] ((a) closed form vs simulator a; (b) finite prompts)")
+    say(console, "[bold]Tolerances[/bold] ((a) closed form vs the population simulator; (b) vs "
+                 "the prompts simulator)")
     for r in ledger.rows:
         say(console, f"  {r.claim}. (a) {r.population.tolerance}"
                      + (f"; (b) {r.prompts.criterion}" if r.prompts else ""), indent=4)
     if not details:
-        say(console, "[bold]Simulator (b) by N[/bold] (mean ± SE over seeds)")
+        say(console, "[bold](b) The prompts simulator by N[/bold] (mean ± SE over seeds)")
         for r in ledger.rows:
             if r.prompts is not None and r.prompts.kind != "exact":
                 say(console, f"  {r.claim}. " + "; ".join(
@@ -163,8 +165,9 @@ def verify(
         help="Print every comparison behind each row.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
 ) -> int:
-    """Check every claim against gradient descent: closed forms vs population GD on the
-    full Q (simulator a) and vs finite-prompt training at several N (simulator b).
+    """Check every claim against gradient descent: closed forms vs the population
+    simulator (GD on the full Q; column (a)) and vs the prompts simulator (finite-prompt
+    training at several N; column (b)).
 
     Verdicts: PASS; REFUTED (a statement of the paper contradicted by a counterexample that
     full-Q GD reproduces in this run); FAIL (oodcalc's closed forms disagree with

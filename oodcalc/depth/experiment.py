@@ -91,7 +91,9 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
     results, tasks = plan(configs, seeds, gammas, cache)
     if not tasks:
         return results
-    require("torch", "nn", "the depth experiment")
+    runs = sum(len(t.gammas) for t in tasks)
+    require("torch", "nn", f"the depth experiment ({runs:,} run{'s' * (runs > 1)} to train, "
+                           f"first: {tasks[0].label})")
     tasks.sort(key=lambda t: -t.cost)
 
     def store(task: Task, records: list[dict[str, Any]], done: int) -> None:

@@ -158,3 +158,29 @@ class WithRecord:
 
     def store(self, record: dict[str, Any]) -> None:
         self.cache.store(record)
+
+
+#: Run parameters that name what made a run (the torch build, the kind of machine), not
+#: what was run: a record made elsewhere answers for the same run here when drawing.
+MADE_BY = ("torch", "machine", "threads")
+
+
+def _protocol_key(parameters: dict[str, Any]) -> str:
+    return run_key({k: v for k, v in parameters.items() if k not in MADE_BY})
+
+
+class FromRecord:
+    """A cache for drawing: ``cache`` first (this machine's runs), then a record's runs
+    with the same protocol (configuration, seed, γ and protocol version), whichever torch
+    and machine made them, so that ``plot depth`` draws docs/depth.json's runs without
+    torch. New runs go to ``cache``."""
+
+    def __init__(self, cache, results: Results) -> None:
+        self.cache = cache
+        self._runs = {_protocol_key(r["parameters"]): r for r in results.records.values()}
+
+    def load(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        return self.cache.load(parameters) or self._runs.get(_protocol_key(parameters))
+
+    def store(self, record: dict[str, Any]) -> None:
+        self.cache.store(record)

@@ -521,7 +521,7 @@
     }
     if (res.error) return;
     const head = document.createElement("tr");
-    for (const h of ["k", "γ_k", "paper's verdict (claim 8)", "corrected", "first step (exact)", "D_k", "F_k (exact)", "L_{v_k} trend"]) {
+    for (const h of ["k", "γ_k", "paper's verdict (claim 8)", "corrected", "first step ΔL_{v_k} (exact)", "D_k", "F_k = ΔL_{v_k} (exact)", "L_{v_k} trend"]) {
       const th = document.createElement("th"); th.textContent = h; head.append(th);
     }
     table.append(head);

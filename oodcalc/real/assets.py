@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..extras import MissingDependency
 from ..io import write_atomic
 
 #: The one install step, named by every message about a missing piece.
@@ -76,8 +77,11 @@ def check_sha256(path: Path, expected: str, what: str) -> str:
     return actual
 
 
-def missing(what: str) -> InputError:
-    return InputError(what, "not installed", f"install with: {INSTALL}")
+def missing(what: str) -> MissingDependency:
+    """``what`` (plural: "torch and transformers", "model weights ...") is not installed:
+    one line saying so and how to install it (exit code 2, as for any missing extra)."""
+    return MissingDependency(f"the real-text experiment needs {what}, not installed here; "
+                             f"install with: {INSTALL}")
 
 
 @dataclass(frozen=True)
