@@ -146,7 +146,7 @@ CLAIMS: tuple[Claim, ...] = (
           "(c_k/2)(m_k(t) − m_k(0)), c_k = γ_k(γ_k + γ_n), f(s) = (1 + e^s)^{−2}: F_k → "
           "−f(2α)/2 (c_k > 0), (1 − f(2α))/2 (c_k < 0), 0 (c_k = 0). At every t, e_k = "
           "(1 + X)^{−2} to a relative O(|c_k|/√(ηt)), X = e^{α(2 − c_k²/2)}(4ηt)^{c_k/4}: "
-          "for c_k < 0 the error grows like t^{|c_k|/2} while X ≫ 1 (every reachable t), and "
+          "for c_k < 0 the error grows like t^{|c_k|/2} while X >> 1 (every reachable t), and "
           "1 − e_k ~ 2X (exponent c_k/4 ∈ [−1/16, 0)) holds only past X = 1, "
           "4ηt = e^{4α(2 − c_k²/2)/|c_k|}.",
           "K = 2",

@@ -514,8 +514,8 @@ def derive(claimed: dict = CLAIMED):
     E_of_X = (X / sp.exp(alpha * (2 - c ** 2 / 2))) ** (2 / c)
     local_e, local_gap = (sp.powdenest((E * sp.diff(sp.log(g), E) / 2).subs(E, E_of_X),
                                        force=True) for g in (uni, 1 - uni))
-    r.step("X ≫ 1 (s_k ≫ 0, every t a run reaches): e_k = X^{−2}(1 + 1/X)^{−2}, so the "
-           "error itself grows as a power, e_k ≈ e^{−2α(2 − c_k²/2)}(4ηt)^{|c_k|/2}; X ≪ 1 "
+    r.step("X >> 1 (s_k >> 0, every t a run reaches): e_k = X^{−2}(1 + 1/X)^{−2}, so the "
+           "error itself grows as a power, e_k ≈ e^{−2α(2 − c_k²/2)}(4ηt)^{|c_k|/2}; X << 1 "
            "(t past X = 1, i.e. 4ηt = e^{4α(2 − c_k²/2)/|c_k|}): 1 − e_k ≈ 2X, the law "
            "above. The local exponents at the leading-order margin:",
            eq(sp.Symbol("d ln e_k / d ln t"), claimed["exponent-error"](c, sp.Symbol("X"))),
@@ -545,8 +545,8 @@ def derive(claimed: dict = CLAIMED):
            + " at 10^12. The t → ∞ law holds within 10 % only from t ≈ " + ", ".join(
                f"10^{g['within_10pc']:.0f}" for g in data["regime"]) + " (s_k crosses 0 at "
            + ", ".join(f"10^{g['crossing']:.1f}" for g in data["regime"]) + ").")
-    r.check("reachable", "at t = 10³ … 10¹² the flow's e_k lies inside the closed form's "
-            "bracket, so does the recurrence's after 10⁶ steps (with GD's slack), and the t → ∞ "
+    r.check("reachable", "at t = 10^3 … 10^12 the flow's e_k lies inside the closed form's "
+            "bracket, so does the recurrence's after 10^6 steps (with GD's slack), and the t → ∞ "
             "law is off by more than 8/3 there", NUMERIC,
             in_bracket and all(row["law_ratio"] > 8 / 3 for row in rows_r),
             f"{len(rows_r)} (c_k, t) on the flow, {len(data['discrete'])} recurrences")
