@@ -421,7 +421,8 @@ def why(r: dict[str, Any]) -> str:
             f"ε = {f['eps']:g} (t = {f['steps'][0]}..{f['steps'][1]})" for f in fits))
     if "flow" in r:
         fl = r["flow"]
-        parts.append(f"at η_ft = η the rise is a power ~t^(c/4) (claim 8e): F = {value:+g} "
+        parts.append(f"at η_ft = η the rise is slow (claim 8e: e_k = (1 + X)^−2, X ∝ t^(c/4); "
+                     f"at reachable t the error grows only like t^(|c|/2)): F = {value:+g} "
                      f"needs about 10^{fl['log10_steps']:.0f} steps at ε = {fl['eps']:g}"
                      + (f" (10^{fl['best']['log10_steps']:.0f} at best, ε = "
                         f"{fl['best']['eps']:g})" if fl["best"] else ""))

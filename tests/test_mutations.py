@@ -258,6 +258,18 @@ SYMBOLIC_MUTATIONS = {
         "constant without 2": (claimed(C8E, **{"rate-constant": lambda a, c, eta: sp.exp(
             a * (2 - c ** 2 / 2)) * (4 * eta) ** (c / 4)}), {"rate", "rate-measured"}),
         "c ≥ −1/8": (claimed(C8E, **{"c-range": (sp.Rational(-1, 8), 2)}), {"c-range"}),
+        # the closed form at every t, its margin bracket, the two regimes
+        "closed form E^{c/4}": (claimed(C8E, **{"uniform-law": lambda a, c, E: (1 + sp.exp(
+            a * (2 - c ** 2 / 2)) * E ** (c / 4)) ** -2}),
+            {"uniform-law", "local-exponent", "reachable", "dynamics"}),
+        "margin lower −3": (claimed(C8E, **{"margin-lower": lambda x: sp.sqrt(x) - 3}),
+                            {"margin-bracket", "reachable", "dynamics"}),
+        "margin upper without 11": (claimed(C8E, **{"margin-upper": lambda x: sp.sqrt(x) - 3}),
+                                    {"margin-bracket"}),   # the 11 matters below m ≈ 2
+        "law excess 2(1 + X)/(2 + X)": (claimed(C8E, **{"law-excess": lambda X: 2 * (1 + X)
+                                                         / (2 + X)}), {"law-excess"}),
+        "gap exponent c/4": (claimed(C8E, **{"exponent-gap": lambda c, X: c / 4 / (
+            (1 + X) * (2 + X))}), {"local-exponent"}),
     },
     "9a": {
         "K − 1 → K": (claimed(C9, **{"paper-bound": lambda a, K, gk, gn: sp.exp(
@@ -380,6 +392,11 @@ NUMERIC_PART_MUTATIONS = {
     "8e: c_k sign flipped": ("8e", numeric(C8E, c=lambda gk, gn: gk * (gk - gn))),
     "8e: limits exchanged": ("8e", numeric(C8E, limit=lambda c, f2a: np.where(
         c < 0, -f2a / 2, np.where(c > 0, (1 - f2a) / 2, 0.0)))),
+    # the limits' values, not only their signs: limit × 1.5 keeps every sign and direction
+    "8e: limits × 1.5": ("8e", numeric(C8E, limit=lambda c, f2a: 1.5 * np.where(
+        c > 0, -f2a / 2, np.where(c < 0, (1 - f2a) / 2, 0.0)))),
+    "8e: closed form E^{c/4}": ("8e", numeric(C8E, uniform=lambda a, c, E: 1 / (1 + np.exp(
+        a * (2 - c ** 2 / 2)) * np.asarray(E, dtype=np.float64) ** (c / 4)) ** 2)),
 }
 
 

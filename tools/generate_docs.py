@@ -333,6 +333,12 @@ def real_block(saved: str) -> Callable[[], str]:
     return generate
 
 
+def long_finetuning_table() -> str:
+    """Claim 8e at reachable t: the flow, the closed form and its bracket, the recurrence."""
+    from oodcalc.claims.claim8e_long_finetuning import reachable_markdown
+    return reachable_markdown()
+
+
 # --- benchmark figures (python benchmarks/all.py writes docs/performance.md) --------------
 
 PERFORMANCE_FILE = ROOT / "docs" / "performance.md"
@@ -477,6 +483,7 @@ BLOCKS: list[Block] = [
     Block("README.md", "performance", performance_summary),
     Block("docs/theory.md", "claims", claims_table(THEORY_CLAIM_COLUMNS)),
     Block("docs/theory.md", "figures", figures_table),
+    Block("docs/theory.md", "long-finetuning", long_finetuning_table),
     *(Block(file, name, depth_block(file, name)) for file, name in DEPTH_BLOCKS),
     Block("docs/real.md", "real", real_block("docs/real.json")),
     Block("docs/real.md", "real-layer3", real_block("docs/real_layer3.json")),

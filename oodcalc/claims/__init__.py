@@ -144,8 +144,11 @@ CLAIMS: tuple[Claim, ...] = (
           "m ← m + 2ηe^m/(1 + e^m)³ (flow time T(m) = [−e^{−m} + 3m + 3e^m + e^{2m}/2]/(2η), "
           "m_t = ½ln(4ηt) + o(1)); F_k(t) = [f(s_k(t)) − f(2α)]/2 with s_k = 2α + "
           "(c_k/2)(m_k(t) − m_k(0)), c_k = γ_k(γ_k + γ_n), f(s) = (1 + e^s)^{−2}: F_k → "
-          "−f(2α)/2 (c_k > 0), (1 − f(2α))/2 (c_k < 0), 0 (c_k = 0); 1 − e_k ~ "
-          "2e^{α(2 − c_k²/2)}(4ηt)^{c_k/4} for c_k < 0, c_k/4 ∈ [−1/16, 0).",
+          "−f(2α)/2 (c_k > 0), (1 − f(2α))/2 (c_k < 0), 0 (c_k = 0). At every t, e_k = "
+          "(1 + X)^{−2} to a relative O(|c_k|/√(ηt)), X = e^{α(2 − c_k²/2)}(4ηt)^{c_k/4}: "
+          "for c_k < 0 the error grows like t^{|c_k|/2} while X >> 1 (every reachable t), and "
+          "1 − e_k ~ 2X (exponent c_k/4 ∈ [−1/16, 0)) holds only past X = 1, "
+          "4ηt = e^{4α(2 − c_k²/2)/|c_k|}.",
           "K = 2",
           "the OOD margin's recurrence and its flow time in closed form; the discrete clock "
           "T(m_t) − T(m_0) lies in [t, t + φ(H)(m_t − m_0)] for m_0 ≥ −ln 2 (power-series "
