@@ -26,6 +26,18 @@ def test_derive_list(capsys):
     assert "Decisive steps argued in prose, not derived:" in out and "lemma in prose" in out
 
 
+def test_derive_list_shows_every_cell_as_written(capsys, monkeypatch):
+    # rich read "[t, t + φ(H)(m_t − m_0)]" in 8e's decisive step as a style tag and dropped it
+    from oodcalc.claims import CLAIMS
+    monkeypatch.setenv("COLUMNS", "3000")           # one line per row: cells are not wrapped
+    assert main(["derive", "--list"]) == 0
+    out = capsys.readouterr().out
+    for c in CLAIMS:
+        for cell in (c.title, c.level, c.decisive_step):
+            assert cell in out, (c.id, cell)
+    assert "[t, t + φ(H)(m_t − m_0)]" in out
+
+
 @pytest.mark.parametrize("fmt,marker", [("text", "Level: symbolic K"),
                                         ("markdown", "$$"), ("latex", r"\documentclass")])
 def test_derive_formats(capsys, fmt, marker):

@@ -63,6 +63,7 @@ def derive(
 
 def _print_list() -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from ..console import make_console
     table = Table(title="The claims of arXiv 2609.36448 and what the symbolic engine derives",
@@ -72,8 +73,9 @@ def _print_list() -> None:
     table.add_column("claim")
     table.add_column("level", no_wrap=True)
     table.add_column("decisive step")
-    for c in CLAIMS:
-        table.add_row(c.id, c.key, c.title, c.level, c.decisive_step)
+    for c in CLAIMS:      # Text, not markup: "[t, t + φ(H)(m_t − m_0)]" is no style tag
+        table.add_row(*(Text(cell) for cell in (c.id, c.key, c.title, c.level,
+                                                 c.decisive_step)))
     make_console().print(table)
     lemmas = [(c.id, lemma) for c in CLAIMS for lemma in c.lemmas]
     print("Decisive steps argued in prose, not derived: "
