@@ -42,13 +42,13 @@ def derive(
         from ..io import check_output_dir
         check_output_dir(write, "--write")   # before the minutes of deriving
         from ..symbolic.documents import write as write_documents
+        derive_all(CLAIMS)                   # with progress; write reads the cache
         for path in write_documents(write):
             print(path)
         return
     chosen = get_claims(claim) if claim is not None else list(CLAIMS)
-    from ..symbolic.documents import derivation_of
     from ..symbolic.render import latex_document, print_text, to_markdown
-    derived = [(derivation_of(c.id), c) for c in chosen]
+    derived = derive_all(chosen)
     if fmt == "latex":                      # one document, so pdflatex sets every claim
         print(latex_document(derived), end="")
     for d, c in derived:
@@ -59,6 +59,21 @@ def derive(
     failed = [c.id for d, c in derived if not d.passed]
     if failed:
         raise ComputationError(f"a symbolic check failed for claim(s) {', '.join(failed)}")
+
+
+def derive_all(chosen, console=None) -> list:
+    """``[(derivation, claim), …]`` for the chosen claims (every claim: about a minute and a
+    half), with a progress bar on stderr when it is a terminal (``console``: where the bar
+    goes); piped or redirected, nothing is added to the output."""
+    from ..symbolic.documents import derivation_of
+    from .progress import count_progress
+    derived = []
+    with count_progress("derive", console=console) as progress:
+        for done, c in enumerate(chosen):
+            progress(done, len(chosen), f"claim {c.id}")
+            derived.append((derivation_of(c.id), c))
+        progress(len(chosen), len(chosen), "")
+    return derived
 
 
 def _print_list() -> None:
