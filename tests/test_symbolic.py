@@ -164,6 +164,7 @@ def test_formulas_are_set_by_sympy_symbol_printer():
     assert formula_latex("γ_nγ_kW_nk") == r"\gamma_{n}\gamma_{k}W_{nk}"
     assert formula_latex("a_ke_k") == "a_{k}e_{k}"                # the index is k, not ke
     assert formula_latex("T_flow + c_min") == r"T_{\mathrm{flow}} + c_{\min}"
+    assert formula_latex("R_Lambda") == r"R_{\Lambda}"            # was R_L ambda
     assert formula_latex("u_k'ᵀ") == r"u_{k}^{\prime \mathsf T}"   # no double superscript
     assert formula_latex("|(log h)'| ≤ 2") == r"\lvert(\log h)'\rvert \le 2"
     for name in ("alpha", "gamma", "Lambda", "phi", "varphi", "omega"):  # any Greek name

@@ -151,6 +151,10 @@ def _script(text: str, i: int, kind: str, base: str) -> tuple[int, str]:
         return end + 1, inner if base[-1:].isdigit() else f"({inner})"
     if kind == "^" and ch == "T" and not text[i + 1:i + 2].isalnum():
         return i + 1, r"\mathsf T"                                  # the transpose
+    name = re.match(r"[A-Za-z]+", text[i:])
+    if name and (name.group() in _COMMAND_NAMES or len(name.group()) > 2
+                 and translate(name.group()) != name.group()):
+        return i + name.end(), _word_latex(name.group())   # R_Lambda, c_min (not nu: n, u)
     run = re.match(r"\d+" if kind == "^" else r"[a-z0-9]+", text[i:])
     if run is None:
         token = _FORMULA_TOKEN.match(text, i).group()
