@@ -149,6 +149,8 @@ def test_prose_formulas_are_found_and_the_words_between_them_kept():
         "m ← m + 2ηe^m/(1 + e^m)³", "1 − e_k ~ 2e^{α(2 − c)}", "c_k < 0", "K = 2",
         "c_k/4 ∈ [−1/16, 0)"]
     assert [p for k, p in parts if k == "code"] == ["oodcalc.theory.flow_time"]
+    assert prose_parts("claim 8b (9b: 3m)") == [("text", "claim 8b (9b: "), ("math", "3m"),
+                                                 ("text", ")")]
     assert ("text", ", and ") in parts and "a " in "".join(p for k, p in parts if k == "text")
 
 

@@ -211,6 +211,8 @@ def _kind(word: str) -> str:
         return "code"
     if word in _OPERATOR_WORDS:
         return "operator"
+    if re.fullmatch(r"[1-9][a-e]", core):            # a claim's id: 8b, 9a
+        return "text"
     if any(ch in _MATH_CHARS for ch in core) or (
             core != "a" and _SINGLE_OR_CALL.fullmatch(core)
             and not re.search(r"[A-Za-z]{3}", re.sub(r"log|exp|max|min|lim|diag", "", core))):
