@@ -19,8 +19,8 @@ def derive(
         help="Claim number, id or key (e.g. 2, 8b or conservation); a number selects all "
              "its parts; every claim if omitted.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT",
-        help="text (terminal), markdown (display math in $$…$$) or latex (one standalone "
-             "document holding every chosen claim).")] = "text",
+        help="text (terminal), markdown (math in $…$, displays in $$…$$) or latex (one "
+             "standalone document holding every chosen claim).")] = "text",
     list_claims: Annotated[bool, typer.Option("--list",
         help="List the claims with the level of their decisive step and exit (fast: derives "
              "nothing).")] = False,
