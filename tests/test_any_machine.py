@@ -55,7 +55,8 @@ def test_a_real_gap_still_reaches_9b_s_documents(monkeypatch):
     fresh = _9b_documents()
     assert any(text != (documents.DEFAULT_DIR / name).read_text(encoding="utf-8")
                for name, text in fresh.items())
-    assert "max |sup_K − c₂| >= 1e-9" in next(iter(fresh.values()))
+    from oodcalc.symbolic.render import markdown_text      # the prose, typeset
+    assert markdown_text("max |sup_K − c₂| >= 1e-9") in next(iter(fresh.values()))
 
 
 # --- the simulated other machine ----------------------------------------------------------

@@ -21,9 +21,10 @@ from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, PAPER, PROSE, REFUTED, SYM
                                    is_zero_rational, level_of, prose_lemmas,
                                    simplex_nonnegative)
 from oodcalc.symbolic.model import Column, column_symbols, conditional_error
-from oodcalc.symbolic.render import math_latex, math_text, print_text, tex_text, to_latex, \
-    to_markdown
+from oodcalc.symbolic.render import formula_latex, markdown_text, math_latex, math_text, \
+    print_text, prose_parts, tex_text, to_latex, to_markdown
 from rich.console import Console
+from sympy.printing.latex import greek_letters_set
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: f"claim{c.id}")
@@ -129,9 +130,103 @@ def test_derivation_documents_are_current():
 
 
 def test_tex_text_refuses_unknown_characters():
-    assert tex_text("α ≥ 0, v̄ and 50% of x_1") == r"$\alpha$ $\geq$ 0, $\bar{v}$ and 50\% of x\_1"
+    assert (tex_text("α ≥ 0, v̄ and 50% of x_1")
+            == r"$\alpha \ge 0$, $\bar{v}$ and 50\% of $x_{1}$")
     with pytest.raises(KeyError):
         tex_text("☃")
+    with pytest.raises(KeyError):
+        tex_text("x_1 ≥ é")
+
+
+# --- typesetting: formulas in prose are math, one printer for symbols -----------------------
+
+def test_prose_formulas_are_found_and_the_words_between_them_kept():
+    text = ("each margin follows m ← m + 2ηe^m/(1 + e^m)³, and 1 − e_k ~ 2e^{α(2 − c)} for "
+            "c_k < 0 (a K = 2 column) with oodcalc.theory.flow_time; c_k/4 ∈ [−1/16, 0).")
+    parts = prose_parts(text)
+    assert "".join(piece for _, piece in parts) == text          # nothing lost or added
+    assert [p for k, p in parts if k == "math"] == [
+        "m ← m + 2ηe^m/(1 + e^m)³", "1 − e_k ~ 2e^{α(2 − c)}", "c_k < 0", "K = 2",
+        "c_k/4 ∈ [−1/16, 0)"]
+    assert [p for k, p in parts if k == "code"] == ["oodcalc.theory.flow_time"]
+    assert prose_parts("claim 8b (9b: 3m)") == [("text", "claim 8b (9b: "), ("math", "3m"),
+                                                 ("text", ")")]
+    assert ("text", ", and ") in parts and "a " in "".join(p for k, p in parts if k == "text")
+
+
+def test_formulas_are_set_by_sympy_symbol_printer():
+    # the reported defects: prose markup, <= split by breqn, \mathrm{phi}, 2^(j+2)
+    assert formula_latex("−γ_kγ_m0 > γ_k²") == r"-\gamma_{k}\gamma_{m0} > \gamma_{k}^{2}"
+    assert formula_latex("L_{v_k}") == "L_{v_{k}}"
+    assert formula_latex("e^m") == "e^{m}" and formula_latex("2^j") == "2^{j}"
+    assert formula_latex("t <= T(m_t) <= phi(H)") == r"t \le T(m_{t}) \le \phi(H)"
+    assert formula_latex("φ(x)") == r"\varphi(x)" and formula_latex("ε") == r"\varepsilon"
+    assert formula_latex("2^(j+2) (1+u)^3") == "2^{j+2} (1+u)^{3}"
+    assert formula_latex("Q^(T1)") == "Q^{(T1)}"                 # an iterate keeps its ()
+    assert formula_latex("γ_nγ_kW_nk") == r"\gamma_{n}\gamma_{k}W_{nk}"
+    assert formula_latex("a_ke_k") == "a_{k}e_{k}"                # the index is k, not ke
+    assert formula_latex("T_flow + c_min") == r"T_{\mathrm{flow}} + c_{\min}"
+    assert formula_latex("R_Lambda") == r"R_{\Lambda}"            # was R_L ambda
+    assert formula_latex("u_k'ᵀ") == r"u_{k}^{\prime \mathsf T}"   # no double superscript
+    assert formula_latex("|(log h)'| ≤ 2") == r"\lvert(\log h)'\rvert \le 2"
+    for name in ("alpha", "gamma", "Lambda", "phi", "varphi", "omega"):  # any Greek name
+        assert formula_latex(name) == sp.latex(sp.Symbol(name))
+
+
+#: Greek letter names (sympy's list) that must never be set as upright words
+_GREEK_NAMES = sorted(set(greek_letters_set) | {"varphi", "varepsilon", "ell", "nabla",
+                                                "partial", "lambda", "Lambda"})
+_UPRIGHT_GREEK = re.compile(r"\\(?:mathrm|text|operatorname)\{(?:" + "|".join(_GREEK_NAMES)
+                            + r")\}")
+
+
+def typesetting_defects(source: str, fmt: str) -> list[str]:
+    """What a generated document (``fmt`` "latex" or "markdown") must not contain: a ``_``
+    or ``^`` outside math and code (a formula set as text: ``γ\\_k``, ``e\\textasciicircum{}m``),
+    ``<=`` or ``>=`` inside math (breqn breaks a line at its ``<`` and its ``=``), and a Greek
+    letter's name set as an upright word (``\\mathrm{phi}``)."""
+    if fmt == "latex":
+        source = re.sub(r"\\texttt\{[^{}]*\}", " ", source.split(r"\begin{document}", 1)[-1])
+        math = r"\\begin\{dmath\*\}(.*?)\\end\{dmath\*\}|\$(.*?)\$"
+        scripts = r".{0,30}(?:\\_|\\textasciicircum|[_^]).{0,30}"
+    else:
+        source = re.sub(r"<!--.*?-->|`[^`]*`", " ", source, flags=re.S)
+        math = r"\$\$(.*?)\$\$|\$(.*?)\$"
+        scripts = r".{0,30}[_^].{0,30}"
+    formulas = [a or b for a, b in re.findall(math, source, re.S)]
+    prose = re.sub(math, " ", source, flags=re.S)
+    found = [f"script set as text: {s!r}" for s in re.findall(scripts, prose)]
+    found += [f"<= or >= in math: {f!r}" for f in formulas if re.search(r"<\s*=|>\s*=", f)]
+    found += [f"a Greek name set upright: {m!r}" for f in formulas
+              for m in _UPRIGHT_GREEK.findall(f)]
+    return found
+
+
+def test_the_typesetting_lint_finds_what_it_names():
+    # the text of the old renderer (8e as it was committed) and what the new one writes
+    old_latex = (r"\begin{document} the margin m\_k = $\gamma$\_k e\textasciicircum{}m"
+                 r"\begin{dmath*} t <= T(m_t) \end{dmath*}"
+                 r"\begin{dmath*} \mathrm{phi}(x) = 1 \end{dmath*}")
+    found = typesetting_defects(old_latex, "latex")
+    assert sum(f.startswith("script") for f in found) >= 1
+    assert any(f.startswith("<=") for f in found) and any("phi" in f for f in found)
+    assert typesetting_defects("the margin m_k of $x$", "markdown")
+    assert typesetting_defects("$$ x >= 0 $$", "markdown")
+    assert typesetting_defects(r"so $\mathrm{varphi}(H)$", "markdown")
+    text = "the margin m_k = γ_k e^m, t ≤ T(m_t), φ(x) via oodcalc.theory.flow_time"
+    assert not typesetting_defects(r"\begin{document}" + tex_text(text), "latex")
+    assert not typesetting_defects(markdown_text(text), "markdown")
+
+
+def test_every_generated_document_is_typeset():
+    """Run over every derivation in LaTeX and Markdown (the files of derivations/ and the
+    one document `oodcalc derive --format latex` writes)."""
+    from oodcalc.symbolic.render import latex_document
+    files = documents.render_all()
+    files["derive.tex"] = latex_document([(documents.derivation_of(c.id), c) for c in CLAIMS])
+    for name, source in files.items():
+        found = typesetting_defects(source, "latex" if name.endswith(".tex") else "markdown")
+        assert not found, (name, found[:5])
 
 
 # --- what a reader sees: every derivation in every format --------------------------------
@@ -147,6 +242,7 @@ def latex_math_defects(latex: str) -> list[str]:
     an indexed entry printed raw (``Lambda[n]``)."""
     found = [latex] if latex.strip() in ("True", "False", r"\text{True}", r"\text{False}") else []
     words = re.sub(r"\\[A-Za-z]+", " ", _UPRIGHT.sub(" ", latex))
+    words = re.sub(r"_\{[a-z]{2}\}", " ", words)           # an index pair: z_{kk}, W_{nk}
     found += re.findall(r"[A-Za-z]{2,}", words)
     found += re.findall(r"!=|[A-Za-z]\[", latex)
     return found
@@ -156,7 +252,8 @@ def test_the_defect_finder_finds_the_defects_it_names():
     for bad in ("False", r"nabla_Q L = F G F^{T}", r"Sigma_{n != k} x", r"\delta margin_n",
                 r"\gamma[n]", r"\eta_{paper}"):
         assert latex_math_defects(bad), bad
-    for good in (r"\nabla_Q L = F G F^{T}", r"\sum_{n \neq k} x", r"\delta \mathrm{margin}_n",
+    for good in (r"\nabla_Q L = F G F^{T}", r"z_{kk} - z_{nk}", r"\sum_{n \neq k} x",
+                 r"\delta \mathrm{margin}_n",
                  r"\frac{d}{d s} e_k", r"\log{\left(x \right)}", r"\eta_{\mathrm{paper}}"):
         assert not latex_math_defects(good), good
 
@@ -189,7 +286,7 @@ def test_an_equation_with_a_matrix_side_is_shown_not_evaluated():
     A = sp.MatrixSymbol("A", 2, 2)
     shown = eq(sp.Symbol("nabla_Q L"), A.T)
     assert math_text(shown) != "False" and "∇_Q L" in math_text(shown)
-    assert math_latex(shown).startswith(r"\nabla_Q L =")
+    assert math_latex(shown).startswith(r"\nabla_{Q} L =")
 
 
 def _compile(tmp_path, name: str, source: str) -> tuple[int, str]:
@@ -233,5 +330,5 @@ def test_derive_latex_is_one_document_holding_every_requested_claim(tmp_path, ca
 def test_markdown_shows_level_decisive_step_and_math():
     claim = get_claim("3")
     md = to_markdown(documents.derivation_of("3"), claim)
-    assert "$$" in md and "**Level: symbolic K.**" in md
-    assert f"**Decisive step.** {claim.decisive_step}" in md and "★" in md
+    assert "$$" in md and "**Level: symbolic $K$.**" in md
+    assert f"**Decisive step.** {markdown_text(claim.decisive_step)}" in md and "★" in md

@@ -26,6 +26,40 @@ def test_derive_list(capsys):
     assert "Decisive steps argued in prose, not derived:" in out and "lemma in prose" in out
 
 
+def test_derive_list_shows_every_cell_as_written(capsys, monkeypatch):
+    # rich read "[t, t + φ(H)(m_t − m_0)]" in 8e's decisive step as a style tag and dropped it
+    from oodcalc.claims import CLAIMS
+    monkeypatch.setenv("COLUMNS", "3000")           # one line per row: cells are not wrapped
+    assert main(["derive", "--list"]) == 0
+    out = capsys.readouterr().out
+    for c in CLAIMS:
+        for cell in (c.title, c.level, c.decisive_step):
+            assert cell in out, (c.id, cell)
+    assert "[t, t + φ(H)(m_t − m_0)]" in out
+
+
+def test_derive_shows_progress_on_a_terminal_only(capsys):
+    # every claim takes about a minute and a half: a terminal sees which claim is derived
+    import io
+
+    from rich.console import Console
+
+    from oodcalc.claims import get_claims
+    from oodcalc.cli.derive import derive_all
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=100)
+    chosen = get_claims("7") + get_claims("8b")
+    derived = derive_all(chosen, console=terminal)
+    assert [c.id for _, c in derived] == ["7", "8b"] and all(d.passed for d, _ in derived)
+    shown = terminal.file.getvalue()
+    assert "derive" in shown and "2/2" in shown
+    piped = Console(file=io.StringIO(), width=100)          # not a terminal: nothing
+    derive_all(chosen, console=piped)
+    assert piped.file.getvalue() == ""
+    assert main(["derive", "7", "--format", "latex"]) == 0   # the output is the document
+    out, err = capsys.readouterr()
+    assert out.startswith(r"\documentclass") and err == ""
+
+
 @pytest.mark.parametrize("fmt,marker", [("text", "Level: symbolic K"),
                                         ("markdown", "$$"), ("latex", r"\documentclass")])
 def test_derive_formats(capsys, fmt, marker):

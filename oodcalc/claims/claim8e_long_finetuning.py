@@ -373,7 +373,7 @@ def derive(claimed: dict = CLAIMED):
            "step x = h(m) = 2ηu/(1 + u)³ the clock's excess is at most x·Σ_{n≥2} 2ⁿx^{n−2}/n! "
            "= x·φ(x), increasing in x; and h ≤ H = 2η·max u/(1 + u)³:",
            eq(sp.Symbol("2^(j+2) (1+u)^3 - c_{j+2}"), upper_cert),
-           eq(sp.Symbol("phi(x)"), phi), eq(sp.Symbol("max_u u/(1+u)^3"), peak))
+           eq(sp.Symbol("φ(x)"), phi), eq(sp.Symbol("max_u u/(1+u)^3"), peak))
     r.check("clock-upper", "2ⁿ(1 + u)³ − c_n(u) ≥ 0 (certificate in u, p' = 1 + (−1)^j, q), "
             "φ(x) = Σ_{n≥2}2ⁿx^{n−2}/n! = (e^{2x} − 1 − 2x)/x², and max u/(1 + u)³ = 4/27 at "
             "u = 1/2: each step advances the clock by at most 1 + φ(H)h(m_t), H = 8η/27",
@@ -382,7 +382,7 @@ def derive(claimed: dict = CLAIMED):
     H = 2 * eta * claimed["peak"]
     r.step("Summing over the steps (the clock advances telescope, and Σ h(m_j) = m_t − m_0): "
            "for m_0 ≥ −ln 2",
-           sp.Symbol("t <= T(m_t) - T(m_0) <= t + phi(H) (m_t - m_0)"),
+           sp.Symbol("t ≤ T(m_t) - T(m_0) ≤ t + φ(H) (m_t - m_0)"),
            eq(sp.Symbol("H"), H))
     r.step("so the discrete margin is at least the flow's at time t and at most the flow's at "
            "time t + φ(H)(m_t − m_0) = t + O(log t). Under the default protocol (ε = 0.01, "

@@ -66,10 +66,11 @@ class StepProgress:
                 self._update(phase)
 
     def _update(self, phase: str) -> None:
+        from rich.markup import escape
         done, expected = self._phases[phase]
         total = max(float(expected), float(done), 1.0)
         if phase not in self._tasks:
-            self._tasks[phase] = self._bar.add_task(phase, total=total)
+            self._tasks[phase] = self._bar.add_task(escape(phase), total=total)   # no markup
         self._bar.update(self._tasks[phase], completed=done, total=total)
 
     def __exit__(self, *exc) -> None:
@@ -156,6 +157,7 @@ def count_progress(title: str, lines: bool = False, console=None,
         yield line
         return
 
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
     with Progress(TextColumn(title), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -166,5 +168,5 @@ def count_progress(title: str, lines: bool = False, console=None,
             nonlocal task
             if task is None:
                 task = bar.add_task("", total=total)
-            bar.update(task, completed=done, description=label)
+            bar.update(task, completed=done, description=escape(label))   # text, not markup
         yield update

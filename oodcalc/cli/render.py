@@ -8,6 +8,7 @@ import re
 import numpy as np
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -80,11 +81,12 @@ def _forgetting_table(report: Report, console: Console) -> Table:
                "F_k (exact)\nΔL_{v_k}", "L_{v_k}\ntrend")
     rows = []
     for f in report.forgetting:
-        first = (f"{f.initial_direction} {fmt(f.first_step, 3, '+')}"
+        first = (f"{escape(f.initial_direction)} {fmt(f.first_step, 3, '+')}"
                  if f.initial_direction else "[dim]n/a[/dim]")
         if f.D_k is not None:
             first += f"\nD_k = {fmt(f.D_k, 4, '+')} " + ("✓" if f.D_k_agrees else "[red]✗[/red]")
-        trend = f.trend if f.theorem_holds is not False else f"[red]{f.trend} ✗[/red]"
+        trend = escape(f.trend)
+        trend = trend if f.theorem_holds is not False else f"[red]{trend} ✗[/red]"
         rows.append([fmt(gamma[f.k - 1], 4), None, first, fmt(f.F_k, 4, "+"), trend])
     others = [max(_cell_width(h), *(_cell_width(r[j - 1]) for r in rows))
               for j, h in enumerate(headers) if j != 2]
@@ -93,11 +95,11 @@ def _forgetting_table(report: Report, console: Console) -> Table:
     generic = []
     for f, row in zip(report.forgetting, rows):
         style = REGIME_STYLE[f.regime]
-        condition = f.condition or ""
+        condition = f.condition or ""           # wrapped as text, then escaped: markup
         if room is not None:
             cuts = [0, *breaks(condition, room), len(condition)]
             condition = "\n".join(condition[i:j].rstrip() for i, j in zip(cuts, cuts[1:]))
-        row[1] = (f"[{style}]{f.regime}[/{style}]\n{condition}" if f.regime
+        row[1] = (f"[{style}]{escape(f.regime)}[/{style}]\n{escape(condition)}" if f.regime
                   else "[dim]n/a: the theorem\nassumes a parallel shift[/dim]")
         generic.append(tuple(generic_indices(cell, f.k) for cell in row))
     table = Table(**TABLE)
@@ -111,7 +113,7 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     console = console or make_console()
     p = report.parameters
     K = p["K"]
-    say(console, f"[bold]oodcalc predict[/bold] · {describe_geometry(p['geometry'])}")
+    say(console, f"[bold]oodcalc predict[/bold] · {escape(describe_geometry(p['geometry']))}")
     say(console, f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
                  f"η_ft = {fmt(p['eta_ft'])}; exact population dynamics from Q = 0")
 
@@ -141,7 +143,7 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         beta_text = (", ".join(fmt(b, 4) for b in betas) if K <= 4
                      else f"{fmt(betas.min(), 4)} … {fmt(betas.max(), 4)}")
         rows.append((fmt(ood.z[k, k]), beta_text, fmt(ood.attention[k, k]),
-                     fmt(ood.error[k]), fmt(closed_error[k]), ood.corollary[k] or "—"))
+                     fmt(ood.error[k]), fmt(closed_error[k]), escape(ood.corollary[k] or "—")))
     add_feature_rows(table, rows)
     console.print(table)
     say(console, f"Random guessing (uniform attention 1/K) has e_k = "
@@ -158,7 +160,8 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         rule = f"until every e_k <= ε_ft = {fmt(p['eps_ft'])}"
     else:
         rule = "until every e_k <= ε"
-    say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps ({rule})")
+    say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps "
+                 f"({escape(rule)})")
     say(console, f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}; "
                  f"η_ft = {fmt(ft.eta_ft)} is {verdict} it.")
     console.print(_forgetting_table(report, console))
@@ -177,5 +180,5 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     say(console, f"F = L_tr(after) − L_tr(before) = [bold]{fmt(F, 5, '+')}[/bold] ({meaning}).")
     engine = report.run.get("engine")
     if engine:
-        say(console, f"[dim]Dynamics: pretraining by the {engine['pretrain']}, fine-tuning "
-                     f"by the {engine['finetune']}.[/dim]")
+        say(console, f"[dim]Dynamics: pretraining by the {escape(engine['pretrain'])}, "
+                     f"fine-tuning by the {escape(engine['finetune'])}.[/dim]")

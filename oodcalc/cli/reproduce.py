@@ -100,6 +100,7 @@ def show_tables(tables, protocol: Protocol) -> None:
     """One table per experiment: text cells wrap, numbers never do; when even that does not
     fit the terminal, each row is printed as a short block instead."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from ..console import make_console, say
@@ -113,24 +114,25 @@ def show_tables(tables, protocol: Protocol) -> None:
         notes, cells = [], []
         for r in rows:
             note_number += 1
-            notes.append(f"[{note_number}] {r.quantity.figure.where}: {r.note}")
+            notes.append(escape(f"[{note_number}] {r.quantity.figure.where}: {r.note}"))
             style = "green" if r.magnitude == "agrees" else "yellow"
-            cells.append((r.quantity.experiment, r.quantity.name, fmt(r.theory),
+            magnitude = escape(r.magnitude.replace('ours/paper = ', '×'))
+            cells.append((escape(r.quantity.experiment), escape(r.quantity.name), fmt(r.theory),
                           *(fmt(v) for v in r.simulations.values()),
-                          r.quantity.figure.printed.split()[-1], SIGN_MARK[r.sign],
-                          f"[{style}]{r.magnitude.replace('ours/paper = ', '×')}[/{style}]",
+                          escape(r.quantity.figure.printed.split()[-1]), SIGN_MARK[r.sign],
+                          f"[{style}]{magnitude}[/{style}]",
                           f"[{note_number}]"))
         headers = ["experiment", "quantity", "theory",
                    *(rows[0].simulations if rows else []), "paper", "sign", "magnitude", "note"]
         widths = _widths(headers, cells, console.width)
         if widths is None:   # not even one word per line fits: one block per row
-            say(console, title, style="italic")
+            say(console, escape(title), style="italic")
             for row in cells:
                 say(console, f"{row[0]} · {row[1]}", style="bold")
                 pairs = (f"{h} {v}".replace(" ", "\u00a0") for h, v in zip(headers[2:], row[2:]))
                 say(console, "  " + " · ".join(pairs), indent=4)
         else:
-            table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
+            table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD,
                           pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
             for i, (name, width) in enumerate(zip(headers, widths)):
                 table.add_column(name, width=width, no_wrap=i >= 2,
@@ -149,18 +151,20 @@ def show_fits(console, title: str, rows, tables) -> None:
     """Beside each forgetting row's value under the stopping rule: the protocol under which
     the exact dynamics give the paper's value, or "none: why" (the text column wraps)."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from ..console import say
     from ..experiments import common_fit
     fitted = [r for r in rows if r.fit]
     headers = ["experiment", "theory", "paper", "protocol giving the paper's F", "F there"]
-    cells = [(r.quantity.experiment, fmt(r.theory), r.quantity.figure.printed.split()[-1],
-              *fit_cells(r)) for r in fitted]
+    cells = [tuple(escape(c) for c in (r.quantity.experiment, fmt(r.theory),
+                                        r.quantity.figure.printed.split()[-1], *fit_cells(r)))
+             for r in fitted]
     full = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
     words = max(len(w) for c in cells for w in c[3].split())
     room = console.width - sum(full) + full[3] - 2 * (len(headers) - 1)
-    say(console, f"{title}: the protocol that gives the paper's F", style="italic")
+    say(console, escape(f"{title}: the protocol that gives the paper's F"), style="italic")
     if room < max(words, 12):   # the text column cannot fit: one block per row
         for c in cells:
             say(console, f"{c[0]} · theory {c[1]} · paper {c[2]} · F there {c[4]}",
@@ -176,9 +180,10 @@ def show_fits(console, title: str, rows, tables) -> None:
             table.add_row(*c)
         console.print(table)
     for r in fitted:
-        say(console, f"{r.quantity.experiment}: {r.fit['why']}.", indent=4, style="dim")
+        say(console, escape(f"{r.quantity.experiment}: {r.fit['why']}."), indent=4,
+            style="dim")
     say(console, FIT_INTRO, indent=0, style="dim")
-    say(console, common_fit(tables), indent=0)
+    say(console, escape(common_fit(tables)), indent=0)
     console.print()
 
 

@@ -177,7 +177,8 @@ class Bar:
     def stage(self, name: str, total: int) -> None:
         if self.task is not None:
             self.progress.update(self.task, visible=False)
-        self.task = self.progress.add_task(name, total=total)
+        from rich.markup import escape
+        self.task = self.progress.add_task(escape(name), total=total)   # text, not markup
         self.name, self.total, self.done, self.started = name, total, 0, time.perf_counter()
         if self.lines:
             print(f"oodcalc: real: {name}: 0/{total:,}", file=sys.stderr, flush=True)

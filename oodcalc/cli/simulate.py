@@ -55,8 +55,8 @@ def render(report, rows: int, comparison=None) -> None:
     console = make_console()
     p = report.parameters
     K = p["K"]
-    say(console, f"[bold]oodcalc simulate[/bold] · {describe_geometry(p['geometry'])}")
-    say(console, f"{report.source}; K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, "
+    say(console, f"[bold]oodcalc simulate[/bold] · {escape(describe_geometry(p['geometry']))}")
+    say(console, f"{escape(report.source)}; K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, "
                  f"η = {fmt(p['eta'])}, η_ft = {fmt(p['eta_ft'])}")
     say(console, f"T1 = {report.pretrain.T1}: α = {fmt(report.pretrain.alpha)}, "
                  f"β = {fmt(report.pretrain.beta)}, max e_k = "
@@ -91,7 +91,7 @@ def render(report, rows: int, comparison=None) -> None:
     for name in ("k", "F_k", "L_{v_k} trend along fine-tuning"):
         table.add_column(name)
     for f in report.forgetting:
-        table.add_row(str(f.k), f"{f.F_k:+.4g}", f.trend)
+        table.add_row(str(f.k), f"{f.F_k:+.4g}", escape(f.trend))
     console.print(table)
 
     if comparison is not None:
@@ -117,7 +117,7 @@ def render(report, rows: int, comparison=None) -> None:
                 return f"[{len(v)} values]" if v else "—"
             if isinstance(v, float):
                 return fmt(v)
-            return "—" if v is None else str(v)
+            return "—" if v is None else escape(str(v))
 
         def short(name):
             return escape(name.replace("forgetting.per_feature", "F")

@@ -22,7 +22,8 @@ NARROW = ("#", "claim\nsymbolic", "(a) abs / rel err", "(b) largest N,\nmean ± 
 def cells(row, narrow: bool = False, title: str | None = None) -> tuple[str, ...]:
     """A ledger row as the table's cells (rich markup), in the order of ``WIDE`` (or of
     ``NARROW``); ``title`` replaces the claim's title (wrapped, or left out)."""
-    title = row.title if title is None else title
+    from rich.markup import escape
+    title = escape(row.title if title is None else title)    # the cells are markup
     pop = row.population
     err = ("—" if pop.max_abs is None else f"{pop.max_abs:.2g}" if pop.max_rel is None
            else f"{pop.max_abs:.2g} / {pop.max_rel:.2g}")
@@ -44,9 +45,9 @@ def cells(row, narrow: bool = False, title: str | None = None) -> tuple[str, ...
     if row.refutes and row.passed:
         err = "counterexample\nreproduced" if narrow else "counterexample reproduced"
     if narrow:
-        return (row.claim, f"{title}\n[dim]{row.symbolic}[/dim]", err,
+        return (escape(row.claim), f"{title}\n[dim]{escape(row.symbolic)}[/dim]", err,
                 mc + (f"\n{rate}" if rate else ""), verdict)
-    return (row.claim, title, row.symbolic, err, mc, rate, verdict)
+    return (escape(row.claim), title, escape(row.symbolic), err, mc, rate, verdict)
 
 
 def ledger_table(ledger, narrow: bool, titles: list[str] | None = None):
@@ -106,12 +107,14 @@ def render(ledger, details: bool, console=None) -> None:
     row when that fits the width, else it stacks cells (:func:`fitting_table`): at 80
     columns nothing is cut off."""
     from ..verify import EXACT_TOL, K_SIGMA, MAIN, OOD_SETTING
+    from rich.markup import escape
+
     from ..console import make_console, say
 
     console = console or make_console()
     b = ledger.budget
-    say(console, f"[bold]oodcalc verify[/bold] ({b.name}) · (a) the population simulator: GD "
-                 f"on the full Q; (b) the prompts simulator: prompts of N = "
+    say(console, f"[bold]oodcalc verify[/bold] ({escape(b.name)}) · (a) the population "
+                 f"simulator: GD on the full Q; (b) the prompts simulator: prompts of N = "
                  f"{', '.join(map(str, b.Ns))} "
                  f"tokens, fresh mini-batches of {b.batch}, {b.seeds} seeds, stopping rule on "
                  "population errors")
@@ -123,13 +126,13 @@ def render(ledger, details: bool, console=None) -> None:
     say(console, "[bold]Tolerances[/bold] ((a) closed form vs the population simulator; (b) vs "
                  "the prompts simulator)")
     for r in ledger.rows:
-        say(console, f"  {r.claim}. (a) {r.population.tolerance}"
-                     + (f"; (b) {r.prompts.criterion}" if r.prompts else ""), indent=4)
+        say(console, escape(f"  {r.claim}. (a) {r.population.tolerance}"
+                            + (f"; (b) {r.prompts.criterion}" if r.prompts else "")), indent=4)
     if not details:
         say(console, "[bold](b) The prompts simulator by N[/bold] (mean ± SE over seeds)")
         for r in ledger.rows:
             if r.prompts is not None and r.prompts.kind != "exact":
-                say(console, f"  {r.claim}. " + "; ".join(
+                say(console, escape(f"  {r.claim}. ") + "; ".join(
                     f"N={p.N}: {p.mean:+.3g} ± {p.se:.2g}" for p in r.prompts.points),
                     indent=4)
     say(console, "[bold]Findings[/bold]")
@@ -142,7 +145,7 @@ def render(ledger, details: bool, console=None) -> None:
                 notes += [f"(b) {d}" for d in r.prompts.details]
             notes += r.findings
         for note in notes:
-            say(console, f"  {r.claim}. {note}", indent=4)
+            say(console, escape(f"  {r.claim}. {note}"), indent=4)
     failed = [r.claim for r in ledger.rows if r.verdict == "FAIL"]
     refuted = [r.claim for r in ledger.rows if r.verdict == "REFUTED"]
     summary = ("[green]no FAIL[/green]" if not failed

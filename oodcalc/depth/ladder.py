@@ -280,13 +280,14 @@ def show(table: LadderTable, console=None) -> None:
     """The ladder in the terminal (rich): rung × γ, each cell F [95% CI], the paired change
     from the row below and α, β of every layer at T1 → after fine-tuning."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     if console is None:
         from ..console import make_console
         console = make_console()
     console.print("[bold]oodcalc reproduce ladder[/bold]")
-    console.print(markdown(table).split("\n", 1)[0], style="dim")
+    console.print(escape(markdown(table).split("\n", 1)[0]), style="dim")   # text, not markup
     t = Table(box=box.SIMPLE_HEAD, show_lines=True)
     t.add_column("rung", no_wrap=True)
     t.add_column("what changes from the row below", overflow="fold", max_width=28)
@@ -305,11 +306,11 @@ def show(table: LadderTable, console=None) -> None:
                 lines.append(f"ΔF = {_interval(row.change)}")
             lines += [f"L{i + 1}: α {_arrow(ab['alpha'])}, β {_arrow(ab['beta'])}"
                       for i, ab in enumerate(_by_kind(row.logits))]
-            cells.append("\n".join(lines))
+            cells.append(escape("\n".join(lines)))
         down = below(rung, layers)
         change = ("—" if down is None else "one more layer" if down[0] == rung.name
                   else rung.change)
-        t.add_row(f"{rung.name}, {layers} L", change, *cells)
+        t.add_row(escape(f"{rung.name}, {layers} L"), escape(change), *cells)
     console.print(t)
 
 

@@ -335,19 +335,20 @@ def summary_markdown(table: DepthTable) -> str:
 def show(table: DepthTable, console=None) -> None:
     """The table in the terminal (rich): per architecture and optimizer, depth × γ."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     if console is None:
         from ..console import make_console
         console = make_console()          # piped: wide and never cut (as every command)
     console.print("[bold]oodcalc reproduce depth[/bold]")
-    console.print(header(table), style="dim")
+    console.print(escape(header(table)), style="dim")          # text, not markup
     console.print("Each cell: our F over seeds [95% CI]; mean F_1 · F_2; seeds where only "
                   "feature 1 / only 2 / both / neither forget, seeds where feature 1 loses more "
                   "than feature 2, usable seeds; the paper's F and the one-layer theory's, each "
                   "with its verdict.", style="dim")
     for (arch, optimizer), cells in table.groups().items():
-        t = Table(title=f"{arch}, {optimizer} (lr {cells[0].config.lr:g})",
+        t = Table(title=escape(f"{arch}, {optimizer} (lr {cells[0].config.lr:g})"),
                   title_justify="left", box=box.SIMPLE_HEAD, show_lines=True)
         t.add_column("layers", justify="right", no_wrap=True, min_width=6)
         gammas = list(dict.fromkeys(c.gamma for c in cells))
@@ -356,11 +357,11 @@ def show(table: DepthTable, console=None) -> None:
             t.add_column(f"γ = {g:+.2f}", overflow="fold")
         for layers in dict.fromkeys(c.config.layers for c in cells):
             mine = {c.gamma: c for c in cells if c.config.layers == layers}
-            t.add_row(str(layers), *(grid_cell(mine[g]) for g in gammas))
+            t.add_row(str(layers), *(escape(grid_cell(mine[g])) for g in gammas))
         console.print(t)
         for line in failures(cells):
-            console.print(line, style="yellow")
+            console.print(escape(line), style="yellow")
         for a in table.amplifications:
             if (a.arch, a.optimizer) == (arch, optimizer):
-                console.print("Depth amplification — " + amplification_text(a))
+                console.print("Depth amplification — " + escape(amplification_text(a)))
         console.print()

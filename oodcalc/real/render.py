@@ -266,13 +266,15 @@ def show(result: dict[str, Any]) -> None:
     """Rich tables on stdout."""
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False)      # every dynamic text escaped: text, not markup
     console.print(f"[bold]oodcalc reproduce real[/bold] · the paper's BERT experiments "
-                  f"(arXiv {paper.ARXIV}) on {result['parameters']['model']} and drug reviews")
+                  f"(arXiv {paper.ARXIV}) on {escape(str(result['parameters']['model']))} "
+                  "and drug reviews")
     for line in setup_lines(result):
-        console.print(line, style="dim")
+        console.print(escape(line), style="dim")
     sections = (("The paper's figures beside ours",
                  lambda r: (["measurement", "paper", "ours", "95 %"], paper_rows(r))),
                 *SECTIONS)
@@ -282,8 +284,8 @@ def show(result: dict[str, Any]) -> None:
         for h in header:
             table.add_column(h)
         for r in rows:
-            table.add_row(*r)
+            table.add_row(*(escape(str(cell)) for cell in r))
         console.print(table)
         for line in note:
-            console.print(line, style="dim")
-    console.print(shift_orderings(result))
+            console.print(escape(line), style="dim")
+    console.print(escape(shift_orderings(result)))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..claims import CLAIMS, Claim
 from ..io import write_text_atomic
-from .render import to_latex, to_markdown
+from .render import markdown_text, to_latex, to_markdown
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "derivations"
 
@@ -53,8 +53,10 @@ def render_all() -> dict[str, str]:
     for claim in CLAIMS:
         d = derivation_of(claim.id)
         passed = sum(c.passed for c in d.checks)
-        index.append(f"| [{claim.id}]({file_stem(claim)}.md) | {claim.title} | {d.level} "
-                     f"| {claim.decisive_step} | {passed}/{len(d.checks)} passed |")
+        cells = [markdown_text(text).replace("|", "\\|")
+                 for text in (claim.title, d.level, claim.decisive_step)]
+        index.append(f"| [{claim.id}]({file_stem(claim)}.md) | {' | '.join(cells)} "
+                     f"| {passed}/{len(d.checks)} passed |")
     files["README.md"] = "\n".join(index) + "\n"
     return files
 

@@ -132,7 +132,7 @@ def print_high_precision(setting, eps_text: str | None, digits_text: str,
         print(json.dumps(out, indent=2, ensure_ascii=False))
         return
     from rich.console import Console
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, markup=False)   # numbers, no markup
     p = parameters
     console.print(f"Closed forms at {digits} significant digits (mpmath); K = {p['K']}, "
                   f"d = {p['d']}, ε = {values['eps']}, η = {p['eta']:g}, "

@@ -11,6 +11,8 @@ import re
 from typing import Any
 
 import sympy as sp
+from sympy.printing.latex import translate
+from sympy.printing.pretty.pretty_symbology import greek_unicode
 
 #: A :class:`~oodcalc.symbolic.core.Derivation`, read by its fields (id, title, steps,
 #: checks, scope, findings, level): this module sits below core.py, whose Jupyter repr
@@ -19,46 +21,311 @@ Derivation = Any
 
 FORMATS = ("text", "markdown", "latex")
 
-# Symbol names are short formulas ("nabla_Q L", "Sigma_{n != k} ∂e_k/∂z_{n,k}",
-# "(K/eta) delta margin_n"): sympy's printers would set them as one italic word, so they
-# are translated word by word: Greek and operator names get their command, any other word
-# of two or more letters is upright text, "!=" is ≠ and "^T" the transpose.
-_GREEK_WORDS = ("alpha", "beta", "gamma", "delta", "Delta", "epsilon", "eta", "theta",
-                "Lambda", "lambda", "sigma", "tau", "mu", "ell", "nabla", "partial")
-_OPERATORS = ("max", "min", "log", "exp")
-_WORD_LATEX = {**{w: "\\" + w for w in _GREEK_WORDS + _OPERATORS}, "Sigma": r"\sum"}
-_PIECES_LATEX = (("∂", r"\partial "), ("!=", r"\neq "), ("^T", r"^{\mathsf T}"),
-                 ("hat y", r"\hat y"), ("vbar", r"\bar v"))
-_WHOLE_LATEX = {"softmax_i": r"\mathrm{softmax}_i", "Sigma_m(a_m^2)": r"\sum_m a_m^2"}
-_TOKEN = re.compile(r"\\[A-Za-z]+|[A-Za-z]+|.", re.S)
+# Formulas written as text: symbol names ("nabla_Q L", "Sigma_{n != k} ∂e_k/∂z_{n,k}",
+# "(K/eta) delta margin_n") and the formulas in prose ("c_k = γ_k(γ_k + γ_n)",
+# "e^{2m}/(4η)") are set by one translation, formula_latex: letters and Greek names
+# (ASCII or Unicode) by sympy's own symbol printer (sympy.printing.latex.translate), so
+# "phi" is \phi, never \mathrm{phi}; operator names get their command; any other word of two
+# or more letters is upright text; "<=" is \le, "!=" \neq and "^T" the transpose.
+
+#: Unicode Greek → the name sympy prints: its own table, with the project's curly φ and ε
+_UNICODE_NAME = {char: name for name, char in greek_unicode.items()
+                 if name not in ("lamda", "Lamda")}
+_UNICODE_NAME.update({"φ": "varphi", "ε": "varepsilon", "ℓ": "ell"})
+del _UNICODE_NAME["Σ"]                    # Σ in a formula is a sum (_SYMBOL_LATEX)
+_COMMAND_NAMES = {"nabla": r"\nabla", "partial": r"\partial", "Sigma": r"\sum",
+                  **{f: "\\" + f for f in ("ln", "log", "exp", "max", "min", "lim", "sup",
+                                           "inf", "sin", "cos", "det")},
+                  **{f: rf"\operatorname{{{f}}}" for f in ("diag", "argmax", "argmin",
+                                                           "softmax", "sign", "tr", "span")}}
+_SYMBOL_LATEX = {
+    "≥": r"\ge", "≤": r"\le", "≠": r"\neq", "−": "-", "·": r"\cdot", "×": r"\times",
+    "∈": r"\in", "→": r"\to", "←": r"\leftarrow", "⇒": r"\Rightarrow",
+    "⇔": r"\Leftrightarrow", "∞": r"\infty", "⟨": r"\langle", "⟩": r"\rangle",
+    "√": r"\surd", "≈": r"\approx", "∝": r"\propto",
+    "∑": r"\sum", "Σ": r"\sum", "∫": r"\int", "★": r"\star", "⊗": r"\otimes", "⊥": r"\perp",
+    "±": r"\pm", "∓": r"\mp", "≡": r"\equiv", "⌈": r"\lceil", "⌉": r"\rceil",
+    "½": r"\tfrac12", "~": r"\sim", "…": r"\dots", "∂": r"\partial", "∇": r"\nabla",
+    "<=": r"\le", ">=": r"\ge", "!=": r"\neq", "...": r"\dots", "%": r"\%", "&": r"\&",
+    "#": r"\#", "$": r"\$",
+}
+_SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹ⁿ⁺⁻ᵀ", "0123456789n+-T"))
+_SUBSCRIPTS = dict(zip("₀₁₂₃₄₅₆₇₈₉ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ₊₋",
+                       "0123456789aehijklmnoprstuvx+-"))
+_FORMULA_TOKEN = re.compile(r"\\[A-Za-z]+|[A-Za-z]+|\d+(?:\.\d+)?|<=|>=|!=|\.\.\.|\s+|.",
+                            re.S)
+_INDEX = re.compile(r"[a-z]\d*|[a-z]{2}|\d+")    # an index set in italic: k, kk, m0, 12
 
 
-def _symbol_latex(name: str) -> str:
-    if name in _WHOLE_LATEX:
-        return _WHOLE_LATEX[name]
-    for piece, latex in _PIECES_LATEX:
-        name = name.replace(piece, latex)
+def _scripts_spelled(text: str) -> str:
+    """Unicode super- and subscripts, bars and hats spelled with ^, _ and sympy's words."""
+    text = re.sub("[" + "".join(_SUPERSCRIPTS) + "]+",
+                  lambda m: "^{" + "".join(_SUPERSCRIPTS[c] for c in m.group()) + "}", text)
+    text = re.sub("[" + "".join(_SUBSCRIPTS) + "]+",
+                  lambda m: "_{" + "".join(_SUBSCRIPTS[c] for c in m.group()) + "}", text)
+    text = re.sub(r"([A-Za-z])\u0304", r"\1bar ", text)           # v̄
+    text = re.sub(r"<([^<>=\s]+,[^<>=\s]+)>", r"⟨\1⟩", text)        # <a,v>: a product
+    return text.replace("ŷ", "yhat ").replace("hat y", "yhat")
+
+
+def _closing(text: str, i: int, opening: str, closing: str) -> int:
+    """Index of the bracket closing the one at ``text[i]``."""
+    depth = 0
+    for j in range(i, len(text)):
+        depth += (text[j] == opening) - (text[j] == closing)
+        if depth == 0:
+            return j
+    raise KeyError(f"unbalanced {opening!r} in formula {text!r}")
+
+
+def _word_latex(word: str) -> str:
+    if word in _COMMAND_NAMES:
+        return _COMMAND_NAMES[word]
+    printed = translate(word)                # Greek names and modifiers, as sympy sets them
+    if printed != word or len(word) == 1:
+        return printed
+    if word.isupper() or len(word) == 2:
+        return " ".join(word)                # a product: UW, VZ, Hv, cm
+    return rf"\mathrm{{{word}}}"
+
+
+def formula_latex(text: str) -> str:
+    """A formula written as text (a symbol's name or a formula in prose) in LaTeX math;
+    raises ``KeyError`` for a character it cannot set."""
+    text = _scripts_spelled(text)
     out: list[str] = []
-    for token in _TOKEN.findall(name):
-        if token[0].isalpha() and len(token) > 1:
-            token = _WORD_LATEX.get(token, rf"\mathrm{{{token}}}")
-        if out and out[-1] in "_^" and len(token) > 1 and not token.startswith("\\"):
-            token = "{" + token + "}"           # a multi-letter script: T_{\mathrm{flow}}
-        elif out and out[-1] in "_^" and token.startswith(("\\mathrm", "\\max", "\\min")):
-            token = "{" + token + "}"
-        out.append(token)
-    return "".join(out)
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "_^" and i + 1 < len(text):
+            i, script = _script(text, i + 1, ch, out[-1] if out else "")
+            if ch == "^" and out and out[-1] == "'":     # u_k'ᵀ: the prime is a superscript
+                out.pop()
+                script = r"\prime " + script
+            out.append(ch + "{" + script + "}")
+            continue
+        token = _FORMULA_TOKEN.match(text, i).group()
+        i += len(token)
+        if token in _UNICODE_NAME:
+            out.append(translate(_UNICODE_NAME[token]))
+        elif token in _SYMBOL_LATEX:
+            out.append(_SYMBOL_LATEX[token])
+        elif token.isascii() and token[0].isalpha():
+            out.append(_word_latex(token))
+        elif token == "*" and out and not out[-1].isspace():
+            out.append("^{*}")                                 # F*, t*: a starred value
+        elif token == "{":                                     # span{v}: a set
+            end = _closing(text, i - 1, "{", "}")
+            out.append(r"\lbrace " + formula_latex(text[i:end]) + r"\rbrace ")
+            i = end + 1
+        elif token.isspace():
+            out.append(" ")
+        elif token.isascii() or token == "‖":
+            out.append(token)
+        else:
+            raise KeyError(f"no LaTeX for character {token!r} (U+{ord(token):04X})")
+    bars = {"|": [r"\lvert", r"\rvert"], "‖": [r"\lVert", r"\rVert"]}
+    count = {"|": 0, "‖": 0}
+    for j, piece in enumerate(out):      # |x| as opening and closing bars: spaced as (x)
+        if piece in bars:
+            out[j] = bars[piece][count[piece] % 2]
+            count[piece] += 1
+    joined = ""
+    for piece in out:                # a command's name must not run into the next letter
+        if re.search(r"\\[A-Za-z]+$", joined) and re.match(r"[A-Za-z0-9]", piece):
+            joined += " "
+        joined += piece
+    return re.sub(r" {2,}", " ", joined).strip()
+
+
+def _script(text: str, i: int, kind: str, base: str) -> tuple[int, str]:
+    """The sub- or superscript starting at ``text[i]``: (index after it, its LaTeX)."""
+    ch = text[i]
+    if ch == "{":
+        end = _closing(text, i, "{", "}")
+        inner = text[i + 1:end]
+        return end + 1, r"\mathsf T" if kind == "^" and inner == "T" else formula_latex(inner)
+    if ch == "(" and kind == "^":               # 2^(j+2): a power; Q^(T1): an iterate
+        end = _closing(text, i, "(", ")")
+        inner = formula_latex(text[i + 1:end])
+        return end + 1, inner if base[-1:].isdigit() else f"({inner})"
+    if kind == "^" and ch == "T" and not text[i + 1:i + 2].isalnum():
+        return i + 1, r"\mathsf T"                                  # the transpose
+    name = re.match(r"[A-Za-z]+", text[i:])
+    if name and (name.group() in _COMMAND_NAMES or len(name.group()) > 2
+                 and translate(name.group()) != name.group()):
+        return i + name.end(), _word_latex(name.group())   # R_Lambda, c_min (not nu: n, u)
+    run = re.match(r"\d+" if kind == "^" else r"[a-z0-9]+", text[i:])
+    if run is None:
+        token = _FORMULA_TOKEN.match(text, i).group()
+        token = token if not token.isascii() or not token[0].isalpha() else token[0]  # e^m
+        return i + len(token), formula_latex(token)
+    word = run.group()
+    if len(word) == 2 and word[-1].isalpha() and text[i + len(word):][:1] == "_":
+        word = word[:-1]              # a_ke_k, w_nv_n: the last letter is the next symbol
+    if _INDEX.fullmatch(word):
+        return i + len(word), word
+    return i + len(word), _word_latex(word)
+
+
+# --- prose: text with formulas in it ----------------------------------------------------
+
+# Prose is plain Unicode with formulas written inline ("the margin m_k = z_kk − z_nk starts at
+# αc_k"). prose_parts finds the formulas word by word: a word with a script, a Greek letter or
+# a math sign is a formula, and so is a single letter (not the article "a", nor "A" opening a
+# sentence), f(x), m0, dQ, 3m or x/h; a number or an operator name (ln, max) joins the formula
+# beside it; words side by side that no operator joins are two formulas ("0 (n = j + 2)");
+# a dotted or snake_case Python name is code. What no rule fits stays text: the typesetting
+# test (tests/test_symbolic.py) fails on any _ or ^ left in the text of a document.
+_MATH_CHARS = frozenset("_^=<>+~|‖*" + "".join(k for k in _SYMBOL_LATEX
+                                                 if len(k) == 1 and not k.isascii())
+                        + "".join(_UNICODE_NAME)
+                        + "".join(_SUPERSCRIPTS) + "".join(_SUBSCRIPTS) + "ŷ\u0304")
+_OPERATOR_WORDS = frozenset({"=", "+", "−", "-", "<", ">", "≥", "≤", "≠", "~", "≈", "∈",
+                             "×", "·", "→", "←", "/", "⇒", "⇔", "≡", "∝", "<=", ">=", "±"})
+_CONNECTOR = re.compile(r"[−-]?\d+(?:\.\d+)?|[A-Z]\d|ln|log|exp|max|min")
+_OPEN_END = re.compile(r"(?:[=+−<>≥≤≠~≈∈×·→←/±]|ln|log|exp|max|min)$")
+_CODE = re.compile(r"[a-z]\w+(?:\.[a-z_]\w*)+(?:\(\))?|[a-z][a-z0-9]+(?:_[A-Za-z0-9]+)+")
+_SINGLE_OR_CALL = re.compile(r"[A-Za-z]'?\*?|[a-z]\d+|d[A-Z]|[A-Za-z]'?\(.*"
+                             r"|\d+(?!st|nd|rd|th)[A-Za-z]{1,2}|[\w().']*/[\w().']*")
+_OPENING, _CLOSING = "([", ")]"
+_STRIP = "([,.;:)]"
+
+
+def _words(text: str) -> list[str]:
+    """``text`` cut at the spaces outside braces (``e^{α(2 − c)}`` is one word)."""
+    words, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "{") - (ch == "}")
+        if ch == " " and depth == 0:
+            words.append(text[start:i])
+            start = i + 1
+    return words + [text[start:]]
+
+
+def _kind(word: str) -> str:
+    core = word.strip(_STRIP)
+    if not core:
+        return "text"
+    if _CODE.fullmatch(core) and core.split("_")[0] not in _COMMAND_NAMES:   # not max_m
+        return "code"
+    if word in _OPERATOR_WORDS:
+        return "operator"
+    if re.fullmatch(r"[1-9][a-e]", core):            # a claim's id: 8b, 9a
+        return "text"
+    if any(ch in _MATH_CHARS for ch in core) or (
+            core != "a" and _SINGLE_OR_CALL.fullmatch(core)
+            and not re.search(r"[A-Za-z]{3}", re.sub(r"log|exp|max|min|lim|diag", "", core))):
+        return "math"
+    return "connector" if _CONNECTOR.fullmatch(core) else "text"
+
+
+def _depth(text: str) -> int:
+    return sum((ch in _OPENING) - (ch in _CLOSING) for ch in text)
+
+
+_PREFIX = re.compile(r"(?:[Σ∑∫√]|ln|log|exp|max|min|lim|sup|inf|diag)(?:_\S*)?$")
+
+
+def _two_formulas(before: str, after: str) -> bool:
+    """Whether two words of a formula are two formulas side by side ("2 h", "(K = 2) W"):
+    neither is an operator or ends/starts with one, and the first is no sum or function."""
+    return not (re.search(r"[=+−<>≥≤≠~≈∈×·→←/±,(\[-]$", before)
+                or re.match(r"[=+−<>≥≤≠~≈∈×·→←/±)\]-]", after)
+                or _PREFIX.search(before))
+
+
+def prose_parts(text: str) -> list[tuple[str, str]]:
+    """``text`` as (kind, piece) pairs, kind ``"text"``, ``"math"`` or ``"code"``; joined,
+    the pieces are ``text``."""
+    words = _words(text)
+    kinds = [_kind(w) for w in words]
+    for i, word in enumerate(words):          # "A second counterexample": an article
+        if word in ("A", "I") and (i == 0 or words[i - 1][-1:] in ".:;"):
+            kinds[i] = "text"
+        if word == "a" and "operator" in kinds[max(i - 1, 0):i + 2]:     # a + (K − 1)b
+            kinds[i] = "math"
+    parts: list[tuple[str, str]] = []
+    run: list[str] = []             # the words of the formula being read
+
+    def emit(kind: str, piece: str) -> None:
+        if not piece:
+            return
+        if parts and parts[-1][0] == kind == "text":
+            parts[-1] = (kind, parts[-1][1] + piece)
+        else:
+            parts.append((kind, piece))
+
+    def close() -> None:
+        formula, lead, trail = " ".join(run), "", ""
+        run.clear()
+        if _depth(formula) > 0:           # "m_0 ≥ −ln 2 (c_k ≥ −1/4 below)": ( is prose
+            depth, cut = 0, None
+            for j in range(len(formula) - 1, -1, -1):
+                depth += (formula[j] in _OPENING) - (formula[j] in _CLOSING)
+                if depth > 0:
+                    cut = j
+                    break
+            if cut is not None and (cut == 0 or formula[cut - 1] == " "):
+                before = formula[:cut].rstrip()
+                emit("math", before)
+                lead, formula = formula[len(before):cut + 1], formula[cut + 1:]
+        while formula[-1:] in _CLOSING and _depth(formula) < 0:  # "c = c_k < 0)"
+            formula, trail = formula[:-1], formula[-1] + trail
+        emit("text", lead)
+        emit("math", formula)
+        emit("text", trail)
+
+    for i, (word, kind) in enumerate(zip(words, kinds)):
+        following = kinds[i + 1] if i + 1 < len(kinds) else "text"
+        if kind == "connector":
+            joins = (following == "operator" or bool(run) and (
+                following == "math" or _depth(" ".join(run)) > 0
+                or bool(_OPEN_END.search(run[-1]))))
+        else:
+            joins = kind in ("math", "operator")
+        if not joins:
+            if run:
+                close()
+            emit("text", " " if i else "")
+            if kind == "code":
+                core = word.strip(_STRIP)
+                lead, trail = word.split(core, 1)
+                emit("text", lead)
+                emit("code", core)
+                emit("text", trail)
+            else:
+                emit("text", word)
+            continue
+        punctuation = re.search(r"(?:'s)?[,.;:]*$", word)          # Z₁'s, c_k:
+        body = word[:punctuation.start()]
+        if run and _two_formulas(run[-1], body):                  # "0 (n = j + 2)"
+            close()
+        if not run:
+            emit("text", " " if i else "")
+        run.append(body)
+        if punctuation.group():
+            if punctuation.group() == "," and _depth(" ".join(run)) > 0:  # diag(γ_1, γ_2)
+                run[-1] += ","
+            else:
+                close()
+                emit("text", punctuation.group())
+    if run:
+        close()
+    return parts
 
 
 _GREEK_UNICODE = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "Delta": "Δ",
                   "epsilon": "ε", "eta": "η", "theta": "θ", "Lambda": "Λ", "lambda": "λ",
-                  "sigma": "σ", "ell": "ℓ", "nabla": "∇", "Sigma": "Σ", "partial": "∂"}
+                  "sigma": "σ", "ell": "ℓ", "nabla": "∇", "Sigma": "Σ", "partial": "∂",
+                  "phi": "φ", "varphi": "φ"}
 _SUBSCRIPT = dict(zip("0123456789aehijklmnoprstuvx", "₀₁₂₃₄₅₆₇₈₉ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ"))
 
 
 def _symbol_text(name: str) -> str:
     """The name in Unicode, as one word sympy's pretty printer sets as it stands."""
     out = name.replace("Sigma_m(a_m^2)", "Σₘaₘ²").replace(" != ", "≠").replace("!=", "≠")
+    out = out.replace("<=", "≤").replace(">=", "≥")
     for piece, char in (("^T", "ᵀ"), ("^{(T_1)}", "⁽ᵀ¹⁾"), ("^*", "*"), ("^2", "²"),
                         ("vbar", "v̄"), ("hat y", "ŷ")):
         out = out.replace(piece, char)
@@ -92,7 +359,7 @@ def _for_display(expr: sp.Basic, rename) -> sp.Basic:
 
 def math_latex(expr: sp.Basic) -> str:
     shown = _for_display(expr, None)      # names are set by the printer's symbol_names
-    names = {s: _symbol_latex(s.name) for s in shown.atoms(sp.Symbol)}
+    names = {s: formula_latex(s.name) for s in shown.atoms(sp.Symbol)}
     return sp.latex(shown, symbol_names=names)
 
 
@@ -104,25 +371,26 @@ def math_text(expr: sp.Basic) -> str:
 
 def to_markdown(d: Derivation, claim) -> str:
     """``claim``: the registry entry (statement and decisive step)."""
-    lines = [f"# Claim {d.id}: {d.title}", "",
+    md = markdown_text
+    lines = [f"# Claim {d.id}: {md(d.title)}", "",
              "<!-- generated by `python -m oodcalc.symbolic.documents`; do not edit -->", "",
-             f"**Statement.** {claim.statement}", "",
-             f"**Level: {d.level}.** {d.scope}", "",
-             f"**Decisive step.** {claim.decisive_step}", "", "## Derivation", ""]
+             f"**Statement.** {md(claim.statement)}", "",
+             f"**Level: {md(d.level)}.** {md(d.scope)}", "",
+             f"**Decisive step.** {md(claim.decisive_step)}", "", "## Derivation", ""]
     for i, step in enumerate(d.steps, 1):
-        lines.append(f"{i}. {step.text}")
+        lines.append(f"{i}. {md(step.text)}")
         for expr in step.math:
             lines += ["", f"   $$ {math_latex(expr)} $$"]
         lines.append("")
     lines += ["## Checks", "", "Decisive checks (the level rests on them) are marked ★.", "",
               "| # | check | method | on | result |", "|---|---|---|---|---|"]
     for i, c in enumerate(d.checks, 1):
-        what = c.what.replace("|", "\\|")
-        lines.append(f"| {i}{' ★' if c.decisive else ''} | {what} | {c.method} | "
-                     f"{c.detail or '—'} | {'passed' if c.passed else '**FAILED**'} |")
+        cells = [md(text).replace("|", "\\|") for text in (c.what, c.method, c.detail or "—")]
+        lines.append(f"| {i}{' ★' if c.decisive else ''} | {' | '.join(cells)} | "
+                     f"{'passed' if c.passed else '**FAILED**'} |")
     if d.findings:
         lines += ["", "## Where the paper's statement differs", ""]
-        lines += [f"- {f}" for f in d.findings]
+        lines += [f"- {md(f)}" for f in d.findings]
     return "\n".join(lines) + "\n"
 
 
@@ -132,49 +400,44 @@ _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "
                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                 "^": r"\textasciicircum{}", "|": r"\textbar{}", "<": r"\textless{}",
                 ">": r"\textgreater{}"}
-_TEX_UNICODE = {
-    "α": r"\alpha", "β": r"\beta", "γ": r"\gamma", "δ": r"\delta", "ε": r"\varepsilon",
-    "η": r"\eta", "θ": r"\theta", "λ": r"\lambda", "Λ": r"\Lambda", "Δ": r"\Delta",
-    "Σ": r"\Sigma", "ℓ": r"\ell", "π": r"\pi", "σ": r"\sigma", "μ": r"\mu",
-    "∂": r"\partial", "≥": r"\geq", "≤": r"\leq", "≠": r"\neq", "−": "-", "·": r"\cdot",
-    "⊥": r"\perp", "⇒": r"\Rightarrow", "⇔": r"\Leftrightarrow", "→": r"\to",
-    "∞": r"\infty", "⟨": r"\langle", "⟩": r"\rangle", "‖": r"\|", "√": r"\surd",
-    "∈": r"\in", "ᵀ": r"^{\mathsf T}", "²": r"^2", "≈": r"\approx", "∝": r"\propto",
-    "×": r"\times", "∑": r"\sum", "₁": r"_1", "₂": r"_2", "ᵢ": r"_i", "∇": r"\nabla",
-    "←": r"\leftarrow", "Π": r"\Pi", "½": r"\tfrac12", "∫": r"\int", "★": r"\star",
-    "₀": r"_0", "₋": r"_-", "₊": r"_+", "ρ": r"\rho", "τ": r"\tau", "⊗": r"\otimes",
-    "³": r"^3", "⁴": r"^4", "⁵": r"^5", "ⁿ": r"^n", "φ": r"\varphi", "±": r"\pm",
-    "∓": r"\mp", "≡": r"\equiv", "⌈": r"\lceil", "⌉": r"\rceil",
-}
 _TEX_TEXT = {"—": "---", "–": "--", "…": r"\dots{}", "’": "'", "“": "``", "”": "''"}
 
 
-def tex_text(text: str) -> str:
-    """Plain Unicode prose → LaTeX; raises ``KeyError`` for a character it cannot set."""
-    text = re.sub(r"(\w)\u0304", lambda m: "\x00bar" + m.group(1) + "\x01", text)
+def _tex_escaped(text: str) -> str:
     out = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\x00":                      # a barred letter
-            end = text.index("\x01", i)
-            out.append(rf"$\bar{{{text[i + 4:end]}}}$")
-            i = end + 1
-            continue
-        if ch == "ŷ":
-            out.append(r"$\hat y$")
-        elif ch in _TEX_SPECIAL:
+    for ch in text:
+        if ch in _TEX_SPECIAL:
             out.append(_TEX_SPECIAL[ch])
-        elif ch in _TEX_UNICODE:
-            out.append(f"${_TEX_UNICODE[ch]}$")
         elif ch in _TEX_TEXT:
             out.append(_TEX_TEXT[ch])
         elif ord(ch) < 128:
             out.append(ch)
         else:
             raise KeyError(f"no LaTeX for character {ch!r} (U+{ord(ch):04X})")
-        i += 1
-    return "".join(out).replace("$$", "")
+    return "".join(out)
+
+
+def tex_text(text: str) -> str:
+    """Prose (plain Unicode, formulas written inline) → LaTeX, every formula in math mode;
+    raises ``KeyError`` for a character it cannot set."""
+    out = []
+    for kind, piece in prose_parts(text):
+        if kind == "math":
+            out.append(f"${formula_latex(piece)}$")
+        elif kind == "code":
+            out.append(rf"\texttt{{{_tex_escaped(piece)}}}")
+        else:
+            out.append(_tex_escaped(piece))
+    return "".join(out)
+
+
+def markdown_text(text: str) -> str:
+    """Prose → Markdown: formulas as inline math ``$…$``, Python names as code."""
+    out = []
+    for kind, piece in prose_parts(text):
+        out.append(f"${formula_latex(piece)}$" if kind == "math"
+                   else f"`{piece}`" if kind == "code" else piece)
+    return "".join(out)
 
 
 def to_latex_body(d: Derivation, claim) -> str:
@@ -234,7 +497,7 @@ def print_text(d: Derivation, claim, console=None) -> None:
     from rich.text import Text
 
     console = console or Console(highlight=False)
-    console.rule(f"Claim {d.id}: {d.title}")
+    console.rule(Text(f"Claim {d.id}: {d.title}"))      # Text: no prose read as markup
     console.print(Text("Statement: ", style="bold") + Text(claim.statement))
     console.print(Text(f"Level: {d.level}. ", style="bold") + Text(d.scope))
     console.print(Text("Decisive step: ", style="bold") + Text(claim.decisive_step))
@@ -248,7 +511,8 @@ def print_text(d: Derivation, claim, console=None) -> None:
     for column in ("#", "check", "method", "on", "result"):
         table.add_column(column)
     for i, c in enumerate(d.checks, 1):
-        table.add_row(f"{i}{' ★' if c.decisive else ''}", c.what, c.method, c.detail or "—",
+        table.add_row(Text(f"{i}{' ★' if c.decisive else ''}"), Text(c.what), Text(c.method),
+                      Text(c.detail or "—"),
                       Text("passed", style="green") if c.passed
                       else Text("FAILED", style="bold red"))
     console.print(table)
