@@ -1,10 +1,18 @@
-"""Output files: checked before any work, then written atomically.
+"""Input and output files: inputs opened only when they are regular files, outputs
+checked before any work, then written atomically.
+
+:func:`open_input` opens a file oodcalc reads (feature files, saved results, records), or
+refuses it with one line (exit 2): no such file, a directory, a FIFO (opening one waits for
+a writer: forever), a device (``/dev/zero`` never ends), a socket, or a file larger than
+the reader takes. Every file the CLI or the library reads goes through it.
 
 :func:`check_output` says where a file for a requested path will go, or refuses it with one
 line (exit 2): an empty path, a directory, a device, a FIFO or socket, a path under a file
 or in a missing directory, a name too long for the file system, a directory oodcalc cannot
 create files in, a read-only file, or an extension the format cannot write. A symlink is
-followed, as shell redirection does: its target is written and the link stays.
+followed, as shell redirection does: its target is written and the link stays; a cache
+writes with ``follow_symlinks=False`` instead, replacing a link planted at an entry's name
+(its target is never written).
 
 :func:`write_atomic` writes to a temporary file beside the target, then renames it over the
 target, so a failure or an interrupt never leaves a half-written file or destroys the old
@@ -18,7 +26,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 from .errors import InputError
 
@@ -46,6 +54,71 @@ def _kind(mode: int) -> str | None:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"
+
+
+def open_input(path: str | Path, option: str, *, max_bytes: int | None = None,
+               expected: str = "") -> BinaryIO:
+    """``path`` open for binary reading, after refusing anything but a regular file of at
+    most ``max_bytes``; ``expected`` ("; expected ...") ends each refusal. The file is
+    looked at before it is opened (a device is never opened) and opened without waiting
+    (a FIFO swapped in meanwhile is refused, not waited on)."""
+    text = os.fspath(path)
+    if not text.strip() or "\x00" in text:
+        raise InputError(option, repr(text), ("an empty path" if "\x00" not in text else
+                                              "a path cannot contain a NUL character")
+                         + expected)
+    try:
+        _require_regular(os.stat(text), option, text, max_bytes, expected)
+        fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise InputError(option, text, _unreadable(err, text) + expected) from None
+    try:
+        _require_regular(os.fstat(fd), option, text, max_bytes, expected)  # what was opened
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _require_regular(info: os.stat_result, option: str, text: str, max_bytes: int | None,
+                     expected: str) -> None:
+    kind = _kind(info.st_mode)
+    if kind is not None:
+        raise InputError(option, text, f"{kind}, not a regular file; oodcalc reads regular "
+                         "files only" + expected)
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise InputError(option, text, f"the file has {_bytes(info.st_size)}; at most "
+                         f"{_bytes(max_bytes)} is accepted" + expected)
+
+
+def _unreadable(err: OSError, text: str) -> str:
+    """Why an input cannot be opened, in words."""
+    if isinstance(err, FileNotFoundError):
+        return "no such file"
+    if err.errno == errno.ENOTDIR:
+        return f"{_first_file(Path(text))} is a file, not a directory"
+    if isinstance(err, PermissionError):
+        return "permission denied"
+    return f"cannot read it ({err.strerror})"
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
+
+
+def read_input(path: str | Path, option: str, *, max_bytes: int,
+               expected: str = "") -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` (see :func:`open_input`)."""
+    with open_input(path, option, max_bytes=max_bytes, expected=expected) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:     # grew since it was looked at
+        raise InputError(option, os.fspath(path), f"the file is larger than "
+                         f"{_bytes(max_bytes)}" + expected)
+    return data
 
 
 def _name_max(directory: Path) -> int:

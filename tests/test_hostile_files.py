@@ -101,3 +101,229 @@ def test_memory_refusal_does_not_advise_what_is_already_smallest(capsys, monkeyp
     assert "give fewer --gamma values" not in line and "; raise the cap: " in line, line
     _, _, err = run(capsys, "predict", "--gamma", "1,-0.9,0.5")
     assert "give fewer --gamma values, or raise the cap: " in one_line(err)
+
+
+# --- inputs: only regular files are opened -----------------------------------------------
+
+import contextlib  # noqa: E402
+import signal  # noqa: E402
+import struct  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from oodcalc import geometry, io, sweep  # noqa: E402
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float = 20):
+    """Fail (not hang) a call that blocks, e.g. opening a FIFO that no one writes."""
+    def hang(*_):   # pytest's failure is no Exception: main() cannot turn it into a line
+        pytest.fail(f"blocked for {seconds} s")
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def files(tmp_path):
+    np.save(tmp_path / "V.npy", np.eye(3, 2))
+    np.save(tmp_path / "U.npy", np.eye(3)[:, [0, 2]])
+    os.mkfifo(tmp_path / "f.npy")
+    os.mkfifo(tmp_path / "f.json")
+    (tmp_path / "zero.npy").symlink_to("/dev/zero")
+    (tmp_path / "d.npy").mkdir()
+    return tmp_path
+
+
+def test_fifo_as_features_is_refused_without_hanging(files):
+    """The reproduction, in its own process with a timeout: it waited forever for a writer
+    (feature_shape opened the file before the regular-file check)."""
+    out = subprocess.run([sys.executable, "-m", "oodcalc", "predict", "--features",
+                          str(files / "f.npy"), "--ood", str(files / "U.npy")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert one_line(out.stderr) == (f"oodcalc: error: --features: got {files / 'f.npy'}; "
+                                    "a FIFO (named pipe), not a regular file; oodcalc "
+                                    "reads regular files only")
+
+
+FEATURE_COMMANDS = [["predict"], ["simulate"], ["plot", "losses", "-o", "a.png"],
+                    ["plot", "forgetting-curve", "-o", "a.png"],
+                    ["plot", "weights", "-o", "a.png"]]
+
+
+@pytest.mark.parametrize("command", FEATURE_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("which", ["--features", "--ood"])
+@pytest.mark.parametrize("special", ["f.npy", "f.json", "zero.npy", "d.npy"])
+def test_every_feature_option_refuses_what_is_no_file(command, which, special, files,
+                                                      capsys, monkeypatch):
+    monkeypatch.chdir(files)
+    given = {"--features": "V.npy", "--ood": "U.npy", which: special}
+    with watchdog():
+        code, out, err = run(capsys, *command, "--features", given["--features"],
+                             "--ood", given["--ood"])
+    line = one_line(err)
+    assert code == 2 and out == ""
+    assert line.startswith(f"oodcalc: error: {which}: got {special}; "), line
+    assert "not a regular file; oodcalc reads regular files only" in line, line
+    assert not (files / "a.png").exists()
+
+
+@pytest.mark.parametrize("reader", [
+    lambda p: sweep.read_result(p),
+    lambda p: geometry.load_features(p, "V"),
+    lambda p: geometry.from_files(p, p),
+    lambda p: io.read_input(p, "x", max_bytes=100),
+    lambda p: __import__("oodcalc.depth.record", fromlist=["load"]).load(p),
+], ids=["read_result", "load_features", "from_files", "read_input", "depth record"])
+@pytest.mark.parametrize("special", ["zero.npy", "f.npy", "d.npy"])
+def test_library_readers_refuse_special_files_before_opening(reader, special, files,
+                                                             monkeypatch, never_open):
+    """A device is never opened, a FIFO never waited on."""
+    monkeypatch.chdir(files)
+    never_open += [special, "/dev/zero"]
+    with watchdog(), pytest.raises(InputError, match="not a regular file"):
+        reader(special)
+
+
+@pytest.fixture
+def never_open(monkeypatch):
+    """Opening one of the paths in the returned list fails the test at once (a reader that
+    opened /dev/zero read it until memory ran out)."""
+    import builtins
+    guarded: list[str] = []
+
+    def guard(real):
+        def opener(path, *args, **kwargs):
+            if os.fspath(path) in guarded:
+                pytest.fail(f"{path} was opened before it was refused")
+            return real(path, *args, **kwargs)
+        return opener
+    monkeypatch.setattr(os, "open", guard(os.open))
+    monkeypatch.setattr(builtins, "open", guard(builtins.open))
+    return guarded
+
+
+def test_read_result_never_opens_a_device(never_open):
+    """The reproduction: read_result("/dev/zero") opened the device."""
+    never_open.append("/dev/zero")
+    with watchdog(), pytest.raises(InputError, match=r"^path: got /dev/zero; a device, not a "
+                                   "regular file; oodcalc reads regular files only; expected "
+                                   "an .npz written by SweepResult.write$"):
+        sweep.read_result("/dev/zero")
+
+
+def test_fifo_swapped_in_after_the_check_is_not_waited_on(files, monkeypatch):
+    """The opener looks (stat) before it opens; a FIFO put there in between is opened
+    without waiting and refused from what was opened."""
+    target = files / "V.npy"
+    real_stat = os.stat
+
+    def stat_then_swap(path, *args, **kwargs):
+        info = real_stat(path, *args, **kwargs)
+        if os.fspath(path) == str(target):
+            target.unlink()
+            os.mkfifo(target)
+        return info
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+    with watchdog(), pytest.raises(InputError, match="a FIFO .*not a regular file"):
+        io.open_input(target, "V")
+
+
+def test_reading_regular_files_is_unchanged(files, tmp_path):
+    """What the guarded opener lets through: every format, its bytes hashed as before."""
+    import hashlib
+    import json
+    V = np.eye(3, 2)
+    np.save(tmp_path / "F.npy", np.asfortranarray(V[::-1]))
+    np.save(tmp_path / "B.npy", V.astype(">f8"))
+    (tmp_path / "V.json").write_text(json.dumps(V.tolist()))
+    np.savetxt(tmp_path / "V.csv", V, delimiter=",")
+    assert geometry.load_features(tmp_path / "F.npy", "V").tolist() == V[::-1].tolist()
+    assert geometry.load_features(tmp_path / "B.npy", "V").tolist() == V.tolist()
+    assert geometry.load_features(tmp_path / "V.npy", "V").flags.writeable
+    for name in ("V.npy", "V.json", "V.csv"):
+        g = geometry.from_files(tmp_path / name, tmp_path / name)
+        assert g.params["sha256"][0] == hashlib.sha256((tmp_path / name).read_bytes()) \
+            .hexdigest()
+
+
+# --- malformed .npy: refused with the true reason ----------------------------------------
+
+def npy(header: str | bytes, data: bytes = b"", version: tuple[int, int] = (1, 0),
+        length: int | None = None) -> bytes:
+    raw = header.encode("latin1") if isinstance(header, str) else header
+    width = "<H" if version == (1, 0) else "<I"
+    return (b"\x93NUMPY" + bytes(version) + struct.pack(width, len(raw) if length is None
+                                                        else length) + raw + data)
+
+
+def header(shape, descr="'<f8'", fortran="False") -> str:
+    text = f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}, }}"
+    return text + " " * (-(len(text) + 11) % 64) + "\n"
+
+
+GOOD = np.eye(3, 2).tobytes()
+
+#: (file bytes, what the one line must say): each was refused for another reason, or
+#: accepted, before (see the comments).
+MALFORMED = {
+    # "holds Python objects" (numpy's max_header_size error mentions allow_pickle)
+    "50 MB header": (npy(header("(3, 2)") + " " * (50 << 20), GOOD, (2, 0)),
+                     "its header claims 52,428,"),
+    "5000-deep shape": (npy(header("(" + "1, " * 5000 + ")"), b"\0" * 8, (2, 0)),
+                        "its header claims 15,"),
+    "3000-D shape": (npy(header("(" + "1," * 3000 + ")"), b"\0" * 8, (2, 0)),
+                     "the array has 3000 dimensions"),
+    "nested shape": (npy(header("((3, 2), (1,))")),
+                     "its shape must be a tuple of sizes >= 0"),
+    "1000 nested parentheses": (npy(header("(" * 1000 + ")" * 1000)),
+                                "its header is not numpy's"),
+    # "raise the cap to ...": the shape was believed
+    "header lies about the data": (npy(header("(3, 100000000000000)"), GOOD),
+                                   "the file is truncated: its header claims shape "
+                                   "(3, 100000000000000) of float64 (2.13 PiB) but 48 bytes"),
+    "header length past the end": (npy(header("(3, 2)"), GOOD, length=9000),
+                                   "the file is truncated: its header claims 9,000 bytes"),
+    # accepted silently
+    "10 MB trailing garbage": (npy(header("(3, 2)"), GOOD + b"\xff" * (10 << 20)),
+                               "10 MiB follow the array its header describes"),
+    "version 9.9": (npy(header("(3, 2)"), GOOD, (9, 9)), "format version 9.9"),
+    "no magic": (b"hello, not a .npy at all" * 4, "not a .npy file"),
+    "code in the header": (npy("__import__('os').system('true')" + " " * 83 + "\n", GOOD),
+                           "its header is not numpy's"),
+    "negative shape": (npy(header("(3, -2)")), "its shape must be a tuple of sizes >= 0"),
+    "bad descr": (npy(header("(3, 2)", descr="'<q99'"), GOOD), "its descr is not a numpy"),
+    "object dtype": (npy(header("(3, 2)", descr="'|O'"), GOOD),
+                     "the .npy holds Python objects"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_malformed_npy_is_refused_for_its_true_reason(case, tmp_path, capsys, monkeypatch):
+    content, reason = MALFORMED[case]
+    (tmp_path / "bad.npy").write_bytes(content)
+    np.save(tmp_path / "U.npy", np.eye(3, 2))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "predict", "--features", "bad.npy", "--ood", "U.npy")
+    line = one_line(err)
+    assert code == 2 and line.startswith("oodcalc: error: --features: got bad.npy; "), line
+    assert reason in line, line
+    with pytest.raises(InputError, match="^V: got .*" + reason.replace("(", r"\(")
+                       .replace(")", r"\)")):
+        geometry.load_features(tmp_path / "bad.npy", "V")
+
+
+def test_a_valid_npy_of_every_version_is_read(tmp_path):
+    """Perturbation of the cases above: the same header and data, well formed, pass."""
+    for version in ((1, 0), (2, 0), (3, 0)):
+        (tmp_path / "v.npy").write_bytes(npy(header("(3, 2)"), GOOD, version))
+        assert geometry.load_features(tmp_path / "v.npy", "V").tolist() == \
+            np.eye(3, 2).tolist()
+        assert geometry.feature_shape(tmp_path / "v.npy") == (3, 2)
+    (tmp_path / "v.npy").write_bytes(npy(header("(3, 2)"), GOOD + b"\0"))   # one byte more
+    assert geometry.feature_shape(tmp_path / "v.npy") is None
