@@ -327,3 +327,131 @@ def test_a_valid_npy_of_every_version_is_read(tmp_path):
         assert geometry.feature_shape(tmp_path / "v.npy") == (3, 2)
     (tmp_path / "v.npy").write_bytes(npy(header("(3, 2)"), GOOD + b"\0"))   # one byte more
     assert geometry.feature_shape(tmp_path / "v.npy") is None
+
+
+# --- caches never write through a symlink ------------------------------------------------
+
+def depth_cache(kind, directory):
+    from fuzz_cases import depth_record
+    from oodcalc.depth import Cache, DepthConfig
+    from oodcalc.depth.ladder import LadderCache
+    cache = Cache(directory) if kind == "depth" else LadderCache(directory)
+    config = DepthConfig() if kind == "depth" else DepthConfig(arch="attention", layers=1)
+    parameters = config.run_parameters(0, 0.0)
+    record = depth_record(parameters)
+    z = [[1.0, -1.0], [-1.0, 1.0]]
+    record["pretrain"]["logits"] = record["finetune"]["logits"] = [z]
+    return cache, parameters, record
+
+
+@pytest.mark.parametrize("kind", ["depth", "ladder"])
+@pytest.mark.parametrize("target", ["precious.txt", "missing.txt"])
+def test_symlink_planted_as_cache_entry_is_replaced_not_written_through(kind, target,
+                                                                        tmp_path):
+    """The run wrote its record over the link's target (any file the user can write);
+    now the link is replaced by the record and the target is left as it was."""
+    cache_dir, outside = tmp_path / "cache", tmp_path / target
+    cache, parameters, record = depth_cache(kind, cache_dir)
+    if target == "precious.txt":
+        outside.write_text("the user's file")
+    entry = cache.path(parameters)
+    entry.symlink_to(outside)
+    assert cache.load(parameters) is None           # nothing (or nothing valid) behind it
+    cache.store(record)
+    assert not entry.is_symlink() and entry.is_file()
+    assert cache.load(parameters) == record
+    if target == "precious.txt":
+        assert outside.read_text() == "the user's file"
+    else:
+        assert not outside.exists()
+    assert sorted(p.name for p in cache_dir.iterdir()) == [entry.name]   # no temporary left
+
+
+def test_a_valid_record_behind_a_link_is_read_and_replaced_by_a_copy(tmp_path):
+    """Perturbation of the case above: the link is followed for reading (what is behind it
+    is checked as any entry), and replacing it writes the same record, not the target."""
+    cache, parameters, record = depth_cache("depth", tmp_path / "cache")
+    elsewhere = tmp_path / "elsewhere.json"
+    cache_copy = tmp_path / "cache2"
+    other, _, _ = depth_cache("depth", cache_copy)
+    other.store(record)
+    other.path(parameters).rename(elsewhere)
+    cache.path(parameters).symlink_to(elsewhere)
+    assert cache.load(parameters) == record
+    before = elsewhere.stat().st_mtime_ns
+    cache.store(record)
+    assert not cache.path(parameters).is_symlink()
+    assert elsewhere.stat().st_mtime_ns == before
+
+
+def test_symlink_at_the_temporary_name_is_not_written_through(tmp_path):
+    """write_atomic's temporary file is created new (O_EXCL | O_NOFOLLOW): a link planted at
+    its name (the PID is guessable) is removed, its target untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    out = tmp_path / "out.txt"
+    (tmp_path / f".out.txt.{os.getpid()}{io.PARTIAL}").symlink_to(victim)
+    io.write_text_atomic(out, "result")
+    assert out.read_text() == "result" and victim.read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt", "victim.txt"]
+
+
+def test_output_symlinks_are_still_followed(tmp_path):
+    """Outputs (not caches) keep shell redirection's rule: the link's target is written."""
+    target = tmp_path / "target.txt"
+    (tmp_path / "link.txt").symlink_to(target)
+    io.write_text_atomic(tmp_path / "link.txt", "x")
+    assert (tmp_path / "link.txt").is_symlink() and target.read_text() == "x"
+
+
+# --- XDG_CACHE_HOME ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["reproduce", "depth", "--quick"],
+                                     ["reproduce", "ladder", "--quick"],
+                                     ["reproduce", "real", "--quick"]], ids=" ".join)
+def test_xdg_cache_home_that_is_a_file_is_named_not_the_option(command, tmp_path, capsys,
+                                                               monkeypatch):
+    """Was '--cache-dir: got .../afile/oodcalc/depth', an option the user never gave."""
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "afile"))
+    code, out, err = run(capsys, *command)
+    line = one_line(err)
+    assert code == 2 and out == ""
+    assert line.startswith(f"oodcalc: error: XDG_CACHE_HOME: got '{tmp_path / 'afile'}'; "
+                           f"{tmp_path / 'afile'} is a file, not a directory, so the default "
+                           f"cache directory {tmp_path / 'afile' / 'oodcalc'}"), line
+    assert line.endswith("point XDG_CACHE_HOME at a directory, or give --cache-dir DIR"), line
+    # the option given instead is used (and named when it is the one at fault)
+    code, _, err = run(capsys, *command, "--cache-dir", str(tmp_path / "afile"))
+    assert one_line(err).startswith("oodcalc: error: --cache-dir: got ")
+
+
+@pytest.mark.parametrize("value", ["relative/cache", "", "."])
+def test_relative_xdg_cache_home_is_ignored(value, tmp_path, monkeypatch):
+    """The XDG spec: a relative path is invalid and ignored; ~/.cache is used (it was used
+    relative to the working directory)."""
+    from oodcalc.depth import Cache
+    from oodcalc.depth.ladder import LadderCache
+    from oodcalc.real import default_cache_dir
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", value)
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home" / ".cache" / "oodcalc"
+    assert io.cache_home() == (tmp_path / "home" / ".cache", None)
+    assert Cache().directory == home / "depth" and (home / "depth").is_dir()
+    assert LadderCache().directory == home / "ladder"
+    assert default_cache_dir() == home
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]   # nothing made here
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))     # an absolute one is used
+    assert Cache().directory == tmp_path / "xdg" / "oodcalc" / "depth"
+
+
+def test_unusable_home_cache_names_the_home_directory(tmp_path, capsys, monkeypatch):
+    (tmp_path / ".cache").write_text("x")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    code, _, err = run(capsys, "reproduce", "ladder", "--quick")
+    line = one_line(err)
+    assert code == 2 and line.startswith(f"oodcalc: error: --cache-dir: got nothing; "
+                                         f"{tmp_path / '.cache'} is a file"), line
+    assert "it is under the home directory" in line and line.endswith("give --cache-dir DIR")

@@ -139,12 +139,10 @@ def shown(input_file: Path | None, show: Callable[[], Any]) -> Any:
 
 
 def cache_directory(cache_dir: str | None) -> Path:
-    """--cache-dir (default: the user's cache), checked before any work."""
-    from ..io import check_output_dir
-    from ..real import default_cache_dir
-    if cache_dir is None:
-        return default_cache_dir()
-    return check_output_dir(cache_dir, "--cache-dir", parents=True)
+    """--cache-dir (default: the user's cache, ``$XDG_CACHE_HOME/oodcalc``), checked
+    before any work."""
+    from ..io import check_cache_dir
+    return check_cache_dir(cache_dir, "oodcalc")
 
 
 class Bar:

