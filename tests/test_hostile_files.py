@@ -4,6 +4,7 @@ refused with one line naming what is wrong (exit 2), before any work and without
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -237,7 +238,6 @@ def test_fifo_swapped_in_after_the_check_is_not_waited_on(files, monkeypatch):
 def test_reading_regular_files_is_unchanged(files, tmp_path):
     """What the guarded opener lets through: every format, its bytes hashed as before."""
     import hashlib
-    import json
     V = np.eye(3, 2)
     np.save(tmp_path / "F.npy", np.asfortranarray(V[::-1]))
     np.save(tmp_path / "B.npy", V.astype(">f8"))
@@ -455,3 +455,24 @@ def test_unusable_home_cache_names_the_home_directory(tmp_path, capsys, monkeypa
     assert code == 2 and line.startswith(f"oodcalc: error: --cache-dir: got nothing; "
                                          f"{tmp_path / '.cache'} is a file"), line
     assert "it is under the home directory" in line and line.endswith("give --cache-dir DIR")
+
+
+def test_the_fuzz_sees_a_cache_writing_through_its_link(tmp_path, monkeypatch):
+    """The fuzz fixture dcache-link (a link to a file outside the cache): the store replaces
+    the link, which the fuzz's change check accepts; writing through it, as before, is
+    caught as a change outside the cache."""
+    import fuzz_cases as fc
+    from oodcalc.depth import Cache
+    fc.make_outputs(tmp_path)
+    name, parameters = fc.depth_entry()
+    record = fc.depth_record(parameters)
+    before = fc.snapshot(tmp_path)
+    Cache(tmp_path / "dcache-link").store(record)
+    assert fc.unexpected_changes(before, fc.snapshot(tmp_path), ["dcache-link"], tmp_path) == []
+    assert (tmp_path / "dcache-link-target.json").read_text() != json.dumps(record)
+    (tmp_path / "dcache-link" / name).unlink()
+    (tmp_path / "dcache-link" / name).symlink_to("../dcache-link-target.json")
+    before = fc.snapshot(tmp_path)
+    io.write_text_atomic(tmp_path / "dcache-link" / name, json.dumps(record))   # through it
+    assert fc.unexpected_changes(before, fc.snapshot(tmp_path), ["dcache-link"],
+                                 tmp_path) == ["dcache-link-target.json"]
