@@ -479,8 +479,7 @@ def read_npy_header(f: BinaryIO, name: str, text: str) -> NpyHeader:
                          f"is at most {MAX_NPY_HEADER:,} (numpy writes 118 for a matrix)")
     if start + length > size:
         raise InputError(name, text, f"the file is truncated: its header claims {length:,} "
-                         f"bytes but the file ends {max(size - start, 0):,} bytes after "
-                         "its start")
+                         f"bytes but the whole file has {size:,}")
     header = _npy_dict(f.read(length), version, name, text)
     dtype, shape, fortran = header["descr"], header["shape"], header["fortran_order"]
     if dtype.hasobject:
@@ -502,8 +501,8 @@ def read_npy_header(f: BinaryIO, name: str, text: str) -> NpyHeader:
                          f"{shape} of {dtype} ({limits.size(data)}) but "
                          f"{limits.size(held)} of data follow it")
     if held > data:
-        raise InputError(name, text, f"{limits.size(held - data)} follow the array its "
-                         f"header describes (shape {shape} of {dtype}); a .npy holds one "
+        raise InputError(name, text, f"{limits.size(held - data)} of other bytes follow "
+                         f"the array its header describes (shape {shape} of {dtype}); a .npy holds one "
                          "array and nothing after it")
     return NpyHeader(shape, dtype, fortran)
 
@@ -526,7 +525,8 @@ def _npy_dict(raw: bytes, version: tuple[int, int], name: str, text: str) -> dic
                          "0, its fortran_order True or False)")
     try:
         header["descr"] = np.lib.format.descr_to_dtype(header["descr"])
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError,
+            RecursionError):
         raise InputError(name, text, accepted + " (its descr is not a numpy dtype)") \
             from None
     return header

@@ -76,6 +76,22 @@ def test_numba_threads_on_the_command_line(capsys, monkeypatch):
                            "integer from 1 to"), line
 
 
+@pytest.mark.parametrize("command", [["predict", "--gamma", "1,-0.9"], ["derive", "--list"],
+                                     ["sweep", "--gamma", "1,-0.9", "-o", "s.csv"]],
+                         ids=" ".join)
+def test_numba_threads_refused_by_every_command(command, capsys, monkeypatch, tmp_path):
+    """Also a run that would not import Numba (as a bad OODCALC_MAX_MEMORY is refused
+    whatever the run): the same command line must not fail only once it grows."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(compiled.THREADS_VARIABLE, "0")
+    code, out, err = run(capsys, *command)
+    assert code == 2 and out == "" and list(tmp_path.iterdir()) == []
+    assert one_line(err).startswith("oodcalc: error: NUMBA_NUM_THREADS: got '0'; ")
+    assert run(capsys, "--version")[0] == 0
+    monkeypatch.setenv(compiled.THREADS_VARIABLE, "1")
+    assert run(capsys, *command)[0] == 0
+
+
 # --- OODCALC_MAX_MEMORY -------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["0", "0K", "0.4", "0e3"])
@@ -288,10 +304,11 @@ MALFORMED = {
                                    "the file is truncated: its header claims shape "
                                    "(3, 100000000000000) of float64 (2.13 PiB) but 48 bytes"),
     "header length past the end": (npy(header("(3, 2)"), GOOD, length=9000),
-                                   "the file is truncated: its header claims 9,000 bytes"),
+                                   "the file is truncated: its header claims 9,000 bytes but the whole file has 176"),
     # accepted silently
     "10 MB trailing garbage": (npy(header("(3, 2)"), GOOD + b"\xff" * (10 << 20)),
-                               "10 MiB follow the array its header describes"),
+                               "10 MiB of other bytes follow the array its header describes (shape (3, 2) of "
+                               "float64); a .npy holds one array and nothing after it"),
     "version 9.9": (npy(header("(3, 2)"), GOOD, (9, 9)), "format version 9.9"),
     "no magic": (b"hello, not a .npy at all" * 4, "not a .npy file"),
     "code in the header": (npy("__import__('os').system('true')" + " " * 83 + "\n", GOOD),
