@@ -4,7 +4,8 @@ checked before any work, then written atomically.
 :func:`open_input` opens a file oodcalc reads (feature files, saved results, records), or
 refuses it with one line (exit 2): no such file, a directory, a FIFO (opening one waits for
 a writer: forever), a device (``/dev/zero`` never ends), a socket, or a file larger than
-the reader takes. Every file the CLI or the library reads goes through it.
+the reader takes. Every input file of the CLI or the library goes through it (the depth
+cache reads its entries the same way: opened without waiting, refused unless regular).
 
 :func:`check_output` says where a file for a requested path will go, or refuses it with one
 line (exit 2): an empty path, a directory, a device, a FIFO or socket, a path under a file
