@@ -493,3 +493,21 @@ def test_the_fuzz_sees_a_cache_writing_through_its_link(tmp_path, monkeypatch):
     io.write_text_atomic(tmp_path / "dcache-link" / name, json.dumps(record))   # through it
     assert fc.unexpected_changes(before, fc.snapshot(tmp_path), ["dcache-link"],
                                  tmp_path) == ["dcache-link-target.json"]
+
+
+def test_derivations_check_never_waits_on_a_fifo(tmp_path, capsys, monkeypatch):
+    """python -m oodcalc.symbolic.documents --check reads the generated files of --dir:
+    a FIFO at one's name is refused in one line (it waited for a writer)."""
+    from oodcalc.symbolic import documents
+    monkeypatch.setattr(documents, "render_all", lambda: {"README.md": "x"})   # no sympy
+    (tmp_path / "claim1-a.md").write_text("x")
+    assert documents.main(["--check", "--dir", str(tmp_path)]) == 1    # stale: it can fail
+    capsys.readouterr()
+    (tmp_path / "claim1-a.md").unlink()
+    os.mkfifo(tmp_path / "README.md")
+    with watchdog(120):
+        assert documents.main(["--check", "--dir", str(tmp_path)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (f"python -m oodcalc.symbolic.documents: error: --dir: got "
+                    f"{tmp_path / 'README.md'}; a FIFO (named pipe), not a regular file; "
+                    "oodcalc reads regular files only"), line
