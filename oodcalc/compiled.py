@@ -20,7 +20,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import sys
+
+from .errors import InputError
 
 
 #: Logit updates (steps × logits) from which a sweep's compiled column kernel pays for
@@ -29,8 +32,29 @@ import sys
 PAYS_FROM_WORK = 2e8
 
 
+#: Numba's thread-count variable: Numba reads it when imported and crashes on a bad value
+#: (0: a ValueError inside Numba; 1,000,000: a segmentation fault, nothing on stderr).
+THREADS_VARIABLE = "NUMBA_NUM_THREADS"
+
+
+def threads_variable() -> int | None:
+    """``NUMBA_NUM_THREADS`` as a thread count (None when unset or empty), refused unless
+    it is an integer from 1 to the machine's cores: checked before Numba is imported."""
+    text = os.environ.get(THREADS_VARIABLE)
+    if not text:
+        return None
+    cores = os.cpu_count() or 1
+    if not re.fullmatch(r"\s*\+?[0-9]{1,7}\s*", text, re.ASCII) or \
+            not 1 <= int(text) <= cores:
+        raise InputError(THREADS_VARIABLE, repr(text[:40] + ("…" if len(text) > 40 else "")),
+                         f"expected an integer from 1 to {cores} (this machine's cores), "
+                         f"or leave {THREADS_VARIABLE} unset for one thread per core")
+    return int(text)
+
+
 @functools.cache
 def numba():
+    threads_variable()     # Numba reads it on import: refuse a bad value before then
     try:
         import numba
     except ImportError:
@@ -60,11 +84,11 @@ def threads() -> int:
 def expected_threads() -> int:
     """:func:`threads` as Numba will choose them, without importing it (for estimates):
     ``NUMBA_NUM_THREADS``, else the cores this process may run on."""
-    try:
-        return max(1, int(os.environ["NUMBA_NUM_THREADS"]))
-    except (KeyError, ValueError):
+    n = threads_variable()
+    if n is None:
         cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        return max(1, len(cores) if cores else os.cpu_count() or 1)
+        n = max(1, len(cores) if cores else os.cpu_count() or 1)
+    return n
 
 
 @functools.cache

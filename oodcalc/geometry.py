@@ -6,19 +6,20 @@ dimension that holds the geometry, and a larger ``d`` pads every feature with ze
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
 import math
-import stat
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 import numpy as np
 
-from . import estimates, limits
+from . import estimates, io, limits
 from .errors import InputError, item_name, param, shorten
 
 #: Largest entry of |VᵀV − I| (and |UᵀU − I|) accepted as orthonormal.
@@ -428,107 +429,190 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
     return Geometry.of(V, U, "file", dict(params or {}))
 
 
+#: Largest .npy header read (bytes): numpy writes 118 for a matrix, and refuses more than
+#: 10,000 itself unless the file is trusted.
+MAX_NPY_HEADER = 10_000
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a .npy header says, checked against the file it is in."""
+    shape: tuple[int, int]
+    dtype: np.dtype
+    fortran_order: bool
+
+
 def feature_shape(path: str | Path) -> tuple[int, ...] | None:
     """The shape a ``.npy`` feature file's header claims (None for other files, or when
-    the header cannot be read: :func:`load_features` then says why), read without its data."""
+    the file or its header is refused: :func:`load_features` then says why), read without
+    its data."""
     if Path(str(path)).suffix.lower() != ".npy":
         return None
     try:
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            shape, _, _ = read_header(f)
-    except (OSError, ValueError):
+        with io.open_input(path, "features", max_bytes=limits.MAX_FEATURE_FILE) as f:
+            return read_npy_header(f, "features", str(path)).shape
+    except InputError:
         return None
-    return tuple(int(n) for n in shape)
+
+
+def read_npy_header(f: BinaryIO, name: str, text: str) -> NpyHeader:
+    """The header of the .npy open in ``f`` (left at its data), refused with its true
+    reason unless it describes a real 2-D array of exactly the bytes that follow it: not a
+    .npy, an unknown version, a header over :data:`MAX_NPY_HEADER` or past the end of the
+    file, a header that is not numpy's dict, Python objects, a shape that is not 2-D, data
+    truncated or followed by other bytes."""
+    size = os.fstat(f.fileno()).st_size
+    magic = f.read(8)
+    if len(magic) < 8 or magic[:6] != _NPY_MAGIC:
+        raise InputError(name, text, "not a .npy file (it does not start with numpy's magic "
+                         "string \\x93NUMPY); save the matrix with numpy.save")
+    version = (magic[6], magic[7])
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise InputError(name, text, f"a .npy of format version {version[0]}.{version[1]}; "
+                         "oodcalc reads versions 1.0, 2.0 and 3.0 (numpy.save writes them)")
+    width = 2 if version == (1, 0) else 4
+    length = int.from_bytes(f.read(width), "little")
+    start = 8 + width
+    if length > MAX_NPY_HEADER:
+        raise InputError(name, text, f"its header claims {length:,} bytes; a .npy header "
+                         f"is at most {MAX_NPY_HEADER:,} (numpy writes 118 for a matrix)")
+    if start + length > size:
+        raise InputError(name, text, f"the file is truncated: its header claims {length:,} "
+                         f"bytes but the whole file has {size:,}")
+    header = _npy_dict(f.read(length), version, name, text)
+    dtype, shape, fortran = header["descr"], header["shape"], header["fortran_order"]
+    if dtype.hasobject:
+        raise InputError(name, text, "the .npy holds Python objects, which need pickle "
+                         "and are never loaded; save a numeric array")
+    if dtype.kind not in "fiu":
+        kind = {"c": "complex", "b": "boolean", "U": "text", "S": "text",
+                "V": "structured"}.get(dtype.kind, str(dtype))
+        raise InputError(name, text, f"the array holds {kind} values; features are real "
+                         "numbers (save a float array)")
+    if len(shape) != 2:
+        raise InputError(name, text, f"the array has {len(shape)} dimension"
+                         f"{'' if len(shape) == 1 else 's'} (shape "
+                         f"{shorten(shape, 40)}); expected a 2-D d × K array, each column "
+                         "a feature")
+    data, held = shape[0] * shape[1] * dtype.itemsize, size - start - length
+    if held < data:
+        raise InputError(name, text, f"the file is truncated: its header claims shape "
+                         f"{shape} of {dtype} ({limits.size(data)}) but "
+                         f"{limits.size(held)} of data follow it")
+    if held > data:
+        raise InputError(name, text, f"{limits.size(held - data)} of other bytes follow "
+                         f"the array its header describes (shape {shape} of {dtype}); a .npy holds one "
+                         "array and nothing after it")
+    return NpyHeader(shape, dtype, fortran)
+
+
+def _npy_dict(raw: bytes, version: tuple[int, int], name: str, text: str) -> dict:
+    """numpy's header dict, parsed as a literal (never evaluated), its fields checked."""
+    accepted = ("its header is not numpy's {'descr': ..., 'fortran_order': ..., 'shape': "
+                "...} dict; save the matrix with numpy.save")
+    try:
+        header = ast.literal_eval(raw.decode("utf-8" if version == (3, 0) else "latin1"))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError,
+            UnicodeDecodeError):
+        raise InputError(name, text, accepted) from None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise InputError(name, text, accepted)
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)
+            and type(fortran) is bool):
+        raise InputError(name, text, accepted + " (its shape must be a tuple of sizes >= "
+                         "0, its fortran_order True or False)")
+    try:
+        header["descr"] = np.lib.format.descr_to_dtype(header["descr"])
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError,
+            RecursionError):
+        raise InputError(name, text, accepted + " (its descr is not a numpy dtype)") \
+            from None
+    return header
 
 
 def load_features(path: str | Path, name: str) -> np.ndarray:
     """Read a ``d × K`` feature matrix from .npy (no pickles), .csv or .json.
 
     Only real numbers are read: a complex, boolean or text array, JSON ``true``/``false``,
-    strings or objects are refused rather than converted. The size a file claims is checked
+    strings or objects are refused rather than converted. Only a regular file is opened
+    (a FIFO, a device, a directory are refused first); the size a file claims is checked
     against the memory cap before it is read."""
+    return _read_features(path, name)[0]
+
+
+def _read_features(path: str | Path, name: str) -> tuple[np.ndarray, str]:
+    """The matrix and the SHA-256 of the bytes it was read from."""
     text = str(path)
     if not text.strip() or "\x00" in text:
         raise InputError(name, repr(text), "expected the path of a .npy, .csv or .json file")
-    path = Path(text)
-    suffix = path.suffix.lower()
+    suffix = Path(text).suffix.lower()
     if suffix not in FEATURE_FILE_SUFFIXES:
         raise InputError(name, text, "accepted files are .npy, .csv or .json "
                          "(pickles are never loaded)")
-    try:
-        info = path.stat()
-    except OSError:
-        info = None
-    if info is None or not stat.S_ISREG(info.st_mode):
-        raise InputError(name, text, "no such file" if info is None else
-                         "not a regular file (a directory, FIFO or device)")
-    if info.st_size > limits.MAX_FEATURE_FILE:
-        raise InputError(name, text, f"the file has {limits.size(info.st_size)}; feature "
-                         f"files are at most {limits.size(limits.MAX_FEATURE_FILE)}")
-    if info.st_size == 0:
-        raise InputError(name, text, "the file is empty; expected a d × K array")
-    try:
+    with io.open_input(text, name, max_bytes=limits.MAX_FEATURE_FILE) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise InputError(name, text, "the file is empty; expected a d × K array")
         if suffix == ".npy":
-            return _load_npy(path, name)
+            return _load_npy(f, name, text)
         if suffix == ".csv":
-            limits.refuse_over_cap(20.0 * info.st_size, f"reading {text}",
+            limits.refuse_over_cap(20.0 * size, f"reading {text}",
                                    [(name, text, 0.0, "use a smaller file (or .npy)")])
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                return np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
         # json.loads holds about 30 bytes per byte of text (100 MB: 3.2 GB, 66 s): refused
         # by size first, then by memory where the cap is lower still
-        if info.st_size > limits.MAX_JSON_FEATURE_FILE:
-            raise InputError(name, text, f"the file has {limits.size(info.st_size)}; JSON "
+        elif size > limits.MAX_JSON_FEATURE_FILE:
+            raise InputError(name, text, f"the file has {limits.size(size)}; JSON "
                              f"feature files are at most "
                              f"{limits.size(limits.MAX_JSON_FEATURE_FILE)} (save a larger "
                              "matrix as .npy or .csv)")
-        limits.refuse_over_cap(JSON_BYTES_PER_BYTE * info.st_size, f"reading {text}",
-                               [(name, text, 0.0, "use a smaller file (or .npy)")])
-        return _json_matrix(json.loads(path.read_text(encoding="utf-8")), name, text)
+        else:
+            limits.refuse_over_cap(JSON_BYTES_PER_BYTE * size, f"reading {text}",
+                                   [(name, text, 0.0, "use a smaller file (or .npy)")])
+        try:
+            data = f.read(size + 1)
+        except OSError as err:
+            raise InputError(name, text, f"could not read the file ({err})") from None
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        if suffix == ".csv":
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                return np.loadtxt(data.decode("utf-8").splitlines(), delimiter=",",
+                                  ndmin=2, dtype=np.float64), digest
+        return _json_matrix(json.loads(data.decode("utf-8")), name, text), digest
     except InputError:
         raise
     except RecursionError:
         raise InputError(name, text, "the JSON is nested too deeply; expected a list of "
                          "rows, each a list of numbers") from None
     except (ValueError, UserWarning) as err:
-        if "allow_pickle" in str(err):
-            raise InputError(name, text, "the .npy holds Python objects, which need "
-                             "pickle and are never loaded; save a numeric array") from None
         reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise InputError(name, text, f"could not read a numeric d × K array ({reason})") \
             from None
-    except (OSError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
         raise InputError(name, text, f"could not read the file ({err})") from None
 
 
-def _load_npy(path: Path, name: str) -> np.ndarray:
-    """A real numeric .npy, its claimed size checked before the data is read."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = read_header(f)
-    if dtype.hasobject:
-        raise InputError(name, str(path), "the .npy holds Python objects, which need pickle "
-                         "and are never loaded; save a numeric array")
-    if dtype.kind not in "fiu":
-        kind = {"c": "complex", "b": "boolean", "U": "text", "S": "text"}.get(dtype.kind,
-                                                                              str(dtype))
-        raise InputError(name, str(path), f"the array holds {kind} values; features are "
-                         "real numbers (save a float array)")
-    count = 1
-    for n in shape:
-        count *= int(n)
-    if path.stat().st_size < count * dtype.itemsize:
-        raise InputError(name, str(path), f"the file is truncated: its header claims shape "
-                         f"{shape} but it holds {path.stat().st_size} bytes")
-    limits.refuse_over_cap(8.0 * count, f"reading {path} (shape {shape})",
-                           [(name, str(path), 0.0, "use a smaller file")])
-    return np.load(path, allow_pickle=False)
+def _load_npy(f: BinaryIO, name: str, text: str) -> tuple[np.ndarray, str]:
+    """A real numeric 2-D .npy from ``f``, its header checked and its claimed size held
+    against the memory cap before the data is read (from the same open file)."""
+    header = read_npy_header(f, name, text)
+    count = header.shape[0] * header.shape[1]
+    limits.refuse_over_cap(8.0 * count + header.dtype.itemsize * count,
+                           f"reading {text} (shape {header.shape})",
+                           [(name, text, 0.0, "use a smaller file")])
+    start = f.tell()
+    data = bytearray(count * header.dtype.itemsize)     # writable, unlike bytes
+    if f.readinto(data) != len(data):
+        raise InputError(name, text, "the file was truncated while it was read")
+    f.seek(0)
+    digest = hashlib.sha256(f.read(start))              # the file's bytes: header, data
+    digest.update(data)
+    array = np.frombuffer(data, dtype=header.dtype, count=count)
+    order = "F" if header.fortran_order else "C"
+    return array.reshape(header.shape, order=order), digest.hexdigest()
 
 
 def _json_matrix(data: Any, name: str, text: str) -> np.ndarray:
@@ -578,9 +662,7 @@ def from_files(features: str | Path, ood: str | Path, d: int | None = None, *,
     >>> g.K, g.gamma                      # u_1 = v_2, u_2 = v_1: not a parallel shift
     (2, None)
     """
-    V, U = (load_features(p, n) for p, n in zip((features, ood), names))
-    params = {"features": str(features), "ood": str(ood),
-              "sha256": [hashlib.sha256(Path(p).read_bytes()).hexdigest()
-                         for p in (features, ood)],
+    (V, V_sha), (U, U_sha) = (_read_features(p, n) for p, n in zip((features, ood), names))
+    params = {"features": str(features), "ood": str(ood), "sha256": [V_sha, U_sha],
               "tol": tol}
     return from_arrays(V, U, d, tol=tol, names=names, params=params)

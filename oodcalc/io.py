@@ -1,10 +1,19 @@
-"""Output files: checked before any work, then written atomically.
+"""Input and output files: inputs opened only when they are regular files, outputs
+checked before any work, then written atomically.
+
+:func:`open_input` opens a file oodcalc reads (feature files, saved results, records), or
+refuses it with one line (exit 2): no such file, a directory, a FIFO (opening one waits for
+a writer: forever), a device (``/dev/zero`` never ends), a socket, or a file larger than
+the reader takes. Every input file of the CLI or the library goes through it (the depth
+cache reads its entries the same way: opened without waiting, refused unless regular).
 
 :func:`check_output` says where a file for a requested path will go, or refuses it with one
 line (exit 2): an empty path, a directory, a device, a FIFO or socket, a path under a file
 or in a missing directory, a name too long for the file system, a directory oodcalc cannot
 create files in, a read-only file, or an extension the format cannot write. A symlink is
-followed, as shell redirection does: its target is written and the link stays.
+followed, as shell redirection does: its target is written and the link stays; a cache
+writes with ``follow_symlinks=False`` instead, replacing a link planted at an entry's name
+(its target is never written).
 
 :func:`write_atomic` writes to a temporary file beside the target, then renames it over the
 target, so a failure or an interrupt never leaves a half-written file or destroys the old
@@ -18,7 +27,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 from .errors import InputError
 
@@ -46,6 +55,71 @@ def _kind(mode: int) -> str | None:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"
+
+
+def open_input(path: str | Path, option: str, *, max_bytes: int | None = None,
+               expected: str = "") -> BinaryIO:
+    """``path`` open for binary reading, after refusing anything but a regular file of at
+    most ``max_bytes``; ``expected`` ("; expected ...") ends each refusal. The file is
+    looked at before it is opened (a device is never opened) and opened without waiting
+    (a FIFO swapped in meanwhile is refused, not waited on)."""
+    text = os.fspath(path)
+    if not text.strip() or "\x00" in text:
+        raise InputError(option, repr(text), ("an empty path" if "\x00" not in text else
+                                              "a path cannot contain a NUL character")
+                         + expected)
+    try:
+        _require_regular(os.stat(text), option, text, max_bytes, expected)
+        fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise InputError(option, text, _unreadable(err, text) + expected) from None
+    try:
+        _require_regular(os.fstat(fd), option, text, max_bytes, expected)  # what was opened
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _require_regular(info: os.stat_result, option: str, text: str, max_bytes: int | None,
+                     expected: str) -> None:
+    kind = _kind(info.st_mode)
+    if kind is not None:
+        raise InputError(option, text, f"{kind}, not a regular file; oodcalc reads regular "
+                         "files only" + expected)
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise InputError(option, text, f"the file has {_bytes(info.st_size)}; at most "
+                         f"{_bytes(max_bytes)} is accepted" + expected)
+
+
+def _unreadable(err: OSError, text: str) -> str:
+    """Why an input cannot be opened, in words."""
+    if isinstance(err, FileNotFoundError):
+        return "no such file"
+    if err.errno == errno.ENOTDIR:
+        return f"{_first_file(Path(text))} is a file, not a directory"
+    if isinstance(err, PermissionError):
+        return "permission denied"
+    return f"cannot read it ({err.strerror})"
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
+
+
+def read_input(path: str | Path, option: str, *, max_bytes: int,
+               expected: str = "") -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` (see :func:`open_input`)."""
+    with open_input(path, option, max_bytes=max_bytes, expected=expected) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:     # grew since it was looked at
+        raise InputError(option, os.fspath(path), f"the file is larger than "
+                         f"{_bytes(max_bytes)}" + expected)
+    return data
 
 
 def _name_max(directory: Path) -> int:
@@ -92,9 +166,11 @@ def _unwritable(directory: Path) -> str | None:
 
 
 def check_output(path: str | Path, option: str = "--output", *,
-                 suffixes: Iterable[str] | None = None, formats: str | None = None) -> Path:
-    """The regular file that writing ``path`` will create or replace (a symlink's target),
-    after checking it can be written; nothing is left behind.
+                 suffixes: Iterable[str] | None = None, formats: str | None = None,
+                 follow_symlinks: bool = True) -> Path:
+    """The regular file that writing ``path`` will create or replace (a symlink's target;
+    without ``follow_symlinks``, the link itself, which the file will replace), after
+    checking it can be written; nothing is left behind.
 
     ``suffixes`` (lower case, with the dot) are the extensions the format can write;
     ``formats`` describes them for the message (default: the list).
@@ -113,10 +189,11 @@ def check_output(path: str | Path, option: str = "--output", *,
                       "files only (for the terminal, leave out the output option or use '-' "
                       "where the command accepts it)")
     _check_name(requested, option, text)
-    target = Path(os.path.realpath(requested)) if requested.is_symlink() else requested
+    link = requested.is_symlink()
+    target = Path(os.path.realpath(requested)) if link and follow_symlinks else requested
     _check_name(target, option, text)
     directory = target.parent if str(target.parent) else Path(".")
-    mode = _mode(target, option, text)
+    mode = None if link and not follow_symlinks else _mode(target, option, text)
     if mode is not None:
         kind = _kind(mode)
         if kind == "a directory":
@@ -205,6 +282,42 @@ def check_output_dir(path: str | Path, option: str, *, parents: bool = False) ->
     return directory
 
 
+#: The XDG variable that places the user's caches (else ~/.cache).
+CACHE_VARIABLE = "XDG_CACHE_HOME"
+
+
+def cache_home() -> tuple[Path, str | None]:
+    """The user's cache directory, as the XDG base-directory spec says: ``$XDG_CACHE_HOME``
+    when it is an absolute path, else ``~/.cache`` (a relative one is ignored); and
+    :data:`CACHE_VARIABLE` when it came from there (None: from the home directory)."""
+    value = os.environ.get(CACHE_VARIABLE, "")
+    if os.path.isabs(value):
+        return Path(value), CACHE_VARIABLE
+    return Path(os.path.expanduser("~")) / ".cache", None
+
+
+def check_cache_dir(directory: str | Path | None, default: str,
+                    option: str = "--cache-dir") -> Path:
+    """A cache directory files can be written into (see :func:`check_output_dir`): the
+    ``directory`` given (refusals name ``option``), else ``default`` under
+    :func:`cache_home`, whose refusals name what chose it (``XDG_CACHE_HOME`` or the home
+    directory), not an option that was not given."""
+    if directory is not None:
+        return check_output_dir(directory, option, parents=True)
+    base, variable = cache_home()
+    path = base / default
+    try:
+        return check_output_dir(path, option, parents=True)
+    except InputError as err:
+        where = f"the default cache directory {path} cannot be used"
+        if variable is not None:
+            raise InputError(variable, repr(str(base)), f"{err.accepted}, so {where}; point "
+                             f"{variable} at a directory, or give {option} DIR") from None
+        raise InputError(option, "nothing", f"{err.accepted}, so {where} (it is under the "
+                         f"home directory; {CACHE_VARIABLE} is unset or not an absolute "
+                         f"path); give {option} DIR") from None
+
+
 def _partial_prefix(target: Path) -> str:
     return f".{target.name[:180]}."
 
@@ -243,16 +356,16 @@ def _running(pid: int) -> bool:
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], None], *, option: str = "output",
-                 suffixes: Iterable[str] | None = None) -> Path:
-    """Call ``write(tmp_path)``, then move the result onto ``path`` (a symlink's target).
+                 suffixes: Iterable[str] | None = None, follow_symlinks: bool = True) -> Path:
+    """Call ``write(tmp_path)``, then move the result onto ``path`` (a symlink's target;
+    without ``follow_symlinks``, onto the link: a cache never writes through one).
 
     Returns ``path`` as given.
     """
-    target = check_output(path, option, suffixes=suffixes)
+    target = check_output(path, option, suffixes=suffixes, follow_symlinks=follow_symlinks)
     remove_stale(target)
     tmp = target.parent / f"{_partial_prefix(target)}{os.getpid()}{PARTIAL}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.close(fd)
+    _create_new(tmp)
     try:
         write(tmp)
         os.chmod(tmp, _mode_for(target))   # made 0600; give the file its usual mode
@@ -263,18 +376,36 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], *, option: str
     return Path(path)
 
 
-def _mode_for(path: Path) -> int:
-    """The existing file's mode, else what a plain ``open(path, "w")`` would give."""
+def _create_new(tmp: Path) -> None:
+    """Create ``tmp`` empty, as a new file: whatever is at its name (a symlink planted
+    there, a file of a process that had this PID) is removed, never written through."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
-        return path.stat().st_mode & 0o777
+        fd = os.open(tmp, flags, 0o600)
+    except FileExistsError:
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, 0o600)
+    os.close(fd)
+
+
+def _mode_for(path: Path) -> int:
+    """The existing regular file's mode, else (nothing there, or a symlink that is being
+    replaced) what a plain ``open(path, "w")`` would give."""
+    try:
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode):
+            return info.st_mode & 0o777
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        pass
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
-def write_text_atomic(path: str | Path, text: str, *, option: str = "output") -> Path:
-    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), option=option)
+def write_text_atomic(path: str | Path, text: str, *, option: str = "output",
+                      follow_symlinks: bool = True) -> Path:
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), option=option,
+                        follow_symlinks=follow_symlinks)
 
 
 def write_npz_atomic(path: str | Path, arrays: dict, *, option: str = "output") -> Path:

@@ -89,6 +89,11 @@ def parse_size(text: str) -> int:
     if not value <= MAX_MEMORY:           # inf from 1e400 or 1e308Y included
         raise InputError(MEMORY_VARIABLE, repr(text), f"at most {size(MAX_MEMORY)} "
                          "(more than any machine holds)")
+    if value < 1:      # a cap of 0 bytes would refuse every run, blaming its parameters
+        raise InputError(MEMORY_VARIABLE, repr(text), "a cap under 1 byte refuses every run; "
+                         "expected a positive size such as 16G, 512M or a number of bytes "
+                         f"(unset it for the default, {MEMORY_SHARE:.0%} of this machine's "
+                         "memory)")
     return int(value)
 
 
@@ -126,14 +131,16 @@ def require_memory(estimate: float, option: str, value: object, what: str,
                    change: str) -> None:
     """Refuse (InputError on ``option``) when ``estimate`` bytes exceed the memory cap.
 
-    ``what`` says what needs the memory, ``change`` what the user can lower.
+    ``what`` says what needs the memory, ``change`` what the user can lower (None: nothing,
+    the parameter is already at its smallest).
     """
     cap, source = memory_cap()
     if estimate <= cap:
         return
     suggestion = size(1.25 * estimate).replace(" ", "").replace("iB", "").replace("bytes", "")
+    advice = f"{change}, or raise the cap" if change else "raise the cap"
     raise InputError(option, value, f"{what}: about {size(estimate)} needed, over the memory "
-                     f"cap of {size(cap)} ({source}); {change}, or raise the cap: "
+                     f"cap of {size(cap)} ({source}); {advice}: "
                      f"{MEMORY_VARIABLE}={suggestion}")
 
 
@@ -146,8 +153,9 @@ def refuse_over_cap(estimate: float, what: str,
     if estimate <= cap or not culprits:
         return
     chosen = next((c for c in culprits if c[2] <= cap), culprits[-1])
-    option, value, _, change = chosen
-    require_memory(estimate, option, value, what, change)
+    option, value, smallest, change = chosen
+    # at its smallest already (K = 2): changing it saves nothing, so it is not advised
+    require_memory(estimate, option, value, what, change if smallest < estimate else None)
 
 
 # --- the guards of the entry points ------------------------------------------------------

@@ -39,7 +39,7 @@ from .dynamics import descend_columns, descend_ray, first_step_change, ood_start
     source_errors
 from .errors import InputError, item_name, shorten
 from .geometry import Geometry, check_K, check_sequence
-from .io import write_atomic
+from .io import open_input, write_atomic
 from .model import conditional_errors, feature_sum, features_first, loss
 from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, NEVER, Protocol, \
@@ -464,10 +464,25 @@ def write_csv(result: SweepResult, f) -> None:
 
 
 def read_result(path: str | Path) -> SweepResult:
-    """Read back an ``.npz`` written by :meth:`SweepResult.write`."""
-    with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["__meta__"]))
-        columns = {n: data[n] for n in data.files if n != "__meta__"}
+    """Read back an ``.npz`` written by :meth:`SweepResult.write`; anything else (not a
+    regular file, not such an ``.npz``) is refused with :class:`InputError`."""
+    import zipfile
+    expected = "; expected an .npz written by SweepResult.write"
+    with open_input(path, "path", expected=expected) as f:   # never a FIFO or a device
+        if f.read(4) != b"PK\x03\x04":   # else numpy guesses a pickle and says so
+            raise InputError("path", str(path), "not an .npz file (not a zip archive)"
+                             + expected)
+        f.seek(0)
+        try:
+            with np.load(f, allow_pickle=False) as data:
+                meta = json.loads(str(data["__meta__"]))
+                columns = {n: data[n] for n in data.files if n != "__meta__"}
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            reason = shorten(str(err).splitlines()[0] if str(err) else type(err).__name__)
+            raise InputError("path", str(path), f"could not read a sweep's result "
+                             f"({reason}){expected}") from None
+    if not isinstance(meta, dict):
+        raise InputError("path", str(path), "its __meta__ is not a JSON object" + expected)
     for n, c in columns.items():
         if c.dtype.kind == "U":
             columns[n] = c.astype(object)

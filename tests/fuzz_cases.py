@@ -481,9 +481,10 @@ def depth_caches(directory: Path) -> None:
             target.write_bytes(content)
         else:
             target.write_text(content)
+    # a link to a file outside the cache: the run replaces the link, never its target
     (directory / "dcache-link").mkdir()
-    (directory / "dcache-link" / "target.json").write_text(contents["truncated"])
-    (directory / "dcache-link" / name).symlink_to("target.json")
+    (directory / "dcache-link-target.json").write_text(contents["truncated"])
+    (directory / "dcache-link" / name).symlink_to("../dcache-link-target.json")
     for kind in ("fifo", "zero", "dir"):
         (directory / f"dcache-{kind}").mkdir()
     os.mkfifo(directory / "dcache-fifo" / name)
@@ -566,7 +567,8 @@ def snapshot(directory: Path) -> dict[str, tuple]:
 def unexpected_changes(before: dict, after: dict, requested: str | list[str] | None,
                        directory: Path) -> list[str]:
     """Entries created or changed other than the requested outputs (or, for a symlink,
-    its target; for a directory, what is inside it)."""
+    its target; for a directory, what is inside it: there a symlink may be replaced by a
+    file, as a cache replaces a link at an entry's name, its target untouched)."""
     allowed: set[str] = set()
     for requested in [requested] if isinstance(requested, str) else requested or ():
         req = Path(requested)
@@ -593,12 +595,14 @@ def unexpected_changes(before: dict, after: dict, requested: str | list[str] | N
         if name in holders and info[0] == "dir" and before.get(name, (None,))[0] in (None, "dir"):
             continue
         if inside(name):
-            if before.get(name) is None or info[0] == before[name][0]:
+            was = before.get(name, (None,))[0]
+            if was in (None, info[0]) or (was, info[0]) == ("symlink", "file"):
                 continue
         changed.append(name)
     for name, info in before.items():   # a special file replaced or removed
         if name not in after and not inside(name):
             changed.append(f"{name} (removed)")
-        elif name in after and after[name][0] != info[0]:
+        elif name in after and after[name][0] != info[0] and not (
+                inside(name) and (info[0], after[name][0]) == ("symlink", "file")):
             changed.append(f"{name} ({info[0]} became {after[name][0]})")
     return sorted(set(changed))

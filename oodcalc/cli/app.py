@@ -40,3 +40,7 @@ def root(
 ) -> None:
     """Closed forms, exact dynamics and checks for OOD in-context learning in softmax
     attention (arXiv 2609.36448). Start with: oodcalc predict --gamma 1,-0.9"""
+    # before any command: a bad NUMBA_NUM_THREADS is refused whether or not this run
+    # would import Numba (as a bad OODCALC_MAX_MEMORY is), not only when it does
+    from .. import compiled
+    compiled.threads_variable()

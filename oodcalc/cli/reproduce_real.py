@@ -19,6 +19,7 @@ import typer
 from .. import estimates, limits
 from ..console import duration
 from ..errors import InputError
+from ..io import read_input
 from . import options
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
     reproduce_app
@@ -106,14 +107,9 @@ SAVED = "expected the JSON written by 'oodcalc reproduce real -f json'"
 
 
 def load_result(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        what = "no such file" if not path.exists() else "not a regular file"
-        raise InputError("--input", str(path), f"{what}; {SAVED}")
-    if path.stat().st_size > MAX_RESULT_BYTES:
-        raise InputError("--input", str(path), f"larger than {MAX_RESULT_BYTES >> 20} MB; "
-                         + SAVED)
+    data = read_input(path, "--input", max_bytes=MAX_RESULT_BYTES, expected="; " + SAVED)
     try:
-        result = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        result = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
     except RecursionError:
         raise InputError("--input", str(path), "nested too deeply; " + SAVED) from None
     except (OSError, UnicodeDecodeError, ValueError) as err:
@@ -143,12 +139,10 @@ def shown(input_file: Path | None, show: Callable[[], Any]) -> Any:
 
 
 def cache_directory(cache_dir: str | None) -> Path:
-    """--cache-dir (default: the user's cache), checked before any work."""
-    from ..io import check_output_dir
-    from ..real import default_cache_dir
-    if cache_dir is None:
-        return default_cache_dir()
-    return check_output_dir(cache_dir, "--cache-dir", parents=True)
+    """--cache-dir (default: the user's cache, ``$XDG_CACHE_HOME/oodcalc``), checked
+    before any work."""
+    from ..io import check_cache_dir
+    return check_cache_dir(cache_dir, "oodcalc")
 
 
 class Bar:

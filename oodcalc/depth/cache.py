@@ -5,8 +5,8 @@ protocol version, the torch version and the machine); the file repeats the param
 record is used only when they match exactly and every field has the shape a run writes, so
 a stale, truncated or foreign file is recomputed (and replaced atomically), never trusted.
 A cache entry that is not a regular file (a FIFO, a device, a directory) is refused with
-one line before any training. Default place: ``$XDG_CACHE_HOME/oodcalc/depth`` (else
-``~/.cache/oodcalc/depth``).
+one line before any training. Default place: ``$XDG_CACHE_HOME/oodcalc/depth`` (else, or
+when the variable is not an absolute path, ``~/.cache/oodcalc/depth``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import check_output_dir, write_text_atomic
+from ..io import cache_home, check_cache_dir, write_text_atomic
 from .protocol import run_key
 
 #: Largest cache file read (bytes): a record is a few kB (its source-loss curve grows by
@@ -27,25 +27,28 @@ from .protocol import run_key
 MAX_RECORD_BYTES = 64 << 20
 
 
-def default_directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "oodcalc" / "depth"
+def default_directory(name: str = "depth") -> Path:
+    return cache_home()[0] / "oodcalc" / name
 
 
 class Cache:
     """``load(parameters)`` → record or None; ``store(record)``. ``directory=None`` and
     ``enabled=False`` turn it off (nothing read, nothing written)."""
 
+    #: The default directory's name under ``$XDG_CACHE_HOME/oodcalc``.
+    NAME = "depth"
+
     def __init__(self, directory: str | Path | None = None, *, enabled: bool = True,
                  option: str = "--cache-dir") -> None:
         self.enabled = enabled
-        self.directory = Path(directory) if directory is not None else default_directory()
+        self.directory = Path(directory) if directory is not None else \
+            default_directory(self.NAME)
         self.option = option
         self.rejected = 0     # damaged or foreign entries found (then recomputed)
         if enabled:
             # refused before any training: a file, a system path, a read-only directory
-            check_output_dir(directory if directory is not None else self.directory, option,
-                             parents=True)
+            # (the default's refusal names XDG_CACHE_HOME, not the option)
+            check_cache_dir(directory, f"oodcalc/{self.NAME}", option)
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
             except OSError as err:
@@ -96,9 +99,10 @@ class Cache:
 
     def store(self, record: dict[str, Any]) -> None:
         if self.enabled:
+            # a symlink at the entry's name is replaced, never written through
             write_text_atomic(self.path(record["parameters"]),
                               json.dumps(record, separators=(",", ":"), allow_nan=False),
-                              option=self.option)
+                              option=self.option, follow_symlinks=False)
 
 
 def _no_constant(name: str):

@@ -39,7 +39,7 @@ import numpy as np
 from pathlib import Path
 
 from ..report import jsonable
-from .cache import Cache, _numbers, default_directory
+from .cache import Cache, _numbers
 from .experiment import Progress, Results, collect
 from .protocol import DepthConfig, canonical_gamma
 from .statistics import Summary
@@ -193,9 +193,7 @@ class LadderCache(Cache):
     record is used only if it holds the per-layer logits the ladder reads (a record from
     depth's own cache does not)."""
 
-    def __init__(self, directory: str | Path | None = None, *, enabled: bool = True) -> None:
-        super().__init__(default_directory().parent / "ladder" if directory is None
-                         else directory, enabled=enabled)
+    NAME = "ladder"
 
     def load(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
         record = super().load(parameters)

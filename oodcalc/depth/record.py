@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..io import read_input
 from .cache import well_formed
 from .experiment import Results
 from .protocol import PROTOCOL_VERSION, DepthConfig, run_key, torch_version
 
 #: 2: runs grouped by seed under their configuration (one pretraining per seed).
 FORMAT = 2
+#: Largest record read (bytes): the full run's is 1.3 MB.
+MAX_BYTES = 256 << 20
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:
@@ -94,10 +97,13 @@ def load(path: str | Path) -> tuple[dict[str, Any], Results]:
     """The record and its runs as :class:`Results` (what the cache would give), each run
     checked to be what a run with its parameters writes."""
     path = Path(path)
+    data = read_input(path, "record", max_bytes=MAX_BYTES, expected="; expected a depth "
+                      "record")
     try:
-        record = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError("record", str(path), f"expected a depth record ({err})") from None
+        record = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as err:   # a UnicodeDecodeError is a ValueError
+        raise InputError("record", str(path), f"expected a depth record "
+                         f"({str(err)[:120] or type(err).__name__})") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise InputError("record", str(path), f"expected a depth record of format {FORMAT}")
     results = Results()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +59,9 @@ def package_dir(module: str) -> Path | None:
 
 
 def sha256(path: Path) -> str:
+    from ..io import open_input     # a regular file only (a FIFO would never end)
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_input(path, "asset") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -117,7 +117,7 @@ def extract_model(archive: Path, cache_dir: Path) -> Path:
             target = folder / name
             if not (target.is_file() and sha256(target) == expected):
                 write_atomic(target, lambda tmp: tmp.write_bytes(z.read(name)),
-                             option="--cache-dir")
+                             option="--cache-dir", follow_symlinks=False)   # replace a link
             check_sha256(target, expected, "model weights")
     return folder
 
@@ -139,5 +139,5 @@ def locate(cache_dir: Path) -> Assets:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "oodcalc"
+    from ..io import cache_home     # XDG_CACHE_HOME if absolute, else ~/.cache
+    return cache_home()[0] / "oodcalc"

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ComputationError, InputError
-from ..io import write_atomic
+from ..io import open_input, write_atomic
 from .assets import missing
 
 #: Bump when the cached arrays would change for the same key inputs.
@@ -179,10 +179,11 @@ def read_cache(path: Path, n: int, hidden: int) -> tuple[np.ndarray, np.ndarray]
     if not stat.S_ISREG(mode):
         raise InputError("--cache-dir", str(path.parent), f"the cache entry {path.name} is "
                          "not a regular file; remove it")
-    try:
-        with np.load(path, allow_pickle=False) as z:
+    try:   # opened as a regular file only (it could have become a FIFO since the stat)
+        with open_input(path, "--cache-dir") as f, np.load(f, allow_pickle=False) as z:
             flat, offsets = z["hidden"], z["offsets"]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    except (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile):
+        # TypeError: a .npy there, not an .npz (no context manager)
         return None
     ok = (flat.ndim == 2 and flat.shape[1] == hidden and flat.dtype == np.float32
           and offsets.shape == (n + 1,) and offsets.dtype.kind == "i" and offsets[0] == 0
@@ -216,5 +217,5 @@ def hidden_states(encoder: Encoder, texts: Sequence[str], data_sha256: str, *, l
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
                 np.savez(f, hidden=flat, offsets=offsets)
-        write_atomic(path, write, option="--cache-dir")
+        write_atomic(path, write, option="--cache-dir", follow_symlinks=False)   # replace a link
     return Hidden(*pad(tokens), key), False

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from ..claims import CLAIMS, Claim
+from ..errors import OodcalcError
 from ..io import write_text_atomic
 from .render import markdown_text, to_latex, to_markdown
 
@@ -79,9 +80,14 @@ def stale(directory: Path = DEFAULT_DIR) -> list[str]:
     """Names of the files that regenerating would create, change or remove."""
     files = render_all()
     out = [name for name, content in files.items()
-           if not (directory / name).exists()
-           or (directory / name).read_text(encoding="utf-8") != content]
+           if not (directory / name).exists() or _text(directory / name) != content]
     return out + sorted(p.name for p in directory.glob("claim*-*.*") if p.name not in files)
+
+
+def _text(path: Path) -> str:
+    """A generated file's text, read as a regular file only (a FIFO there never waits)."""
+    from ..io import read_input
+    return read_input(path, "--dir", max_bytes=64 << 20).decode("utf-8", errors="replace")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     args = parser.parse_args(argv)
     if args.check:
-        names = stale(args.dir)
+        try:
+            names = stale(args.dir)
+        except OodcalcError as err:      # one line, as the oodcalc command prints it
+            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            return err.exit_code
         for name in names:
             print(f"stale: {args.dir / name}", file=sys.stderr)
         return 1 if names else 0
