@@ -258,7 +258,8 @@ def test_without_torch_the_command_names_the_install_step(monkeypatch, capsys):
         monkeypatch.setitem(sys.modules, name, None)     # import raises ImportError
     assert main(["reproduce", "real", "--quick"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("oodcalc: error: torch and transformers")
+    assert err[-1].startswith("oodcalc: error: the real-text experiment needs torch and "
+                              "transformers, not installed here")
     assert assets.INSTALL in err[-1]
 
 
