@@ -5,17 +5,21 @@ the runs several checks reuse (:class:`Context`), and the ledger runner.
 
 Each statement gets one :class:`Row`:
 
-* ``symbolic``: the level its derivation earns, read from the claim registry;
+* ``symbolic``: the level its derivation earned in this run: the derivation runs (its
+  outcome cached by a hash of the code it runs, :mod:`oodcalc.symbolic.cache`), and the row
+  FAILs when a check failed or the level is not the registry's;
 * ``population``: the closed form against simulator (a), population GD on the full
   ``Q ∈ R^{d×d}`` with explicit vectors (:mod:`oodcalc.simulate.population`), with the
   largest absolute and relative error and the tolerance the check uses;
 * ``prompts``: the claim against simulator (b), GD on sampled prompts of N tokens
   (:mod:`oodcalc.simulate.prompts`), at several N with a Monte Carlo error bar over seeds.
 
-Verdicts: ``PASS`` — oodcalc's closed forms agree with simulation; ``REFUTED`` — a
-statement of the paper is contradicted by a counterexample that full-Q GD reproduces in
-the same run; ``FAIL`` — oodcalc's own closed forms disagree with simulation, or a
-refutation's counterexample no longer reproduces. ``oodcalc verify`` exits 1 on a FAIL.
+Verdicts: ``PASS`` — the derivation earned its level and oodcalc's closed forms agree with
+simulation; ``REFUTED`` — a statement of the paper is contradicted by a counterexample that
+the derivation establishes and full-Q GD reproduces in the same run; ``FAIL`` — a check of
+the derivation failed (or it earned another level than the registry states), oodcalc's own
+closed forms disagree with simulation, or a refutation's counterexample no longer
+reproduces. ``oodcalc verify`` exits 1 on a FAIL.
 
 Tolerances, and why they are what they are:
 
@@ -150,21 +154,51 @@ class PromptCheck:
 
 
 @dataclass
+class SymbolicCheck:
+    """The claim's derivation, run (or read from the cache of its code's outcome)."""
+
+    level: str                    # the level its decisive checks earned in this run
+    expected: str                 # the registry's level
+    checks: int
+    failed: tuple[str, ...]       # ids of the checks that failed
+    cached: bool = False
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed and self.level == self.expected
+
+    @property
+    def details(self) -> list[str]:
+        origin = "read from the cache of its code's outcome" if self.cached else \
+            f"ran in {self.seconds:.1f} s"
+        out = [f"derivation: {self.checks - len(self.failed)}/{self.checks} checks passed, "
+               f"level {self.level!r} ({origin})"]
+        if self.failed:
+            out.append("failed checks: " + ", ".join(self.failed))
+        if self.level != self.expected:
+            out.append(f"the registry states {self.expected!r}")
+        return out
+
+
+@dataclass
 class Row:
     claim: str                    # the registry id: "3", "8b", ...
     key: str
     title: str
-    symbolic: str                 # the level the derivation earns (registry)
+    symbolic: str                 # the level the derivation earned in this run
     population: PopulationCheck
     prompts: PromptCheck | None
     findings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     refutes: bool = False         # the statement is the paper's; passing checks refute it
+    derivation: SymbolicCheck | None = None
 
     @property
     def passed(self) -> bool:
         """No FAIL: the checks passed (for a refutation: the counterexample reproduced)."""
-        return self.population.passed and (self.prompts is None or self.prompts.passed)
+        return ((self.derivation is None or self.derivation.passed) and self.population.passed
+                and (self.prompts is None or self.prompts.passed))
 
     @property
     def verdict(self) -> str:
@@ -183,7 +217,10 @@ class Row:
             return out
         return jsonable({"claim": self.claim, "key": self.key, "title": self.title,
                          "verdict": self.verdict,
-                         "symbolic": self.symbolic, "population": block(self.population),
+                         "symbolic": self.symbolic,
+                         "derivation": None if self.derivation is None else {
+                             **vars(self.derivation), "passed": self.derivation.passed},
+                         "population": block(self.population),
                          "prompts": block(self.prompts), "findings": self.findings,
                          "seconds": round(self.seconds, 2)})
 
@@ -396,11 +433,32 @@ def z_path(F: np.ndarray, path) -> np.ndarray:
 
 # --- the ledger -----------------------------------------------------------------------
 
-def run_claim(claim: Claim, ctx: Context) -> Row:
+#: ``derive(claim)``: the outcome of the claim's derivation (:mod:`oodcalc.symbolic.cache`).
+Derive = Callable[[Claim], Any]
+
+
+def cached_derivation(claim: Claim):
+    """The default :data:`Derive`: the outcome on disk when the claim's code is unchanged,
+    else the derivation runs (and is stored)."""
+    from .symbolic.cache import outcome
+    return outcome(claim)
+
+
+def symbolic_check(claim: Claim, derive: Derive | None = None) -> SymbolicCheck:
+    """Run the claim's derivation (by default through the cache of its code's outcome)."""
+    result = (derive or cached_derivation)(claim)
+    return SymbolicCheck(result.level, claim.level, result.checks, tuple(result.failed),
+                         result.cached, result.seconds)
+
+
+def run_claim(claim: Claim, ctx: Context, derive: Derive | None = None) -> Row:
+    """The claim's row: its derivation (``derive``, default: cached by its code's hash)
+    and its numeric checks."""
     start = time.perf_counter()
+    derivation = symbolic_check(claim, derive)
     population, prompts, findings = claim.load("check")(ctx)
-    return Row(claim.id, claim.key, claim.title, claim.level, population, prompts, findings,
-               time.perf_counter() - start, claim.refutes)
+    return Row(claim.id, claim.key, claim.title, derivation.level, population, prompts,
+               findings, time.perf_counter() - start, claim.refutes, derivation)
 
 
 #: ``progress(done, total, label)``: the run starts (0, total, ""), then once per finished
@@ -413,9 +471,11 @@ def row_label(row: Row) -> str:
     return f"claim {row.claim} ({row.title}): {row.verdict}, {row.seconds:.1f} s"
 
 
-def ledger(budget: Budget = QUICK, claims=None, progress: Progress | None = None) -> Ledger:
-    """Run the numeric checks of ``claims`` (default: every registry entry), in registry
-    order; ``progress``, if given, is told of each finished row (see :data:`Progress`)."""
+def ledger(budget: Budget = QUICK, claims=None, progress: Progress | None = None,
+           derive: Derive | None = None) -> Ledger:
+    """Run the derivations and numeric checks of ``claims`` (default: every registry
+    entry), in registry order; ``progress``, if given, is told of each finished row (see
+    :data:`Progress`); ``derive`` replaces the cached derivations (see :func:`run_claim`)."""
     start = time.perf_counter()
     ctx = Context.shared(budget)
     chosen = list(CLAIMS) if claims is None else [c for c in CLAIMS if c in set(claims)]
@@ -423,7 +483,7 @@ def ledger(budget: Budget = QUICK, claims=None, progress: Progress | None = None
     if progress is not None:
         progress(0, len(chosen), "")
     for c in chosen:
-        rows.append(run_claim(c, ctx))
+        rows.append(run_claim(c, ctx, derive))
         if progress is not None:
             progress(len(rows), len(chosen), row_label(rows[-1]))
     return Ledger(budget, rows, time.perf_counter() - start)

@@ -255,6 +255,11 @@ SYMBOLIC_MUTATIONS = {
                            {"limits"}),
         "exponent c/2": (claimed(C8E, **{"rate-exponent": lambda c: c / 2}),
                          {"rate", "rate-measured"}),
+        "exponent c/5": (claimed(C8E, **{"rate-exponent": lambda c: c / 5}),
+                         {"rate", "rate-measured"}),
+        "constant 11/5": (claimed(C8E, **{"rate-constant": lambda a, c, eta: sp.Rational(11, 5)
+                                          * sp.exp(a * (2 - c ** 2 / 2)) * (4 * eta) ** (c / 4)}),
+                          {"rate", "rate-measured"}),
         "constant without 2": (claimed(C8E, **{"rate-constant": lambda a, c, eta: sp.exp(
             a * (2 - c ** 2 / 2)) * (4 * eta) ** (c / 4)}), {"rate", "rate-measured"}),
         "c ≥ −1/8": (claimed(C8E, **{"c-range": (sp.Rational(-1, 8), 2)}), {"c-range"}),
@@ -307,9 +312,65 @@ def run_mutation(claim_id: str, name: str, monkeypatch) -> set[str]:
 @pytest.mark.parametrize("claim_id, name", _SYMBOLIC_CASES, ids=[f"{c}-{n}" for c, n in
                                                                   _SYMBOLIC_CASES])
 def test_symbolic_mutation_fails_its_checks(claim_id, name, monkeypatch):
+    from oodcalc.symbolic.documents import derivation_of
     expected = SYMBOLIC_MUTATIONS[claim_id][name][1]
+    # the claim as committed passes these checks (a wrong claim in the source, c_k/5 for
+    # c_k/4, fails here: the mutation alone would fail them either way) ...
+    assert not expected & set(derivation_of(claim_id).failed()), \
+        f"claim {claim_id} as committed fails {expected & set(derivation_of(claim_id).failed())}"
     failed = run_mutation(claim_id, name, monkeypatch)
-    assert expected <= failed, f"still passing: {expected - failed}"
+    assert expected <= failed, f"still passing: {expected - failed}"     # ... the mutant not
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
+def test_the_committed_derivation_earns_the_registry_level(claim):
+    """What the ledger's symbolic column shows: every check of the derivation as committed
+    passes and its decisive checks earn the registry's level."""
+    from oodcalc.symbolic.documents import derivation_of
+    derivation = derivation_of(claim.id)
+    assert derivation.failed() == [] and derivation.level == claim.level
+
+
+def mutated_derivation(claim_id: str, name: str, monkeypatch):
+    """The ledger's ``derive`` running the mutated derivation of SYMBOLIC_MUTATIONS."""
+    from oodcalc.symbolic.cache import from_derivation
+    apply, _ = SYMBOLIC_MUTATIONS[claim_id][name]
+    kwargs = apply(monkeypatch)
+    return lambda claim: from_derivation(claim, claim.load("derive")(**kwargs))
+
+
+#: mutations that only a derivation sees (8e's rate: the numeric checks compare other forms)
+#: fail the ledger row, as they make `oodcalc verify` exit 1
+LEDGER_SYMBOLIC_MUTATIONS = [("8e", "exponent c/5"), ("8e", "constant 11/5"),
+                             ("8e", "exponent c/2"), ("3", "K/(K − 2)"), ("9b", "weights <= 1")]
+
+
+@pytest.mark.parametrize("claim_id, name", LEDGER_SYMBOLIC_MUTATIONS,
+                         ids=[f"{c}-{n}" for c, n in LEDGER_SYMBOLIC_MUTATIONS])
+def test_a_failing_derivation_fails_the_ledger_row(claim_id, name, monkeypatch, quick_context,
+                                                   quick_ledger):
+    from oodcalc import verify
+    row = next(r for r in quick_ledger.rows if r.claim == claim_id)
+    assert row.passed and row.derivation.passed and row.symbolic == row.derivation.expected
+    mutated = verify.run_claim(get_claim(claim_id), quick_context,
+                               mutated_derivation(claim_id, name, monkeypatch))
+    assert mutated.verdict == "FAIL" and not mutated.derivation.passed
+    assert mutated.symbolic != get_claim(claim_id).level
+    assert set(SYMBOLIC_MUTATIONS[claim_id][name][1]) <= set(mutated.derivation.failed)
+
+
+def test_verify_exits_1_when_the_claim_s_source_is_wrong(monkeypatch, tmp_path, capsys):
+    """`oodcalc verify --claim 8e` with the rate exponent c_k/5 in the claim's CLAIMED (as
+    an edit of the source would put it), the derivation cache in a fresh directory."""
+    from oodcalc import verify
+    from oodcalc.claims import claim8e_long_finetuning as c8e
+    from oodcalc.cli import main
+    from oodcalc.symbolic.cache import outcome
+    monkeypatch.setitem(c8e.CLAIMED, "rate-exponent", lambda c: c / 5)
+    monkeypatch.setattr(verify, "cached_derivation", lambda claim: outcome(claim, tmp_path))
+    code = main(["verify", "--quick", "--claim", "8e"])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL: claim 8e" in out and "failed checks: rate, rate-measured" in out
 
 
 def test_every_symbolic_check_is_killed(monkeypatch):
