@@ -280,7 +280,11 @@ SYMBOLIC_MUTATIONS = {
         "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
         "spread / 4": (claimed(C9, spread=lambda a, b: (a ** 2 + b ** 2) / 4), {"variance"}),
         "smoothness 1/4": (claimed(C9, smoothness=sp.Rational(1, 4)),
-                           {"constant", "search", "tight-k2"}),
+                           {"constant", "search", "tight-k2", "chain", "descent"}),
+        # the chain's certificate and the descent step, each on its own
+        "step bound 4K": (claimed(C9, **{"step-bound": lambda K: 4 * K}), {"descent"}),
+        "smoothness 1/2": (claimed(C9, smoothness=sp.Rational(1, 2)),
+                           {"chain", "descent", "constant"}),
         "c₂ with 1153": (claimed(C9, **{"k2-sup": (39 + 55 * sp.sqrt(33)) / 1153}),
                          {"tight-k2"}),
         "measured sup + 1e-5": (patched(f"oodcalc.claims.{C9}", "measured_sup", lambda f: (
@@ -288,9 +292,9 @@ SYMBOLIC_MUTATIONS = {
         "rest squares R·y": (claimed(C9, **{"rest-squares": lambda G, R, y: G + R * y}),
                              {"rest-squares"}),
         "mean gap 2u²": (claimed(C9, **{"mean-gap": lambda u: 2 * u ** 2}),
-                         {"mean-minimises"}),
+                         {"mean-minimises", "chain"}),
         "spread term 2pq": (claimed(C9, **{"spread-term": lambda p, q: 2 * p * q}),
-                            {"spread-term"}),
+                            {"spread-term", "chain"}),
         "c_n + 1": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S
                             + ak + 1), {"weights", "hessian"}),
     },
