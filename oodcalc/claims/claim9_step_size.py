@@ -241,6 +241,7 @@ def derive_smoothness(claimed: dict = CLAIMED):
     smooth_L = lam / K       # ∇²L is block-diagonal with blocks ∇²e_k/K
     change = -eta * Gn + sp.integrate((1 - t) * eta ** 2 * smooth_L * Gn, (t, 0, 1))
     eta_max = claimed["step-bound"](K)
+    eta_text = sp.sstr(eta_max).replace("*", "")       # "2K"
     r.step(f"‖∇²e_k‖ ≤ {lam} in the logits of column k. L = Σ_k e_k/K and column k enters e_k "
            "only, so ∇²L is block-diagonal with blocks ∇²e_k/K: L is (λ/K)-smooth in z, and "
            "(GD on Q being GD on z, claim 2) in Q. Along the step, g(t) = L(z − tη∇L) has "
@@ -248,7 +249,7 @@ def derive_smoothness(claimed: dict = CLAIMED):
            "integral remainder g(1) − g(0) ≤ −ηG + ∫₀¹(1 − t)η²(λ/K)G dt, which sympy "
            "integrates and factors:", eq(sp.Symbol("g(1) - g(0)"), sp.factor(change)))
     r.check("descent", f"the bound on L(z − η∇L) − L(z) is −η‖∇L‖²(1 − η/η_max) with η_max = "
-            f"{sp.sstr(eta_max)}: every step with 0 < η < {sp.sstr(eta_max)} lowers L (sympy: "
+            f"{eta_text}: every step with 0 < η < {eta_text} lowers L (sympy: "
             "the integral of the remainder, then an exact identity)", SYMBOLIC,
             is_zero(change - (-eta * Gn * (1 - eta / eta_max))), decisive=True)
     constant = bound * sp.Rational(1, 2)
