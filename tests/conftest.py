@@ -12,6 +12,20 @@ def rng():
     return np.random.default_rng(20261129)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def derivations_once_per_session():
+    """The ledger runs each claim's derivation once per session, shared with the symbolic
+    tests (``derivation_of``), and writes nothing to the user's derivation cache
+    (tests/test_derivation_cache.py tests that cache in temporary directories)."""
+    from oodcalc import verify
+    from oodcalc.symbolic.cache import from_derivation
+    from oodcalc.symbolic.documents import derivation_of
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verify, "cached_derivation",
+                      lambda claim: from_derivation(claim, derivation_of(claim.id)))
+        yield
+
+
 @pytest.fixture(scope="session")
 def quick_context():
     """One verification context (quick budget) for the whole session: the ledger test and

@@ -71,6 +71,33 @@ def test_a_new_column_is_one_line(monkeypatch):
     assert "| conservation |" in table
 
 
+def test_the_ledger_record_is_a_full_run_of_the_current_registry():
+    """The README's ledger comes from docs/ledger.json (`oodcalc verify --json`): a claim
+    added, renamed or relabelled without re-running verify fails here, as a README table
+    typed by hand once did (12 rows against verify's 14)."""
+    from oodcalc.claims import CLAIMS
+    data = json.loads(generate_docs.LEDGER_FILE.read_text(encoding="utf-8"))
+    assert data["mode"] == "full", f"re-run `{generate_docs.LEDGER_COMMAND}` (not --quick)"
+    rows = data["rows"]
+    assert [(r["claim"], r["title"]) for r in rows] == [(c.id, c.title) for c in CLAIMS], (
+        f"docs/ledger.json is not the registry's ledger: re-run `{generate_docs.LEDGER_COMMAND}`")
+    for row, claim in zip(rows, CLAIMS):
+        assert row["derivation"] is not None and row["derivation"]["expected"] == claim.level
+    block = generate_docs.ledger_block()
+    assert f"verify: 3/{len(CLAIMS)} claim 3 " in block
+    table = [line for line in block.splitlines() if line.startswith("|")]
+    assert len(table) == len(CLAIMS) + 2          # heading, rule, one line a row
+
+
+def test_the_notebook_follows_the_script():
+    notebook = json.loads(generate_docs.FILES["examples/tour.ipynb"]())
+    script = (ROOT / "examples" / "tour.py").read_text(encoding="utf-8")
+    code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert len(code) == script.count("# %%\n") and all(c in script for c in code)
+    assert notebook["nbformat"] == 4 and all(c["outputs"] == [] for c in notebook["cells"]
+                                             if c["cell_type"] == "code")
+
+
 TOUR = "examples/tour.ipynb"
 
 

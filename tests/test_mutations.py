@@ -255,6 +255,11 @@ SYMBOLIC_MUTATIONS = {
                            {"limits"}),
         "exponent c/2": (claimed(C8E, **{"rate-exponent": lambda c: c / 2}),
                          {"rate", "rate-measured"}),
+        "exponent c/5": (claimed(C8E, **{"rate-exponent": lambda c: c / 5}),
+                         {"rate", "rate-measured"}),
+        "constant 11/5": (claimed(C8E, **{"rate-constant": lambda a, c, eta: sp.Rational(11, 5)
+                                          * sp.exp(a * (2 - c ** 2 / 2)) * (4 * eta) ** (c / 4)}),
+                          {"rate", "rate-measured"}),
         "constant without 2": (claimed(C8E, **{"rate-constant": lambda a, c, eta: sp.exp(
             a * (2 - c ** 2 / 2)) * (4 * eta) ** (c / 4)}), {"rate", "rate-measured"}),
         "c ≥ −1/8": (claimed(C8E, **{"c-range": (sp.Rational(-1, 8), 2)}), {"c-range"}),
@@ -287,7 +292,11 @@ SYMBOLIC_MUTATIONS = {
         "weights <= 1": (claimed(C9, **{"weight-bound": 1}), {"weights"}),
         "spread / 4": (claimed(C9, spread=lambda a, b: (a ** 2 + b ** 2) / 4), {"variance"}),
         "smoothness 1/4": (claimed(C9, smoothness=sp.Rational(1, 4)),
-                           {"constant", "search", "tight-k2"}),
+                           {"constant", "search", "tight-k2", "chain", "descent"}),
+        # the chain's certificate and the descent step, each on its own
+        "step bound 4K": (claimed(C9, **{"step-bound": lambda K: 4 * K}), {"descent"}),
+        "smoothness 1/2": (claimed(C9, smoothness=sp.Rational(1, 2)),
+                           {"chain", "descent", "constant"}),
         "c₂ with 1153": (claimed(C9, **{"k2-sup": (39 + 55 * sp.sqrt(33)) / 1153}),
                          {"tight-k2"}),
         "measured sup + 1e-5": (patched(f"oodcalc.claims.{C9}", "measured_sup", lambda f: (
@@ -295,9 +304,9 @@ SYMBOLIC_MUTATIONS = {
         "rest squares R·y": (claimed(C9, **{"rest-squares": lambda G, R, y: G + R * y}),
                              {"rest-squares"}),
         "mean gap 2u²": (claimed(C9, **{"mean-gap": lambda u: 2 * u ** 2}),
-                         {"mean-minimises"}),
+                         {"mean-minimises", "chain"}),
         "spread term 2pq": (claimed(C9, **{"spread-term": lambda p, q: 2 * p * q}),
-                            {"spread-term"}),
+                            {"spread-term", "chain"}),
         "c_n + 1": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S
                             + ak + 1), {"weights", "hessian"}),
     },
@@ -319,9 +328,65 @@ def run_mutation(claim_id: str, name: str, monkeypatch) -> set[str]:
 @pytest.mark.parametrize("claim_id, name", _SYMBOLIC_CASES, ids=[f"{c}-{n}" for c, n in
                                                                   _SYMBOLIC_CASES])
 def test_symbolic_mutation_fails_its_checks(claim_id, name, monkeypatch):
+    from oodcalc.symbolic.documents import derivation_of
     expected = SYMBOLIC_MUTATIONS[claim_id][name][1]
+    # the claim as committed passes these checks (a wrong claim in the source, c_k/5 for
+    # c_k/4, fails here: the mutation alone would fail them either way) ...
+    assert not expected & set(derivation_of(claim_id).failed()), \
+        f"claim {claim_id} as committed fails {expected & set(derivation_of(claim_id).failed())}"
     failed = run_mutation(claim_id, name, monkeypatch)
-    assert expected <= failed, f"still passing: {expected - failed}"
+    assert expected <= failed, f"still passing: {expected - failed}"     # ... the mutant not
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
+def test_the_committed_derivation_earns_the_registry_level(claim):
+    """What the ledger's symbolic column shows: every check of the derivation as committed
+    passes and its decisive checks earn the registry's level."""
+    from oodcalc.symbolic.documents import derivation_of
+    derivation = derivation_of(claim.id)
+    assert derivation.failed() == [] and derivation.level == claim.level
+
+
+def mutated_derivation(claim_id: str, name: str, monkeypatch):
+    """The ledger's ``derive`` running the mutated derivation of SYMBOLIC_MUTATIONS."""
+    from oodcalc.symbolic.cache import from_derivation
+    apply, _ = SYMBOLIC_MUTATIONS[claim_id][name]
+    kwargs = apply(monkeypatch)
+    return lambda claim: from_derivation(claim, claim.load("derive")(**kwargs))
+
+
+#: mutations that only a derivation sees (8e's rate: the numeric checks compare other forms)
+#: fail the ledger row, as they make `oodcalc verify` exit 1
+LEDGER_SYMBOLIC_MUTATIONS = [("8e", "exponent c/5"), ("8e", "constant 11/5"),
+                             ("8e", "exponent c/2"), ("3", "K/(K − 2)"), ("9b", "weights <= 1")]
+
+
+@pytest.mark.parametrize("claim_id, name", LEDGER_SYMBOLIC_MUTATIONS,
+                         ids=[f"{c}-{n}" for c, n in LEDGER_SYMBOLIC_MUTATIONS])
+def test_a_failing_derivation_fails_the_ledger_row(claim_id, name, monkeypatch, quick_context,
+                                                   quick_ledger):
+    from oodcalc import verify
+    row = next(r for r in quick_ledger.rows if r.claim == claim_id)
+    assert row.passed and row.derivation.passed and row.symbolic == row.derivation.expected
+    mutated = verify.run_claim(get_claim(claim_id), quick_context,
+                               mutated_derivation(claim_id, name, monkeypatch))
+    assert mutated.verdict == "FAIL" and not mutated.derivation.passed
+    assert mutated.symbolic != get_claim(claim_id).level
+    assert set(SYMBOLIC_MUTATIONS[claim_id][name][1]) <= set(mutated.derivation.failed)
+
+
+def test_verify_exits_1_when_the_claim_s_source_is_wrong(monkeypatch, tmp_path, capsys):
+    """`oodcalc verify --claim 8e` with the rate exponent c_k/5 in the claim's CLAIMED (as
+    an edit of the source would put it), the derivation cache in a fresh directory."""
+    from oodcalc import verify
+    from oodcalc.claims import claim8e_long_finetuning as c8e
+    from oodcalc.cli import main
+    from oodcalc.symbolic.cache import outcome
+    monkeypatch.setitem(c8e.CLAIMED, "rate-exponent", lambda c: c / 5)
+    monkeypatch.setattr(verify, "cached_derivation", lambda claim: outcome(claim, tmp_path))
+    code = main(["verify", "--quick", "--claim", "8e"])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL: claim 8e" in out and "failed checks: rate, rate-measured" in out
 
 
 def test_every_symbolic_check_is_killed(monkeypatch):
@@ -357,8 +422,7 @@ NUMERIC_MUTATIONS = {
                                                        theory.t1_bracket(K, e, h)),
                   population_T1=lambda r: 1.3 * r.pretrain.T1), ("population", "prompts")),
     "5": (numeric(C5, ood_logits=lambda M, a: _times(1 + 1e-6, theory.ood_logits)(M, a),
-                  population_ood_loss=lambda r: 1.05 * float(r.ood.error.mean())),
-          ("population", "prompts")),
+                  ood_errors=_times(1 + 1e-3, theory.ood_errors)), ("population", "prompts")),
     "6": (numeric(C6, uniform_error=lambda K: 1.01 * theory.uniform_error(K)),
           ("population", "prompts")),
     "7": (numeric(C7, source_change=lambda g, dW: np.outer(g, g) * dW * 1.001),
@@ -447,3 +511,52 @@ def test_numeric_mutation_fails_the_row(claim_id, quick_context, quick_ledger):
         assert not population.passed, population.details
     if "prompts" in parts:
         assert prompts is not None and not prompts.passed, prompts.details
+
+
+# --- Monte Carlo rows whose deviation does not shrink ----------------------------------
+
+def shifted(module: str, name: str, delta: float, relative: bool = False):
+    """NUMERIC_CLAIMED with ``name`` moved by a constant: a deviation from simulation that
+    no N (and no batch size) removes."""
+    def apply():
+        mod = importlib.import_module(f"oodcalc.claims.{module}")
+        f = mod.NUMERIC_CLAIMED[name]
+        moved = (lambda *a: (1 + delta) * np.asarray(f(*a))) if relative else \
+            (lambda *a: f(*a) + delta)
+        return {**mod.NUMERIC_CLAIMED, name: moved}
+    return apply
+
+
+#: a constant offset added to what finite prompts must approach, a few times the row's own
+#: deviation at the largest N: it does not shrink with N (nor with the batch size), so the
+#: row fails. (The quick budget, 4 seeds at N = 8, 16, 32, cannot tell an offset of ~2 SE
+#: from a finite-N decay; tests/test_verify.py checks that case on 6 seeds and 5 N.)
+NONSHRINKING_MUTATIONS = {
+    "3: α target − 2e-3": ("3", shifted(C3, "population_alpha", -2e-3)),
+    "5: OOD errors − 1.5e-5": ("5", shifted(C5, "ood_errors", -1.5e-5)),
+    "9a: bound × (1 − 5e-3)": ("9a", shifted(C9, "step_size_bounds", -5e-3, relative=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(NONSHRINKING_MUTATIONS))
+def test_a_deviation_that_does_not_shrink_fails_the_row(name, quick_context, quick_ledger):
+    claim_id, make = NONSHRINKING_MUTATIONS[name]
+    row = next(r for r in quick_ledger.rows if r.claim == claim_id)
+    assert row.passed, row.prompts.details
+    _, prompts, _ = get_claim(claim_id).load("check")(quick_context, claimed=make())
+    assert prompts.kind == "monte-carlo" and not prompts.passed, prompts.details
+    assert any("does not shrink" in d for d in prompts.details), prompts.details
+
+
+def test_verify_exits_1_on_a_deviation_that_does_not_shrink(monkeypatch, capsys, quick_ledger):
+    """`oodcalc verify --quick --claim 3` with the α finite prompts must approach moved by
+    2e-3 (used by the finite-prompt check only; quick_ledger has run the simulations)."""
+    import json
+    from oodcalc.claims import claim3_convergence as c3
+    from oodcalc.cli import main
+    moved = c3.NUMERIC_CLAIMED["population_alpha"]
+    monkeypatch.setitem(c3.NUMERIC_CLAIMED, "population_alpha", lambda r: moved(r) - 2e-3)
+    code = main(["verify", "--quick", "--claim", "3", "--json"])
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert code == 1 and row["verdict"] == "FAIL"
+    assert row["population"]["passed"] and not row["prompts"]["passed"]

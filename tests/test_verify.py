@@ -2,6 +2,7 @@
 budget (claim 8b as REFUTED); the statistics behave. The mutation tests, which show that
 each check can fail, are in test_mutations.py."""
 
+import numpy as np
 import pytest
 
 from oodcalc import verify
@@ -71,6 +72,49 @@ def test_monte_carlo_check_fails_a_persistent_bias():
     levelling = [verify.Point(N, 0.01 + 1.0 / N, 0.0001, 8) for N in (8, 32, 128, 512)]
     assert verify.fit_rate(levelling)[0] > 0             # it shrinks, but to an offset
     assert not verify.monte_carlo_check("offset", levelling).passed
+
+
+def t_points(means, seeds, rng, Ns=(8, 16, 32, 64, 128), sd=1.0):
+    """Points as the ledger makes them: ``seeds`` normal draws around each mean."""
+    return [verify.Point(N, *verify.mean_se(m + sd * rng.standard_normal(seeds)), seeds)
+            for N, m in zip(Ns, means)]
+
+
+def test_a_synthetic_error_that_does_not_shrink_fails():
+    """The cases the old rule (within 3 SE at the largest N, or any positive slope) let
+    through, as the ledger's own rows showed them: a constant offset of 2 SE at every N
+    (each N alone 'consistent'; 9a had all five N on one side, ≈ 4.9σ combined), and a
+    7 SE deviation shrinking like N^−0.27 (row 5), slower than MIN_RATE."""
+    offset = [verify.Point(N, -2.0, 1.0, 6) for N in (8, 16, 32, 64, 128)]
+    assert abs(offset[-1].mean) <= verify.K_SIGMA * offset[-1].se     # the old pass
+    check = verify.monte_carlo_check("offset", offset)
+    assert not check.passed and "does not shrink" in check.details[-1 - (check.rate is not None)]
+    slow = [verify.Point(N, -7.0 * (N / 128) ** -0.27, 1.0, 6) for N in (8, 16, 32, 64, 128)]
+    rate, rate_se = verify.fit_rate(slow)
+    assert rate == pytest.approx(0.27, abs=1e-9) and rate > verify.K_SIGMA * rate_se
+    assert not verify.monte_carlo_check("N^-0.27", slow).passed
+    at_rate = [verify.Point(N, -7.0 * (N / 128) ** -0.5, 1.0, 6) for N in (8, 16, 32, 64, 128)]
+    assert verify.monte_carlo_check("N^-0.5", at_rate).passed
+
+
+def test_monte_carlo_false_alarms_and_power_by_simulation():
+    """With 4 or 6 seeds (Student's t, not normal), a zero deviation at every N is flagged
+    in at most ~ALPHA of the runs; an offset of 2 SE at every N is flagged in most; a
+    1/N bias passes."""
+    rng = np.random.default_rng(7)
+    runs = 1000
+    for seeds in (4, 6):
+        false = sum(not verify.monte_carlo_check("0", t_points([0] * 5, seeds, rng)).passed
+                    for _ in range(runs))
+        assert false / runs < 3 * verify.ALPHA, (seeds, false)   # binomial: ~2.7 expected
+        offset = 2 / np.sqrt(seeds)           # 2 SE of a seed mean at every N
+        caught = sum(not verify.monte_carlo_check("c", t_points([offset] * 5, seeds, rng)).passed
+                     for _ in range(300))
+        assert caught / 300 > 0.5, (seeds, caught)
+    bias = [0.5 * 8 / N for N in (8, 16, 32, 64, 128)]
+    passed = sum(verify.monte_carlo_check("1/N", t_points(bias, 6, rng, sd=0.05)).passed
+                 for _ in range(300))
+    assert passed / 300 > 0.95
 
 
 def test_exact_check_threshold():

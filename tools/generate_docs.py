@@ -27,6 +27,7 @@ import functools
 import importlib.util
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -161,6 +162,76 @@ def times_table() -> str:
             "command costs (on an idle machine its wall time is close to it, less where it "
             "runs work in parallel); the wall times of this run were taken with a load "
             f"average of {m['load_before']} from other work on the machine.")
+
+
+# --- the verification ledger (oodcalc verify --json > docs/ledger.json) -------------------
+
+LEDGER_FILE = ROOT / "docs" / "ledger.json"
+LEDGER_COMMAND = "oodcalc verify --json > docs/ledger.json"
+
+
+def bounded(x: float) -> str:
+    """A measured error: two digits, or at round-off scale (< 1e-12) the power of ten that
+    bounds it (its last digits differ from machine to machine)."""
+    if x == 0:
+        return "0"
+    if abs(x) < 1e-12:
+        exponent = math.floor(math.log10(abs(x))) + 1
+        return f"< 1e{exponent}"
+    return f"{x:.2g}"
+
+
+def ledger_population(row: dict) -> str:
+    pop = row["population"]
+    if pop["max_abs"] is None:
+        return "—"
+    text = bounded(pop["max_abs"])
+    if pop["max_rel"] is not None:
+        text += f" / {bounded(pop['max_rel'])}"
+    return text if pop["passed"] else f"{text} ✗"
+
+
+def ledger_prompts(row: dict) -> str:
+    prompts = row["prompts"]
+    if prompts is None:
+        return "—"
+    points = prompts["points"]
+    if prompts["kind"] == "exact":
+        text = f"exact (residual {bounded(max(p['mean'] for p in points))})"
+    else:
+        last = points[-1]
+        text = f"N = {last['N']}: {last['mean']:+.2g} ± {last['se']:.1g}"
+        if prompts["rate"] is not None:
+            text += f", N^{-prompts['rate']:+.2f}±{prompts['rate_se']:.2f}"
+        if prompts.get("batch_points"):
+            b = prompts["batch_points"][-1]
+            text += f"; batch sweep, B = {b['N']}: {b['mean']:+.2g} ± {b['se']:.1g}"
+    return text if prompts["passed"] else f"{text} ✗"
+
+
+LEDGER_COLUMNS = [
+    ("#", lambda r: r["claim"]),
+    ("claim", lambda r: r["title"]),
+    ("symbolic (earned in the run)", lambda r: r["symbolic"]),
+    ("vs population GD: max abs / rel", ledger_population),
+    ("vs finite prompts: largest N, mean ± SE, rate", ledger_prompts),
+    ("verdict", lambda r: r["verdict"] if r["verdict"] == "PASS" else f"**{r['verdict']}**"),
+]
+
+
+def ledger_block() -> str:
+    """The README's ledger: the rows of a full `oodcalc verify --json` run, as recorded."""
+    data = json.loads(LEDGER_FILE.read_text(encoding="utf-8"))
+    rows, prompts = data["rows"], data["conventions"]["prompts"]
+    third = rows[2]
+    Ns = prompts["Ns"]
+    return (f"Measured with the full ledger (`{LEDGER_COMMAND}`; mode {data['mode']}: "
+            f"N = {Ns[0]}…{Ns[-1]}, {prompts['seeds']} seeds, mini-batches of "
+            f"{prompts['batch']}), {len(rows)} rows; round-off residuals as the power of ten "
+            "that bounds them. A piped run logs one line per finished row, e.g. "
+            f"`verify: 3/{len(rows)} claim {third['claim']} ({third['title']}): "
+            f"{third['verdict']}` and the row's time.\n\n"
+            + markdown_table(LEDGER_COLUMNS, rows))
 
 
 # --- the example notebook (examples/tour.py, jupytext "percent" format) ---------------------
@@ -480,6 +551,7 @@ BLOCKS: list[Block] = [
     Block("README.md", "claims", claims_table(README_CLAIM_COLUMNS)),
     Block("README.md", "reproduce", reproduce_markdown),
     Block("README.md", "times", times_table),
+    Block("README.md", "ledger", ledger_block),
     Block("README.md", "performance", performance_summary),
     Block("docs/theory.md", "claims", claims_table(THEORY_CLAIM_COLUMNS)),
     Block("docs/theory.md", "figures", figures_table),

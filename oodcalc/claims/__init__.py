@@ -167,7 +167,9 @@ CLAIMS: tuple[Claim, ...] = (
           "symbolic K",
           "the second derivative of e_k along v is Σ_n a_n c_n (v_n − ⟨a,v⟩)²; |c_n| ≤ 2 on "
           "the simplex (Polya certificates, with Σ_rest a_m² ≤ (Σ_rest a_m)² by induction) "
-          "and Σ_n a_n (v_n − ⟨a,v⟩)² ≤ ‖v‖²/2 (the mean and the spread, by certificates)",
+          "and Σ_n a_n (v_n − ⟨a,v⟩)² ≤ ‖v‖²/2 (the mean and the spread, by certificates); "
+          "the chain to ‖v‖² ∓ vᵀ∇²e_k v ≥ 0 is one certificate with the sums over n symbolic, "
+          "and the descent step −η‖∇L‖²(1 − η/(2K)) is Taylor's remainder integrated by sympy",
           _M + "claim9_step_size", "derive_smoothness", "check_smoothness"),
 )
 

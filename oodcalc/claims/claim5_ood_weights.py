@@ -34,9 +34,7 @@ CLAIMED = {
     # K = 2: the error of query u_1 from its margin s_1
     "k2-error": lambda s: 1 / (1 + sp.exp(s)) ** 2,
 }
-NUMERIC_CLAIMED = {"ood_logits": theory.ood_logits, "ood_errors": theory.ood_errors,
-                   # what finite prompts approach: the population OOD loss at T1
-                   "population_ood_loss": lambda report: float(report.ood.error.mean())}
+NUMERIC_CLAIMED = {"ood_logits": theory.ood_logits, "ood_errors": theory.ood_errors}
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,15 +198,23 @@ def check(ctx, claimed: dict = NUMERIC_CLAIMED):
         at_reached <= EXACT_TOL and worst_err <= EXACT_TOL and ok_star,
         lines + [f"max |z − formula(α*)| = {at_star:.3g}: the discrete overshoot of claim 3"])
 
-    target = claimed["population_ood_loss"](ctx.theory(OOD_SETTING))
-    U = OOD_SETTING.geometry.U
-    K = OOD_SETTING.K
+    # Finite prompts are compared with the formula at the α they reached: where a noisy run
+    # crosses ε within its last step is not claim 5's business (claim 3 checks α), and it
+    # moves the OOD loss by ~3e-4 at every N and batch size, a hundred times the finite-N
+    # effect (measured: 4.6e-6 at N = 8 falling to 1.1e-6 at N = 64, 4 seeds, batch 512).
+    V, U = OOD_SETTING.geometry.V, OOD_SETTING.geometry.U
+    M, K = OOD_SETTING.geometry.M, OOD_SETTING.K
     points = []
     for N in ctx.budget.Ns:
-        dev = [errors_and_gradient(ctx.prompt_q1(N, s), U)[0].sum() / K - target
-               for s in ctx.seeds()]
+        dev = []
+        for s in ctx.seeds():
+            Q = ctx.prompt_q1(N, s)
+            alpha = float(np.diag(V.T @ Q @ V).mean())
+            dev.append(errors_and_gradient(Q, U)[0].sum() / K
+                       - float(np.mean(claimed["ood_errors"](M, alpha))))
         points.append(Point(N, *mean_se(dev), len(dev)))
     prompts = monte_carlo_check(
-        "OOD loss Σe_k/K at T1 of simulator (b) minus the population value "
-        f"({target:.6g}), rotation θ = π/6, K = 4, d = 8, η = 0.4", points)
+        "OOD loss Σe_k/K at T1 of simulator (b) minus the claim-5 formula's at the α it "
+        "reached (the mean of diag VᵀQ^(T1)V), rotation θ = π/6, K = 4, d = 8, η = 0.4",
+        points)
     return population, prompts, []

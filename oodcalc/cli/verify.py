@@ -40,14 +40,17 @@ def cells(row, narrow: bool = False, title: str | None = None) -> tuple[str, ...
             f"N^{-row.prompts.rate:+.2f}±{row.prompts.rate_se:.2f}"
         if not row.prompts.passed:
             mc = f"[red]{mc} ✗[/red]"
+    level = escape(row.symbolic)
+    if row.derivation is not None and not row.derivation.passed:
+        level = f"[red]{level} ✗[/red]"
     verdict = {"PASS": "[green]PASS[/green]", "REFUTED": "[yellow]REFUTED[/yellow]",
                "FAIL": "[bold red]FAIL[/bold red]"}[row.verdict]
     if row.refutes and row.passed:
         err = "counterexample\nreproduced" if narrow else "counterexample reproduced"
     if narrow:
-        return (escape(row.claim), f"{title}\n[dim]{escape(row.symbolic)}[/dim]", err,
+        return (escape(row.claim), f"{title}\n[dim]{level}[/dim]", err,
                 mc + (f"\n{rate}" if rate else ""), verdict)
-    return (escape(row.claim), title, escape(row.symbolic), err, mc, rate, verdict)
+    return (escape(row.claim), title, level, err, mc, rate, verdict)
 
 
 def ledger_table(ledger, narrow: bool, titles: list[str] | None = None):
@@ -139,13 +142,22 @@ def render(ledger, details: bool, console=None) -> None:
     for r in ledger.rows:
         notes = list(r.findings)
         if details or not r.passed or r.refutes:
-            notes = [f"(a) {r.population.compared}"] + [f"(a) {d}" for d in r.population.details]
+            notes = [] if r.derivation is None else \
+                [f"(symbolic) {d}" for d in r.derivation.details]
+            notes += [f"(a) {r.population.compared}"] + [f"(a) {d}" for d in r.population.details]
             if r.prompts is not None:
                 notes += [f"(b) {r.prompts.compared}", f"(b) {r.prompts.criterion}"]
                 notes += [f"(b) {d}" for d in r.prompts.details]
             notes += r.findings
         for note in notes:
             say(console, escape(f"  {r.claim}. {note}"), indent=4)
+    derived = [r.derivation for r in ledger.rows if r.derivation is not None]
+    if derived:
+        ran = [d for d in derived if not d.cached]
+        say(console, f"Derivations: {len(derived) - len(ran)} read from the cache of their "
+                     f"code's outcome, {len(ran)} run ({sum(d.seconds for d in ran):.1f} s); "
+                     f"{sum(d.passed for d in derived)}/{len(derived)} earned the registry's "
+                     "level with every check passing.")
     failed = [r.claim for r in ledger.rows if r.verdict == "FAIL"]
     refuted = [r.claim for r in ledger.rows if r.verdict == "REFUTED"]
     summary = ("[green]no FAIL[/green]" if not failed
@@ -168,13 +180,14 @@ def verify(
         help="Print every comparison behind each row.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
 ) -> int:
-    """Check every claim against gradient descent: closed forms vs the population
-    simulator (GD on the full Q; column (a)) and vs the prompts simulator (finite-prompt
-    training at several N; column (b)).
+    """Check every claim: its derivation (the level it earns; the outcome cached by a hash
+    of the code it runs), closed forms vs the population simulator (GD on the full Q;
+    column (a)) and vs the prompts simulator (finite-prompt training at several N; column (b)).
 
     Verdicts: PASS; REFUTED (a statement of the paper contradicted by a counterexample that
-    full-Q GD reproduces in this run); FAIL (oodcalc's closed forms disagree with
-    simulation, or a counterexample stopped reproducing). Exit code 0 when no row FAILs,
+    full-Q GD reproduces in this run); FAIL (a check of the derivation failed or it earned
+    another level than the registry's, oodcalc's closed forms disagree with simulation, or
+    a counterexample stopped reproducing). Exit code 0 when no row FAILs,
     1 otherwise. Progress goes to stderr: a bar on a terminal, else a line per finished
     row. Example: oodcalc verify --quick
     """
