@@ -12,7 +12,7 @@ import numpy as np
 from .. import limits
 from ..errors import ComputationError
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, directions, trend
-from ..setting import Setting
+from ..setting import Setting, check_setting
 
 
 def _softmax_columns(logits: np.ndarray) -> np.ndarray:
@@ -80,10 +80,12 @@ def simulate_population(setting: Setting) -> Report:
     Raises
     ------
     InputError
-        Before any work, if its iterates would not fit the memory cap
-        (:func:`oodcalc.limits.check_population`).
+        Before any work, if ``setting`` is not a Setting, or its iterates would not fit
+        the memory cap (:func:`oodcalc.limits.check_population`).
     ComputationError
-        If a phase does not meet the stopping rule within ``protocol.max_steps``.
+        Before any work, if a phase is estimated past twice ``protocol.max_steps``
+        (:func:`oodcalc.limits.check_simulation`, predict's rule); after, if a phase does
+        not meet the stopping rule within it.
 
     Example
     -------
@@ -94,8 +96,10 @@ def simulate_population(setting: Setting) -> Report:
     >>> simulated.pretrain.T1 == theory.pretrain.T1, abs(simulated.F - theory.F) < 1e-12
     (True, True)
     """
-    geo, proto = setting.geometry, setting.protocol
+    geo, proto = check_setting(setting).geometry, setting.protocol
     limits.check_population(geo.K, geo.d, proto)       # every iterate Q: refused first
+    limits.check_simulation(geo.K, proto, diagonal=geo.known_diagonal,
+                            M=geo.M if geo.known_diagonal is None else None)
     V, U, K = geo.V, geo.U, geo.K
     pre_path: list = []
     ft_path: list = []

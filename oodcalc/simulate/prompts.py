@@ -45,7 +45,7 @@ import numpy as np
 from .. import limits
 from ..errors import ComputationError, InputError
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
-from ..setting import Setting
+from ..setting import Setting, check_setting
 from .population import errors_and_gradient
 
 STOP_RULES = ("population", "heldout")
@@ -242,11 +242,14 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     >>> report.pretrain.T1 < oc.predict(setting).pretrain.T1   # finite prompts stop sooner
     True
     """
-    geo, proto = setting.geometry, setting.protocol
-    V, U, K = geo.V, geo.U, geo.K
+    geo, proto = check_setting(setting).geometry, setting.protocol
+    K = geo.K
     check_simulation_inputs(N, batch, stop, holdout, K)
     limits.check_prompts(K, geo.d, proto, N=N, batch=batch, holdout=holdout,
                          heldout=stop == "heldout")
+    limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
+                            M=geo.M if geo.known_diagonal is None else None)
+    V, U = geo.V, geo.U
     pre_rng, ft_rng, hold_rng = phase_generators(seed)
     balanced = np.repeat(np.arange(K), holdout // K)
     hold_v = hold_u = None
