@@ -342,6 +342,37 @@ def exp_steps(log_steps: float) -> float:
     return math.exp(min(log_steps, 700.0)) if log_steps > -math.inf else 0.0
 
 
+# --- time: the simulators -------------------------------------------------------------------
+
+#: Seconds a simulator's step takes on one core (measured with one BLAS thread, d = 4-512,
+#: K = 2-128, N·batch up to 5e5; for messages only): a fixed cost, a term per d²·K of the
+#: population errors and gradient (twice while fine-tuning: the source is watched), and the
+#: finite-prompt simulator's term per token coordinate (N · batch · d).
+SIMULATOR_SECONDS = {"step": 2e-5, "update": 1.5e-9, "token": 3e-8}
+
+
+def simulation_steps(K: int, protocol, *, diagonal=None, M=None) -> tuple[float, float]:
+    """The steps a simulator will run per phase: the estimates (fine-tuning from the
+    logits at α*), never more than the caps (``ft_steps`` exactly)."""
+    t1 = min(float(protocol.max_steps), pretrain_steps(K, protocol.eps, protocol.eta))
+    if protocol.ft_steps is not None:
+        return t1, float(protocol.ft_steps)
+    log_t2 = finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal, M=M,
+                                eps_ft=protocol.eps_ft)[0]
+    return t1, min(float(protocol.max_steps), exp_steps(log_t2))
+
+
+def simulation_seconds(K: int, d: int, t1: float, t2: float, tokens: float = 0.0) -> float:
+    """Seconds a simulator takes for ``t1`` + ``t2`` steps (``tokens``: N · batch of the
+    finite-prompt simulator, 0 for the population one), reading the logits off every
+    stored Q at the end included."""
+    c = SIMULATOR_SECONDS
+    population = c["update"] * d * d * K
+    step = c["step"] + c["token"] * tokens * d
+    return t1 * (step + population) + t2 * (step + 2 * population) \
+        + (t1 + 2 * t2) * population
+
+
 # --- memory: one estimate per entry point ----------------------------------------------------
 #
 # Each describes the current implementation: when an entry point changes how it stores a
@@ -377,10 +408,12 @@ def predict_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
 def population_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
                      max_steps: int, ft_steps: int | None = None) -> float:
     """``simulate_population``: every iterate ``Q`` (d × d) of both phases (fine-tuning
-    for exactly ``ft_steps`` steps when given)."""
-    steps = steps_held(K, eps, eta, max_steps) + (
-        steps_held(K, eps, eta_ft, max_steps) if ft_steps is None else ft_steps + 1)
-    return BASE_BYTES + geometry_bytes(d, K) + d * d * FLOAT * (steps + 10)
+    for exactly ``ft_steps`` steps when given), and the three K × K logit trajectories read
+    off them (``simulate.population.logit_path``)."""
+    t1 = steps_held(K, eps, eta, max_steps)
+    t2 = steps_held(K, eps, eta_ft, max_steps) if ft_steps is None else ft_steps + 1
+    return BASE_BYTES + geometry_bytes(d, K) + FLOAT * (d * d * (t1 + t2 + 10)
+                                                        + K * K * (t1 + 2 * t2))
 
 
 def prompts_bytes(K: int, d: int, N: int, batch: int, holdout: int, eps: float, eta: float,
@@ -403,6 +436,17 @@ def sweep_bytes(rows_by_K: dict[int, int], workers: int = 1) -> float:
     """``sweep``: every configuration's row (all of them held until written)."""
     rows = sum(n * sweep_row_bytes(K) for K, n in rows_by_K.items())
     return BASE_BYTES + rows + max(0, workers - 1) * WORKER_BYTES
+
+
+#: What one K = 3 slice adds to its figure (six panels, 12.5 × 8.4 in at 150 dpi: its
+#: raster alone is 9.5 MB, and Agg renders through buffers as large): measured, 10 slices
+#: of a 5 × 5 grid saved as PNG peaked at 300 MB against 129 MB for 2.
+K3_SLICE_BYTES = 24 << 20
+
+
+def k3_figure_bytes(slices: int) -> float:
+    """``plots.phase_k3``: the figure of ``slices`` slices, drawn and saved."""
+    return BASE_BYTES + slices * K3_SLICE_BYTES
 
 
 def phase_diagram_bytes(n: int) -> float:

@@ -65,6 +65,9 @@ WORK_LIMIT = 2e12
 #: ``estimates.CURVE_BYTES`` for each (a figure of K × K weights at K = 1000 is a
 #: million curves: hours, and gigabytes).
 MAX_CURVES = 50_000
+#: Most K = 3 slices in one figure (``plot phase-k3``): Agg draws at most 2^16 pixels a
+#: side, and a slice is 8.4 in high at 150 dpi.
+MAX_K3_SLICES = 50
 #: Most torch threads (--threads): far more than any machine's cores; torch itself
 #: crashes on some larger counts (100,000 threads: a segmentation fault at exit).
 MAX_THREADS = 1024
@@ -312,6 +315,19 @@ def check_phase_diagram(n: int) -> None:
                          f"a sweep holds at most {MAX_ROWS:,})")
     refuse_over_cap(estimates.phase_diagram_bytes(n), "the phase diagram (N × N rows and "
                     "images)", [(param("n"), n, 0.0, param("n", "lower"))])
+
+
+def check_k3_figure(slices: int) -> None:
+    """``plots.phase_k3``: at most ``MAX_K3_SLICES`` slices, their figure within the memory
+    cap (its slices, not only the sweep's rows: 1,000 slices of a 5 × 5 grid passed the
+    rows' estimate and ran out of memory at 2.9 GB after 132 s)."""
+    if slices > MAX_K3_SLICES:
+        raise InputError(param("gamma1"), f"{slices:,} values", f"at most {MAX_K3_SLICES} "
+                         "slices in one figure (a PNG holds at most 2^16 pixels a side: "
+                         f"{MAX_K3_SLICES} slices of 8.4 in at 150 dpi; each takes seconds to "
+                         "draw); give fewer values or draw several figures")
+    refuse_over_cap(estimates.k3_figure_bytes(slices), "the K = 3 figure (its slices)",
+                    [(param("gamma1"), f"{slices:,} values", 0.0, "give fewer values")])
 
 
 def check_maps(rows_by_K: dict[int, int], floats_per_row: int, what: str) -> None:

@@ -142,3 +142,112 @@ def test_simulators_check_their_setting():
     setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(max_steps=200))
     with pytest.raises(ComputationError, match="did not meet the stopping rule"):
         simulate_population(setting)             # T1 = 357 > 200, refused only by running
+
+
+# --- simulate: the stored path read off by matrix products, the run announced --------------
+
+def test_logit_path_is_the_projection_of_every_iterate():
+    import numpy as np
+
+    from oodcalc.simulate.population import PATH_BLOCK, logit_path
+    rng = np.random.default_rng(0)
+    F = rng.standard_normal((6, 3))
+    path = [rng.standard_normal((6, 6)) for _ in range(PATH_BLOCK + 7)]   # two blocks
+    z = logit_path(F, path)
+    assert z.shape == (len(path), 3, 3)
+    for t in (0, PATH_BLOCK - 1, PATH_BLOCK, len(path) - 1):
+        assert np.abs(z[t] - F.T @ path[t] @ F).max() < 1e-12
+    assert np.abs(logit_path(F, np.array(path)) - z).max() < 1e-12
+
+
+def test_simulators_do_not_contract_paths_with_einsum(monkeypatch):
+    """np.einsum("dn,tde,ek->tnk") without optimize looped over t·d²·K² terms in one C
+    call: 110× slower than the products at d = 128, K = 64, and deaf to Ctrl-C."""
+    import numpy as np
+
+    import oodcalc as oc
+    from oodcalc import verify
+    from oodcalc.simulate import population, prompts, simulate_population, simulate_prompts
+    real = np.einsum
+
+    def guarded(subscripts, *operands, **kwargs):
+        assert "tde" not in subscripts, "a stored path contracted by einsum"
+        return real(subscripts, *operands, **kwargs)
+    monkeypatch.setattr(np, "einsum", guarded)
+    setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(eps=0.05))
+    simulate_population(setting)
+    simulate_prompts(setting, N=4, batch=16)
+    verify.z_path(np.eye(2), [np.eye(2)] * 3)
+
+
+def test_a_long_simulation_says_so_before_it_starts(capsys, monkeypatch):
+    """simulate --orthogonal --K 64 --eta 1 ran for many minutes with no word."""
+    import re
+
+    from oodcalc import simulate
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(simulate, "simulate_population", interrupted)
+    assert main(["simulate", "--orthogonal", "--K", "64", "--eta", "1", "--json"]) == 130
+    first = capsys.readouterr().err.splitlines()[0]
+    assert re.fullmatch(r"oodcalc: simulate: this run will take about \d+ (s|min) \(≈ 7,306 "
+                        r"\+ 7,306 steps of GD on the 128×128 Q, about [\d.]+ GiB of memory\)",
+                        first), first
+    assert main(["simulate", "--gamma", "1,-0.9", "--json"]) == 130     # short: no word
+    assert "this run will take" not in capsys.readouterr().err
+
+
+def test_the_memory_estimate_counts_the_logit_trajectories():
+    from oodcalc import estimates
+    stored = estimates.population_bytes(64, 128, 0.01, 1.0, 1.0, 10**6)
+    t = estimates.steps_held(64, 0.01, 1.0, 10**6)
+    iterates = estimates.FLOAT * 128 * 128 * (2 * t + 10)
+    assert stored - estimates.BASE_BYTES - estimates.geometry_bytes(128, 64) == \
+        iterates + estimates.FLOAT * 64 * 64 * 3 * t
+
+
+# --- plot phase-k3 and explore -------------------------------------------------------------
+
+def test_phase_k3_counts_its_slices_before_the_sweep(capsys, monkeypatch, tmp_path):
+    """1,000 slices of a 5 × 5 grid: 132 s of silence, then out of memory at 2.9 GB (the
+    estimate counted 25,000 rows, not 1,000 figure panels)."""
+    from oodcalc import sweep
+
+    def no_sweep(*a, **k):
+        raise AssertionError("the sweep started")
+    monkeypatch.setattr(sweep, "sweep", no_sweep)
+    many = ",".join(["0.5"] * 1000)
+    err, elapsed = one_line_error(capsys, ["plot", "phase-k3", "-o", str(tmp_path / "k3.png"),
+                                           "--grid", "5", "--gamma1", many], 2)
+    assert "--gamma1: got 1,000 values; at most 50 slices" in err and len(err) < 300
+    monkeypatch.setenv("OODCALC_MAX_MEMORY", "300M")      # 5 slices: 200 MiB + 5 × 24 MiB
+    err, _ = one_line_error(capsys, ["plot", "phase-k3", "-o", str(tmp_path / "k3.png"),
+                                     "--grid", "5", "--gamma1", "1,0.5,0,-0.5,-1"], 2)
+    assert "--gamma1: got 5 values; the K = 3 figure (its slices): about 320 MiB" in err
+
+
+def test_explore_shortens_the_slices_it_refuses(capsys, tmp_path):
+    many = ",".join(["0.5"] * 1000)                  # a 4,049-character line before
+    err, _ = one_line_error(capsys, ["explore", "-o", str(tmp_path / "x.html"),
+                                     "--gamma1", many], 2)
+    assert "--gamma1: got 1,000 values (0.5,0.5," in err and "at most 16 slices" in err
+    assert len(err) < 200
+
+
+@pytest.mark.parametrize("command", [["plot", "phase-k3", "-o", "k3.png"],
+                                     ["explore", "-o", "x.html"]])
+@pytest.mark.parametrize("args, fragment", [(["--eta", "1e-300"], "10^302 steps"),
+                                            (["--eps", "1e-300"], "10^301 steps")])
+def test_maps_refuse_what_predict_refuses(capsys, monkeypatch, tmp_path, command, args,
+                                          fragment):
+    """They ran to exit 0 (every row at its cap) where predict refuses."""
+    from oodcalc import sweep
+
+    def no_sweep(*a, **k):
+        raise AssertionError("the sweep started")
+    monkeypatch.setattr(sweep, "sweep", no_sweep)
+    monkeypatch.chdir(tmp_path)
+    err, elapsed = one_line_error(capsys, [*command, "--grid", "5", *args], 1)
+    assert f"pretraining would need about {fragment}" in err and elapsed < 5
+    assert "--eps" in err and not (tmp_path / command[-1]).exists()
