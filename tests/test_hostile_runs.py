@@ -251,3 +251,36 @@ def test_maps_refuse_what_predict_refuses(capsys, monkeypatch, tmp_path, command
     err, elapsed = one_line_error(capsys, [*command, "--grid", "5", *args], 1)
     assert f"pretraining would need about {fragment}" in err and elapsed < 5
     assert "--eps" in err and not (tmp_path / command[-1]).exists()
+
+
+# --- predict's fine-tuning engine at small K -------------------------------------------------
+
+def test_a_long_small_fine_tuning_goes_to_the_compiled_kernel():
+    """predict --gamma 1,-0.9 --ft-steps 1000000 ran by NumPy (117 s) and advised installing
+    the fast extra with Numba installed; 10^7 steps compiled took 58 s. At K = 2 NumPy's time
+    is its calls, not its 4e6 updates. Runs without Numba: the plan is told what is there."""
+    import numpy as np
+
+    from oodcalc import estimates
+    from oodcalc.setting import Protocol
+    diagonal = np.array([1.0, -0.9])
+
+    def plan(steps, numba):
+        return estimates.finetune_plan(2, Protocol(ft_steps=steps), diagonal=diagonal,
+                                       compiled_available=numba)
+    assert plan(10**6, True)[1:] == ("compiled", False)
+    assert plan(10**6, False)[1:] == ("numpy", True)          # the hint, only without Numba
+    assert plan(100, True)[1:] == ("numpy", False) == plan(100, False)[1:]  # load not repaid
+    assert estimates.compiled_pays(300, 10**3)                 # large K: by its updates
+
+
+def test_the_fast_extra_is_advised_only_without_numba(monkeypatch):
+    import oodcalc as oc
+    from oodcalc import compiled
+    from oodcalc.predict import expected_seconds
+    setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(ft_steps=10**6))
+    monkeypatch.setattr(compiled, "available", lambda: True)
+    seconds, words = expected_seconds(setting)
+    assert "per-column kernel (Numba)" in words and "pip install" not in words
+    monkeypatch.setattr(compiled, "available", lambda: False)
+    assert 'pip install "oodcalc[fast]"' in expected_seconds(setting)[1]
