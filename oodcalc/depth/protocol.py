@@ -38,7 +38,7 @@ DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3}
 #: Most steps a fine-tuning may run (``ft_steps``, or ``max_steps`` under the rule): its
 #: record keeps the source loss at every step, at most ~51 bytes a step in the cache's
 #: JSON, so 10^6 steps stay within the cache's 64 MiB record cap (``cache.MAX_RECORD_BYTES``;
-#: tests/test_depth.py checks it).
+#: tests/test_hostile_runs.py checks it).
 MAX_PHASE_STEPS = 1_000_000
 #: Largest step size: the models' parameters are float32 (torch refuses a larger lr).
 MAX_LR = 3.4e38
@@ -169,6 +169,8 @@ def check_reach(config: DepthConfig) -> None:
     fit_lr = config.lr * estimate / config.max_steps        # the estimate goes as 1/η
     if fit_lr <= DEFAULT_LR[config.optimizer]:
         changes.append(f"{param('DepthConfig.lr')} to about {fit_lr:.2g}")
+    if not changes:
+        changes.append(param("DepthConfig.eps"))
     raise ComputationError(
         f"pretraining ({config.arch}, {config.optimizer}) would need about "
         f"{estimates.format_steps(log_t1)} steps to meet the stopping rule (the one-layer "
