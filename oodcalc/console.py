@@ -8,6 +8,7 @@ nothing is wrapped: a line of output is one line, and tables get ``PIPE_WIDTH`` 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -74,13 +75,30 @@ def say(console, markup: str, indent: int = 0, style: str | None = None) -> None
         console.print(line, soft_wrap=True)
 
 
+#: Seconds in a (Julian) year, and the age of the universe in years (13.8 billion).
+YEAR = 365.25 * 86400
+UNIVERSE_YEARS = 1.38e10
+
+
 def duration(seconds: float) -> str:
-    """``95 s``, ``12 min``, ``3.1 h``: a duration as a person reads it."""
+    """``95 s``, ``12 min``, ``3.1 h``, ``5.2 days``, ``1,400 years``: a duration as a
+    person reads it, however long (an estimate of 10^290 hours stays one short phrase)."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.2g} h"
+    if seconds < 72 * 3600:
+        return f"{seconds / 3600:.2g} h"
+    if seconds < 2 * YEAR:
+        return f"{seconds / 86400:.2g} days" if seconds < 10 * 86400 \
+            else f"{seconds / 86400:,.0f} days"
+    years = seconds / YEAR
+    if years < 1e6:
+        return f"{years:,.0f} years"
+    if not math.isfinite(years):
+        return "forever"
+    return (f"{years:.1g} years" if years < UNIVERSE_YEARS
+            else f"{years:.1g} years (longer than the age of the universe)")
 
 
 class StripTrailing:

@@ -243,6 +243,11 @@ SECONDS_PER_UPDATE = {"compiled": 3.5e-9, "numpy": 3e-8}
 #: ... and the seconds each spends per step whatever K (NumPy's calls, predict's source
 #: view): what a small K costs (K = 2, 242,591 steps: 80 s at load 3)
 SECONDS_PER_STEP = {"compiled": 1e-7, "numpy": 2e-4}
+#: NumPy's step on a short run, whose source view is read off the recorded path at once
+#: (K = 2, 10^5 steps: 4.0 s of CPU), and what the compiled kernel spends on each step it
+#: keeps (K = 2, 10^5 steps, every one kept: 10.9 s; 10^6 steps: 47 s; 10^7: 58 s).
+SECONDS_PER_RECORDED_STEP = 4e-5
+SECONDS_PER_SNAPSHOT = 1e-4
 
 
 #: Seconds per step of the symmetric ray's scalar recurrence (pretraining, and fine-tuning
@@ -271,15 +276,22 @@ def ray_seconds(steps: float, compiled_available: bool, loaded: bool = False) ->
 
 
 #: The per-column kernel pays for loading Numba (about a second) from this many logit
-#: updates (T2 × K²): predict's NumPy path, which follows the source view at every
-#: step, does about 1e7 a second.
+#: updates (T2 × K²) whatever the steps: predict's NumPy path, which follows the source
+#: view at every step, does about 1e7 a second.
 COMPILED_FROM_WORK = 1e7
 
 
-def compiled_pays(work: float) -> bool:
-    """Whether a diagonal fine-tuning of ``work`` logit updates goes to the compiled
-    kernel (when Numba is there): the one rule for predict and for its estimates."""
-    return work >= COMPILED_FROM_WORK
+def compiled_pays(K: int, steps: float) -> bool:
+    """Whether a diagonal fine-tuning of ``steps`` steps on K × K logits goes to the
+    compiled kernel (when Numba is there): past ``COMPILED_FROM_WORK`` updates, or where
+    the time it saves over NumPy repays loading it (at K = 2 NumPy's time is its calls, not
+    its updates: 10^6 steps, 4e6 updates, took 117 s by NumPy, 10^7 steps 58 s compiled).
+    The one rule for predict and for its estimates."""
+    if steps * K * K >= COMPILED_FROM_WORK:
+        return True
+    log_steps = math.log(steps) if steps > 0 else -math.inf
+    return finetune_seconds(K, log_steps, "numpy") > \
+        COMPILED_LOAD_SECONDS + finetune_seconds(K, log_steps, "compiled")
 
 
 class Plan(NamedTuple):
@@ -287,7 +299,7 @@ class Plan(NamedTuple):
 
     log_steps: float     # natural log of the estimated steps
     engine: str          # a key of ENGINES
-    faster: bool         # the NumPy descent where Numba's kernel would apply (M diagonal)
+    faster: bool         # the NumPy descent where Numba's kernel would run (it is missing)
 
 
 def finetune_plan(K: int, protocol, *, diagonal: np.ndarray | None = None,
@@ -310,9 +322,9 @@ def finetune_plan(K: int, protocol, *, diagonal: np.ndarray | None = None,
     else:
         log_t2 = finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal,
                                     M=M, eps_ft=protocol.eps_ft, alpha=alpha)[0]
-    fast = diagonal is not None and compiled_available and \
-        compiled_pays(exp_steps(log_t2) * K * K)
-    return Plan(log_t2, "compiled" if fast else "numpy", diagonal is not None and not fast)
+    pays = diagonal is not None and compiled_pays(K, exp_steps(log_t2))
+    fast = pays and compiled_available
+    return Plan(log_t2, "compiled" if fast else "numpy", pays and not compiled_available)
 
 
 def predict_seconds(K: int, protocol, plan: Plan | None,
@@ -331,15 +343,56 @@ def predict_seconds(K: int, protocol, plan: Plan | None,
 
 def finetune_seconds(K: int, log_steps: float, engine: str) -> float:
     """Seconds a K×K fine-tuning of ``e^log_steps`` steps takes on ``engine`` (a key of
-    :data:`ENGINES`; the compiled kernel shares the columns out over its threads)."""
+    :data:`ENGINES`; the compiled kernel shares the columns out over its threads), with
+    what its kept trajectory costs: NumPy's short runs take the whole recorded path at once
+    (``SECONDS_PER_RECORDED_STEP``), the compiled kernel hands each kept step to Python
+    (``SECONDS_PER_SNAPSHOT``, up to the trajectory budget)."""
+    steps = exp_steps(log_steps)
     threads = compiled.expected_threads() if engine == "compiled" else 1
-    return exp_steps(log_steps) * (SECONDS_PER_STEP[engine]
-                                   + K * K * SECONDS_PER_UPDATE[engine] / threads)
+    per_step = SECONDS_PER_STEP[engine]
+    extra = 0.0
+    if engine == "numpy" and 4 * 8 * K * K * (steps + 1) <= TRAJECTORY_BYTES / 3:
+        per_step = SECONDS_PER_RECORDED_STEP      # predict._finetune_recorded
+    if engine == "compiled":
+        kept = TRAJECTORY_BYTES * 2 / 3 // (3 * 8 * K * K)   # predict._snapshot_store
+        extra = min(steps + 1, kept) * SECONDS_PER_SNAPSHOT
+    return steps * (per_step + K * K * SECONDS_PER_UPDATE[engine] / threads) + extra
 
 
 def exp_steps(log_steps: float) -> float:
     """Steps from their natural log (``0`` for ``-inf``, capped at ``e^700``)."""
     return math.exp(min(log_steps, 700.0)) if log_steps > -math.inf else 0.0
+
+
+# --- time: the simulators -------------------------------------------------------------------
+
+#: Seconds a simulator's step takes on one core (measured with one BLAS thread, d = 4-512,
+#: K = 2-128, N·batch up to 5e5; for messages only): a fixed cost, a term per d²·K of the
+#: population errors and gradient (twice while fine-tuning: the source is watched), and the
+#: finite-prompt simulator's term per token coordinate (N · batch · d).
+SIMULATOR_SECONDS = {"step": 2e-5, "update": 1.5e-9, "token": 3e-8}
+
+
+def simulation_steps(K: int, protocol, *, diagonal=None, M=None) -> tuple[float, float]:
+    """The steps a simulator will run per phase: the estimates (fine-tuning from the
+    logits at α*), never more than the caps (``ft_steps`` exactly)."""
+    t1 = min(float(protocol.max_steps), pretrain_steps(K, protocol.eps, protocol.eta))
+    if protocol.ft_steps is not None:
+        return t1, float(protocol.ft_steps)
+    log_t2 = finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal, M=M,
+                                eps_ft=protocol.eps_ft)[0]
+    return t1, min(float(protocol.max_steps), exp_steps(log_t2))
+
+
+def simulation_seconds(K: int, d: int, t1: float, t2: float, tokens: float = 0.0) -> float:
+    """Seconds a simulator takes for ``t1`` + ``t2`` steps (``tokens``: N · batch of the
+    finite-prompt simulator, 0 for the population one), reading the logits off every
+    stored Q at the end included."""
+    c = SIMULATOR_SECONDS
+    population = c["update"] * d * d * K
+    step = c["step"] + c["token"] * tokens * d
+    return t1 * (step + population) + t2 * (step + 2 * population) \
+        + (t1 + 2 * t2) * population
 
 
 # --- memory: one estimate per entry point ----------------------------------------------------
@@ -377,10 +430,12 @@ def predict_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
 def population_bytes(K: int, d: int, eps: float, eta: float, eta_ft: float,
                      max_steps: int, ft_steps: int | None = None) -> float:
     """``simulate_population``: every iterate ``Q`` (d × d) of both phases (fine-tuning
-    for exactly ``ft_steps`` steps when given)."""
-    steps = steps_held(K, eps, eta, max_steps) + (
-        steps_held(K, eps, eta_ft, max_steps) if ft_steps is None else ft_steps + 1)
-    return BASE_BYTES + geometry_bytes(d, K) + d * d * FLOAT * (steps + 10)
+    for exactly ``ft_steps`` steps when given), and the three K × K logit trajectories read
+    off them (``simulate.population.logit_path``)."""
+    t1 = steps_held(K, eps, eta, max_steps)
+    t2 = steps_held(K, eps, eta_ft, max_steps) if ft_steps is None else ft_steps + 1
+    return BASE_BYTES + geometry_bytes(d, K) + FLOAT * (d * d * (t1 + t2 + 10)
+                                                        + K * K * (t1 + 2 * t2))
 
 
 def prompts_bytes(K: int, d: int, N: int, batch: int, holdout: int, eps: float, eta: float,
@@ -403,6 +458,17 @@ def sweep_bytes(rows_by_K: dict[int, int], workers: int = 1) -> float:
     """``sweep``: every configuration's row (all of them held until written)."""
     rows = sum(n * sweep_row_bytes(K) for K, n in rows_by_K.items())
     return BASE_BYTES + rows + max(0, workers - 1) * WORKER_BYTES
+
+
+#: What one K = 3 slice adds to its figure (six panels, 12.5 × 8.4 in at 150 dpi: its
+#: raster alone is 9.5 MB, and Agg renders through buffers as large): measured, 10 slices
+#: of a 5 × 5 grid saved as PNG peaked at 300 MB against 129 MB for 2.
+K3_SLICE_BYTES = 24 << 20
+
+
+def k3_figure_bytes(slices: int) -> float:
+    """``plots.phase_k3``: the figure of ``slices`` slices, drawn and saved."""
+    return BASE_BYTES + slices * K3_SLICE_BYTES
 
 
 def phase_diagram_bytes(n: int) -> float:

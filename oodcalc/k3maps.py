@@ -185,6 +185,9 @@ def slices(gamma1: Sequence[float] = DEFAULT_GAMMA1, n: int = DEFAULT_GRID,
     protocol = protocol or Protocol()
     limits.check_maps({3: len(gamma1) * int(n) ** 2}, MAP_FLOATS,
                       "the K = 3 slices (N × N rows per slice and their images)")
+    # predict's refusal: every row pretrains alike, under max_steps as given (the sweep
+    # never raises it), so a pretraining estimated past twice it would leave no row scored
+    limits.pretrain_cap(3, protocol, auto=False)
     axis = np.linspace(-1.0, 1.0, int(n))
     result = sweep(gamma_grid([np.array(gamma1), axis, axis], eps=protocol.eps,
                               eta=protocol.eta, eta_ft=protocol.eta_ft),

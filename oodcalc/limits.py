@@ -27,6 +27,7 @@ import os
 import re
 
 from . import compiled, estimates
+from .console import duration
 from .errors import ComputationError, InputError, param
 
 #: Environment variable that sets the memory cap (a size: 16G, 512M, or bytes).
@@ -64,6 +65,9 @@ WORK_LIMIT = 2e12
 #: ``estimates.CURVE_BYTES`` for each (a figure of K × K weights at K = 1000 is a
 #: million curves: hours, and gigabytes).
 MAX_CURVES = 50_000
+#: Most K = 3 slices in one figure (``plot phase-k3``): Agg draws at most 2^16 pixels a
+#: side, and a slice is 8.4 in high at 150 dpi.
+MAX_K3_SLICES = 50
 #: Most torch threads (--threads): far more than any machine's cores; torch itself
 #: crashes on some larger counts (100,000 threads: a segmentation fault at exit).
 MAX_THREADS = 1024
@@ -227,6 +231,23 @@ def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> 
         check_finetune_work(K, protocol, plan.log_steps, plan.engine, faster=plan.faster)
 
 
+def check_simulation(K: int, protocol, *, diagonal=None, M=None) -> None:
+    """predict's refusals of the steps, for a simulator (``simulate_population``,
+    ``simulate_prompts``): each phase estimated (gradient flow, fine-tuning from the logits
+    at α*) past twice its cap is refused before the first step. A simulator runs each phase
+    under ``max_steps`` itself (never raised as predict's "auto" is), so that is the cap."""
+    pretrain_cap(K, protocol, auto=False)
+    if protocol.ft_steps is not None:      # a fixed length: its memory is checked instead
+        return
+    log_t2 = estimates.finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal,
+                                          M=M, eps_ft=protocol.eps_ft)[0]
+    eps_name = "eps" if protocol.eps_ft == protocol.eps else "eps_ft"
+    phase_cap(protocol.max_steps, False, log_t2, "fine-tuning",
+              f"K = {K}, {eps_name} = {protocol.eps_ft:g}, eta_ft = {protocol.eta_ft:g}, "
+              "from the logits at α*",
+              f"raise {param(eps_name)} or {param('eta_ft')}")
+
+
 def check_population(K: int, d: int | None, protocol, *, diagonal=None) -> None:
     """``simulate_population``'s memory: every iterate Q (d × d) of both phases."""
     check_memory(lambda k, dim, p: estimates.population_bytes(
@@ -304,6 +325,19 @@ def check_phase_diagram(n: int) -> None:
                     "images)", [(param("n"), n, 0.0, param("n", "lower"))])
 
 
+def check_k3_figure(slices: int) -> None:
+    """``plots.phase_k3``: at most ``MAX_K3_SLICES`` slices, their figure within the memory
+    cap (its slices, not only the sweep's rows: 1,000 slices of a 5 × 5 grid passed the
+    rows' estimate and ran out of memory at 2.9 GB after 132 s)."""
+    if slices > MAX_K3_SLICES:
+        raise InputError(param("gamma1"), f"{slices:,} values", f"at most {MAX_K3_SLICES} "
+                         "slices in one figure (a PNG holds at most 2^16 pixels a side: "
+                         f"{MAX_K3_SLICES} slices of 8.4 in at 150 dpi; each takes seconds to "
+                         "draw); give fewer values or draw several figures")
+    refuse_over_cap(estimates.k3_figure_bytes(slices), "the K = 3 figure (its slices)",
+                    [(param("gamma1"), f"{slices:,} values", 0.0, "give fewer values")])
+
+
 def check_maps(rows_by_K: dict[int, int], floats_per_row: int, what: str) -> None:
     """Maps drawn from sweeps (the K = 3 slices, the explorer's page): the sweeps' rows
     and the maps' own ``floats_per_row``, within the memory cap (named: ``grid``)."""
@@ -375,13 +409,15 @@ def phase_cap(max_steps: int, auto: bool, log_estimate: float, phase: str,
     return cap
 
 
-def pretrain_cap(K: int, protocol) -> int:
-    """Pretraining's step cap (:func:`phase_cap`), from the estimate of T1."""
+def pretrain_cap(K: int, protocol, auto: bool | None = None) -> int:
+    """Pretraining's step cap (:func:`phase_cap`), from the estimate of T1 (``auto``:
+    whether the cap may be raised, default the protocol's ``auto_steps``)."""
+    auto = protocol.auto_steps if auto is None else auto
     log_t1 = estimates.log_steps_from_margin(K, protocol.eps, protocol.eta, 0.0)
-    reach = protocol.max_steps if not protocol.auto_steps else AUTO_STEP_LIMIT
+    reach = protocol.max_steps if not auto else AUTO_STEP_LIMIT
     fit_eps = estimates.eps_for_steps(K, protocol.eta, reach)
     fit_eta = protocol.eta * estimates.exp_steps(log_t1) / reach
-    return phase_cap(protocol.max_steps, protocol.auto_steps, log_t1, "pretraining",
+    return phase_cap(protocol.max_steps, auto, log_t1, "pretraining",
                      f"K = {K}, eps = {protocol.eps:g}, eta = {protocol.eta:g}",
                      f"raise {param('eps')} to about {fit_eps:.2g}"
                      + (f" or {param('eta')} to about {fit_eta:.2g}"
@@ -396,13 +432,13 @@ def check_finetune_work(K: int, protocol, log_t2: float, engine: str,
     work = estimates.exp_steps(log_t2) * K * K
     if work <= WORK_LIMIT:
         return
-    hours = estimates.finetune_seconds(K, log_t2, engine) / 3600
+    seconds = estimates.finetune_seconds(K, log_t2, engine)
     hint = '; pip install "oodcalc[fast]" runs it about 10× faster' if faster else ""
     raise ComputationError(
         f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
         f"{K}×{K} logits (K = {K}, {_finetune_words(protocol)}), "
-        f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e} (about {hours:,.0f} h "
-        f"with the {estimates.ENGINES[engine]}{hint}); {param('K', 'lower')} or "
+        f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e}: about {duration(seconds)} "
+        f"with the {estimates.ENGINES[engine]}{hint}; {param('K', 'lower')} or "
         + (f"{param('ft_steps', 'lower')}" if protocol.ft_steps is not None
            else f"{param('eps_ft' if protocol.eps_ft != protocol.eps else 'eps', 'raise')}"))
 

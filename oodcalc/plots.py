@@ -479,6 +479,7 @@ def phase_k3(maps):
     from matplotlib.patches import Patch
     from .k3maps import RULES
     maps = list(maps)
+    limits.check_k3_figure(len(maps))
     # the disagreement classes over every slice together, so that one legend serves all
     bits = []
     for s in maps:
@@ -576,6 +577,7 @@ def phase_k3_slices(gamma1=(0.25,), n: int = 201, protocol: Protocol | None = No
                     **sweep_options):
     """Compute the slices with :func:`oodcalc.k3maps.slices` and draw them; returns
     ``(figure, slices)``."""
-    from .k3maps import slices
+    from .k3maps import check_gamma1, slices
+    limits.check_k3_figure(len(check_gamma1(gamma1)))    # the figure's cost, before the sweep
     maps = slices(gamma1, n, protocol, **sweep_options)
     return phase_k3(maps), maps

@@ -357,12 +357,13 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
 def _finetune_path(M: np.ndarray, K: int, proto, log_t2: float) -> str:
     """The fine-tuning engine for ``log_t2`` (log of the estimated steps); raises when a
     K×K fine-tuning is out of reach (more than ``WORK_LIMIT`` logit updates)."""
-    work = estimates.exp_steps(log_t2) * K * K
+    steps = estimates.exp_steps(log_t2)
+    pays = _is_diagonal(M) and estimates.compiled_pays(K, steps)
     path = "ray" if _on_ray(M) else \
-        "compiled" if _is_diagonal(M) and _compiled_pays(work) else "numpy"
+        "compiled" if pays and compiled.finetune_diagonal() is not None else "numpy"
     if path != "ray":
         limits.check_finetune_work(K, proto, log_t2, path,
-                                   faster=path == "numpy" and _is_diagonal(M))
+                                   faster=path == "numpy" and pays)
     return path
 
 
@@ -370,10 +371,6 @@ def _on_ray(M: np.ndarray) -> bool:
     """``M = cI``: the OOD logits ``c² Z1`` stay on the symmetric ray while fine-tuning."""
     c = M[0, 0]
     return bool(np.array_equal(M, c * np.eye(M.shape[0])))
-
-
-def _compiled_pays(work: float) -> bool:
-    return estimates.compiled_pays(work) and compiled.finetune_diagonal() is not None
 
 
 @dataclass(frozen=True)

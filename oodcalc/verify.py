@@ -59,7 +59,7 @@ from .claims import CLAIMS, Claim
 from .predict import predict
 from .report import jsonable
 from .setting import Protocol, Setting
-from .simulate.population import simulate_population, train
+from .simulate.population import logit_path, simulate_population, train
 from .simulate.prompts import pretrain_prompts, simulate_prompts
 
 #: Identities exact in real arithmetic: absolute tolerance on O(1) float64 numbers.
@@ -493,7 +493,7 @@ class Context:
 
 
 def z_path(F: np.ndarray, path) -> np.ndarray:
-    return np.einsum("dn,tde,ek->tnk", F, np.array(path), F)
+    return logit_path(F, path)
 
 
 # --- the ledger -----------------------------------------------------------------------

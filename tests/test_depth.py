@@ -522,7 +522,7 @@ def test_ctrl_c_with_workers_ends_them_at_once(tmp_path, monkeypatch):
         raise KeyboardInterrupt
         yield
     monkeypatch.setattr(concurrent.futures, "as_completed", interrupted)
-    slow = configs(["standard"], ["sgd"], [3], eps=1e-4)     # minutes per run
+    slow = configs(["standard"], ["sgd"], [3], eps=1e-4, max_steps=40_000)  # minutes a run
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         collect(slow, [0, 1], [0.0], Cache(tmp_path), workers=2)

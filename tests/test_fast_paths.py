@@ -245,8 +245,7 @@ needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba is not 
 def _predict_with(setting, path, monkeypatch):
     """``predict`` forced onto the compiled kernel (``"compiled"``) or the NumPy K×K
     descent (``"numpy"``)."""
-    monkeypatch.setattr(estimates, "COMPILED_FROM_WORK", 0.0 if path == "compiled"
-                        else math.inf)
+    monkeypatch.setattr(estimates, "compiled_pays", lambda K, steps: path == "compiled")
     report = oc.predict(setting)
     expected = "per-column kernel" if path == "compiled" else "K×K descent (NumPy)"
     assert report.run["engine"]["finetune"].startswith(expected)

@@ -116,7 +116,7 @@ def test_heldout_stopping_rule():
     assert r.parameters["simulator"]["holdout"] == 2000
     # the held-out floor: a prompt without the query's feature costs >= ½ in expectation;
     # with K = 4 and N = 1 that is ½(3/4) > ε, so the rule cannot be met
-    hopeless = oc.Setting(oc.orthogonal(4), oc.Protocol(eps=0.01, max_steps=50))
+    hopeless = oc.Setting(oc.orthogonal(4), oc.Protocol(eps=0.01, max_steps=700))
     with pytest.raises(ComputationError, match="held-out"):
         simulate_prompts(hopeless, N=1, batch=16, stop="heldout", holdout=400)
 

@@ -32,6 +32,7 @@ def explore(
     """
     from ..explore import MAX_GRID, MAX_SLICES, SUFFIXES, write_page
     from ..io import check_output
+    from ..errors import shorten
     from ..k3maps import check_gamma1
     check_output(output, "--output", suffixes=SUFFIXES)
     protocol = build_protocol(eps, eta, eta_ft, max_steps)
@@ -40,7 +41,8 @@ def explore(
     n3 = options.integer("--k3-grid", k3_grid, 2, MAX_GRID, why)
     slices = check_gamma1(options.numbers("--gamma1", gamma1), "--gamma1")
     if len(slices) > MAX_SLICES:
-        raise InputError("--gamma1", gamma1, f"at most {MAX_SLICES} slices")
+        raise InputError("--gamma1", f"{len(slices):,} values ({shorten(gamma1)})",
+                         f"at most {MAX_SLICES} slices")
     options.name_parameters({"grid": ("--grid", grid),
                              "lower grid": "lower --grid or --k3-grid"})
     from .progress import rows_progress

@@ -167,7 +167,7 @@ def k3_slices(gamma1: str, grid: str, protocol):
         raise InputError("--grid", grid, f"{len(values)} slices × N × N must be at most "
                          f"{limits.MAX_ROWS:,} configurations; lower --grid or give fewer "
                          "--gamma1 values")
-    options.name_parameters({"grid": ("--grid", grid)})
+    options.name_parameters({"grid": ("--grid", grid), "gamma1": "--gamma1"})
     return values, n
 
 

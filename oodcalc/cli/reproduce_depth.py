@@ -15,7 +15,7 @@ import typer
 
 from .. import estimates, limits
 from ..depth.protocol import CURVE_POINTS, CURVE_SEEDS
-from ..errors import InputError
+from ..errors import InputError, naming
 from . import options
 from .plot import Output, plot_app
 from .progress import count_progress
@@ -99,9 +99,10 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
 
     protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts,
                                 ft_steps)
-    chosen = configs(choices("--arch", arch, ARCHITECTURES),
-                     choices("--optimizer", optimizer, OPTIMIZERS),
-                     integers("--layers", layers, 1), **protocol)
+    with naming(option_names(eps=eps, lr=lr, max_steps=max_steps, ft_steps=ft_steps)):
+        chosen = configs(choices("--arch", arch, ARCHITECTURES),
+                         choices("--optimizer", optimizer, OPTIMIZERS),
+                         integers("--layers", layers, 1), **protocol)
     n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
     check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
     cache = Cache(cache_dir, enabled=not no_cache)
@@ -128,6 +129,13 @@ def protocol_options(quick: dict | None, eps, lr, max_steps, eval_prompts,
     if ft_steps is not None:
         protocol["ft_steps"] = options.integer("--ft-steps", ft_steps, 1)
     return protocol
+
+
+def option_names(**given) -> dict:
+    """The options' names for DepthConfig's fields in its messages (with the value as given,
+    where one was)."""
+    return {f"DepthConfig.{field}": "--" + field.replace("_", "-") if text is None
+            else ("--" + field.replace("_", "-"), text) for field, text in given.items()}
 
 
 def check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers,

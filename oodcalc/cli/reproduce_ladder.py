@@ -11,12 +11,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import naming
 from . import options
 from .plot import Output, plot_app
 from .progress import count_progress
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, reproduce_app
 from .reproduce_depth import PANEL, EvalPrompts, Eps, FtSteps, MaxSteps, NoCache, Seeds, \
-    Workers, check_memory, emit, gamma_values, protocol_options
+    Workers, check_memory, emit, gamma_values, option_names, protocol_options
 
 #: --quick: 3 seeds at ε = 0.02 (about 2 minutes on one thread). At depth's quick ε = 0.05
 #: the theory's F at γ = −0.75 (+0.00024) is a 4% residue of two opposite F_k and cannot be
@@ -47,7 +48,8 @@ def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps
     protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts,
                                 ft_steps)
     n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else 10)
-    chosen = [c for _, c in ladder_configs(**protocol)]
+    with naming(option_names(eps=eps, lr=lr, max_steps=max_steps, ft_steps=ft_steps)):
+        chosen = [c for _, c in ladder_configs(**protocol)]
     check_memory(chosen, n_seeds, gammas, n_workers, seeds, None, eval_prompts, workers, gamma)
     cache = LadderCache(cache_dir, enabled=not no_cache)
     with count_progress("training", lines=True, eta=True) as progress:

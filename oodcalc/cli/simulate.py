@@ -136,6 +136,29 @@ def render(report, rows: int, comparison=None) -> None:
         console.print(table)
 
 
+def announce_simulation(setting, tokens: int = 0, **prompts) -> None:
+    """Say on stderr how long a long simulation will take and the memory its stored
+    iterates hold (predict's announcement), after the simulator's own refusals."""
+    from .. import estimates
+    from .progress import announce
+    geo, proto, K = setting.geometry, setting.protocol, setting.K
+    limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
+                            M=geo.M if geo.known_diagonal is None else None)
+    t1, t2 = estimates.simulation_steps(K, proto, diagonal=geo.known_diagonal,
+                                        M=geo.M if geo.known_diagonal is None else None)
+    seconds = estimates.simulation_seconds(K, geo.d, t1, t2, tokens)
+    if prompts:
+        memory = estimates.prompts_bytes(K, geo.d, prompts["N"], prompts["n_batch"],
+                                         prompts["holdout"] or 0, proto.eps, proto.eta,
+                                         proto.eta_ft, proto.max_steps,
+                                         prompts["holdout"] is not None, proto.ft_steps)
+    else:
+        memory = estimates.population_bytes(K, geo.d, proto.eps, proto.eta, proto.eta_ft,
+                                            proto.max_steps, proto.ft_steps)
+    announce("simulate", seconds, f" (≈ {t1:,.0f} + {t2:,.0f} steps of GD on the "
+             f"{geo.d}×{geo.d} Q, about {limits.size(memory)} of memory)")
+
+
 @app.command()
 def simulate(
     gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
@@ -199,6 +222,7 @@ def simulate(
         from ..simulate import simulate_population
         setting = build_setting(*geometry, checks=[limits.check_population, *also],
                                 eps_ft=eps_ft, ft_steps=ft_steps)
+        announce_simulation(setting)
         report = simulate_population(setting)
     else:
         if holdout is not None and stop is not Stop.heldout:
@@ -214,6 +238,8 @@ def simulate(
         if n_holdout < setting.K:
             raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts
+        announce_simulation(setting, n_tokens * n_batch, n_batch=n_batch, N=n_tokens,
+                            holdout=n_holdout if stop is Stop.heldout else None)
         report = simulate_prompts(setting, N=n_tokens, batch=n_batch,
                                   resample=not fixed_sample, seed=root_seed, stop=stop.value,
                                   holdout=n_holdout)

@@ -31,9 +31,15 @@ class Task:
         """A rough relative cost, to start the long tasks first (× ``SECONDS_PER_COST``:
         seconds of one idle core)."""
         per_step = (2.0 if self.config.arch == "standard" else 1.0) * self.config.layers
-        return per_step * (1 + 0.5 * len(self.gammas))
+        ft_steps = self.config.ft_steps
+        finetune = 0.5 if ft_steps is None else 0.5 * ft_steps / RULE_FT_STEPS
+        return per_step * (1 + finetune * len(self.gammas))
 
 
+#: Steps of a fine-tuning to the stopping rule at ε = 0.01, the unit ``Task.cost`` counts
+#: a fine-tuning of ``ft_steps`` steps in (docs/depth.json: mean T2 41-147 per config; the
+#: 500-step fine-tunings there took 3-9 × as long as the rule's).
+RULE_FT_STEPS = 100
 #: Seconds of one idle core per unit of ``Task.cost`` (1-layer attention, SGD, ε = 0.01:
 #: 10 seeds × 3 γ in about 2 minutes); for messages only.
 SECONDS_PER_COST = 5.0

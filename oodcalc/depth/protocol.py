@@ -14,7 +14,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..errors import InputError
+from .. import estimates
+from ..errors import ComputationError, InputError, param
 from ..setting import check_positive
 
 ARCHITECTURES = ("attention", "standard")
@@ -34,6 +35,13 @@ PROTOCOL_VERSION = 2   # 2: the stopping rule checked exactly at every step (1 s
 #: Step sizes when none is given: SGD takes the theory's η = 0.1 (oodcalc's default);
 #: Adam takes PyTorch's default 1e-3, what a practitioner gets without tuning.
 DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3}
+#: Most steps a fine-tuning may run (``ft_steps``, or ``max_steps`` under the rule): its
+#: record keeps the source loss at every step, at most ~51 bytes a step in the cache's
+#: JSON, so 10^6 steps stay within the cache's 64 MiB record cap (``cache.MAX_RECORD_BYTES``;
+#: tests/test_hostile_runs.py checks it).
+MAX_PHASE_STEPS = 1_000_000
+#: Largest step size: the models' parameters are float32 (torch refuses a larger lr).
+MAX_LR = 3.4e38
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,12 @@ class DepthConfig:
                 self.ft_steps, int) or self.ft_steps < 1):
             raise InputError("ft_steps", self.ft_steps, "expected an integer >= 1 (or None: "
                              "fine-tune to the stopping rule)")
+        for name in ("max_steps", "ft_steps"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_PHASE_STEPS:
+                raise InputError(param(f"DepthConfig.{name}"), value,
+                                 f"at most {MAX_PHASE_STEPS:,} (a run's record keeps the source "
+                                 "loss at every fine-tuning step)")
         if self.K != 2:
             raise InputError("K", self.K, "the depth experiment has K = 2 (γ1 = 1, γ2 = γ)")
         if self.width < self.K + 2:
@@ -97,6 +111,10 @@ class DepthConfig:
         object.__setattr__(self, "eps", check_positive(self.eps, "eps"))
         object.__setattr__(self, "lr", DEFAULT_LR[self.optimizer] if self.lr is None
                            else check_positive(self.lr, "lr"))
+        if self.lr > MAX_LR:
+            raise InputError(param("DepthConfig.lr"), f"{self.lr:g}",
+                             f"at most {MAX_LR:g} (the models' parameters are float32)")
+        check_reach(self)
 
     @property
     def features(self) -> int:
@@ -118,6 +136,47 @@ class DepthConfig:
         return {**self.describe(), "seed": int(seed), "gamma": canonical_gamma(gamma),
                 "version": PROTOCOL_VERSION, "torch": torch_version(),
                 "machine": platform.machine(), "threads": 1}
+
+
+#: The record's T1 is 0.4-6 × the estimate (38 steps against 87: standard·Adam, 3 layers,
+#: ε = 0.05), so a run is refused only where even the fastest would hit its cap.
+REACH = 4
+
+
+def theory_eta(config: DepthConfig) -> float:
+    """The theory's step size that takes about as many steps as ``config``'s optimizer: SGD's
+    own lr; Adam's scaled as its lr is from its default (at 1e-3 it takes about as many steps
+    as SGD at 0.1: T1 82-132 against 143-230 in docs/depth.json, 2-3 layers at ε = 0.01)."""
+    return DEFAULT_LR["sgd"] * config.lr / DEFAULT_LR[config.optimizer]
+
+
+def check_reach(config: DepthConfig) -> None:
+    """predict's rule for an explicit cap, with room for the models: refuse, before
+    training, a pretraining whose estimate (the one-layer theory's gradient-flow T1 at ε) is
+    over ``REACH`` × ``max_steps``: every run would stop at its cap (``--eps 1e-300``)."""
+    eta = theory_eta(config)
+    log_t1 = estimates.log_steps_from_margin(config.K, config.eps, eta, 0.0)
+    estimate = estimates.exp_steps(log_t1)
+    if estimate <= REACH * config.max_steps:
+        return
+    changes = []
+    if 1.2 * estimate <= MAX_PHASE_STEPS:
+        changes.append(f"{param('DepthConfig.max_steps')} to about {math.ceil(1.2 * estimate):,}")
+    fit_eps = estimates.eps_for_steps(config.K, eta, config.max_steps)
+    if fit_eps > config.eps and estimates.pretrain_steps(config.K, fit_eps, eta) <= \
+            config.max_steps:
+        changes.append(f"{param('DepthConfig.eps')} to about {fit_eps:.2g}")
+    fit_lr = config.lr * estimate / config.max_steps        # the estimate goes as 1/η
+    if fit_lr <= DEFAULT_LR[config.optimizer]:
+        changes.append(f"{param('DepthConfig.lr')} to about {fit_lr:.2g}")
+    if not changes:
+        changes.append(param("DepthConfig.eps"))
+    raise ComputationError(
+        f"pretraining ({config.arch}, {config.optimizer}) would need about "
+        f"{estimates.format_steps(log_t1)} steps to meet the stopping rule (the one-layer "
+        f"theory's estimate at eps = {config.eps:g}, lr = {config.lr:g}), more than "
+        f"{REACH} × max_steps = {config.max_steps:,}: every run would stop at its cap; raise "
+        + " or ".join(changes))
 
 
 def canonical_gamma(gamma: float) -> float:

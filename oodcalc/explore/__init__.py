@@ -59,9 +59,11 @@ def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
             raise InputError(name, n, f"expected an integer from 2 to {MAX_GRID}")
     gamma1 = k3maps.check_gamma1(gamma1)
     if len(gamma1) > MAX_SLICES:
-        raise InputError("gamma1", f"{len(gamma1)} slices", f"at most {MAX_SLICES}")
+        raise InputError("gamma1", f"{len(gamma1):,} slices", f"at most {MAX_SLICES}")
     limits.check_maps({2: grid * grid, 3: len(gamma1) * k3_grid * k3_grid}, 16,
                       "the explorer's maps (one sweep per map)")
+    for K in (2, 3):    # predict's refusal, as k3maps.slices: no row would be scored
+        limits.pretrain_cap(K, protocol, auto=False)
     total = grid * grid + len(gamma1) * k3_grid * k3_grid
 
     def counted(offset: int):     # each sweep counts its own rows; the page counts both

@@ -45,8 +45,8 @@ import numpy as np
 from .. import limits
 from ..errors import ComputationError, InputError
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
-from ..setting import Setting
-from .population import errors_and_gradient
+from ..setting import Setting, check_setting
+from .population import errors_and_gradient, logit_path
 
 STOP_RULES = ("population", "heldout")
 
@@ -242,11 +242,14 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     >>> report.pretrain.T1 < oc.predict(setting).pretrain.T1   # finite prompts stop sooner
     True
     """
-    geo, proto = setting.geometry, setting.protocol
-    V, U, K = geo.V, geo.U, geo.K
+    geo, proto = check_setting(setting).geometry, setting.protocol
+    K = geo.K
     check_simulation_inputs(N, batch, stop, holdout, K)
     limits.check_prompts(K, geo.d, proto, N=N, batch=batch, holdout=holdout,
                          heldout=stop == "heldout")
+    limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
+                            M=geo.M if geo.known_diagonal is None else None)
+    V, U = geo.V, geo.U
     pre_rng, ft_rng, hold_rng = phase_generators(seed)
     balanced = np.repeat(np.arange(K), holdout // K)
     hold_v = hold_u = None
@@ -262,8 +265,6 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
                           "fine-tuning", ft_rng, N, batch, resample, hold_u)
     Q2 = ft.Q
 
-    def project(F, path):
-        return np.einsum("dn,tde,ek->tnk", F, np.array(path), F)
 
     source_loss = np.array([errors_and_gradient(Q, V)[0] for Q in ft.path]) / K
     forgetting = [FeatureForgetting(k=k + 1, F_k=float(source_loss[-1, k] - source_loss[0, k]),
@@ -284,9 +285,9 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
         finetune=Finetune(T2=ft.steps, z_ood=U.T @ Q2 @ U, z_source=V.T @ Q2 @ V,
                           error_ood=errors_and_gradient(Q2, U)[0]),
         forgetting=forgetting,
-        trajectories={"pretrain": project(V, pre.path),
-                      "finetune_ood": project(U, ft.path),
-                      "finetune_source": project(V, ft.path),
+        trajectories={"pretrain": logit_path(V, pre.path),
+                      "finetune_ood": logit_path(U, ft.path),
+                      "finetune_source": logit_path(V, ft.path),
                       "finetune_source_loss": source_loss,
                       "pretrain_sampled_loss": np.array(pre.sampled_loss),
                       "finetune_sampled_loss": np.array(ft.sampled_loss)},
