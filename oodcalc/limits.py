@@ -438,9 +438,17 @@ def check_finetune_work(K: int, protocol, log_t2: float, engine: str,
         f"fine-tuning would need about {estimates.format_steps(log_t2)} steps on "
         f"{K}×{K} logits (K = {K}, {_finetune_words(protocol)}), "
         f"{work:.2g} logit updates, more than {WORK_LIMIT:.0e}: about {duration(seconds)} "
-        f"with the {estimates.ENGINES[engine]}{hint}; {param('K', 'lower')} or "
-        + (f"{param('ft_steps', 'lower')}" if protocol.ft_steps is not None
-           else f"{param('eps_ft' if protocol.eps_ft != protocol.eps else 'eps', 'raise')}"))
+        f"with the {estimates.ENGINES[engine]}{hint}; " + " or ".join(_finetune_changes(K, protocol)))
+
+
+def _finetune_changes(K: int, protocol) -> list[str]:
+    """What would shorten a fine-tuning: fewer features (none below two), fewer steps, a
+    looser stopping level or a larger step."""
+    changes = [param("K", "lower")] if K > 2 else []
+    if protocol.ft_steps is not None:
+        return changes + [param("ft_steps", "lower")]
+    eps = "eps_ft" if protocol.eps_ft != protocol.eps else "eps"
+    return changes + [param(eps, "raise"), param("eta_ft", "raise")]
 
 
 def _finetune_words(protocol) -> str:

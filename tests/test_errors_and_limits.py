@@ -469,7 +469,7 @@ def test_five_thousand_random_gammas_refused_fast_by_api_and_cli(capsys):
     assert "lower the geometry's K or raise Protocol.eps" in message and "--" not in message
     code, _, err = run(capsys, "predict", "--gamma", ",".join(f"{g:.6f}" for g in gamma))
     assert code == 1
-    assert "give fewer --gamma values or raise --eps" in one_line(err)
+    assert "give fewer --gamma values or raise --eps or raise --eta-ft" in one_line(err)
 
 
 def test_the_cli_maps_the_library_names_to_its_options():

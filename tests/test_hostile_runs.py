@@ -103,7 +103,8 @@ def test_durations_stay_short(seconds, text):
 
 def test_the_fine_tuning_refusal_prints_a_readable_duration(capsys):
     err, _ = one_line_error(capsys, ["predict", "--gamma", "1,-0.9", "--eta-ft", "1e-300"], 1)
-    assert "years (longer than the age of the universe)" in err and len(err) < 300
+    assert "years (longer than the age of the universe)" in err and len(err) < 340
+    assert err.rstrip().endswith("raise --eps or raise --eta-ft")    # K = 2: no fewer --gamma
 
 
 # --- the simulators refuse what predict refuses, before their first step ------------------
@@ -136,7 +137,7 @@ def test_simulators_check_their_setting():
     for simulate in (simulate_population, simulate_prompts):
         with pytest.raises(InputError, match="wrap the geometry"):
             simulate(oc.parallel_shift([1, -0.9]))
-        with pytest.raises(ComputationError, match="more than max_steps = 1,000,000"):
+        with pytest.raises(ComputationError, match="more than Protocol.max_steps = 1,000,000"):
             simulate(oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(eta_ft=1e-300)))
     # a phase within twice its cap runs (the rule's bound, not a tighter one)
     setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(max_steps=200))
