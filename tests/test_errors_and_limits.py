@@ -16,24 +16,13 @@ import numpy as np
 import pytest
 
 from oodcalc import estimates, io, limits
-from oodcalc.cli import main
+from cli_run import one_line, run
 from oodcalc.sweep import sweep as REAL_SWEEP
 
 #: The memory cap the refusals below are checked against (independent of this machine).
 CAP = "4G"
 
 
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("oodcalc: error: "), err
-    assert "internal error" not in err and "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture

@@ -12,21 +12,11 @@ import sys
 import pytest
 
 from oodcalc import compiled, limits
+from cli_run import one_line, run
 from oodcalc.cli import main
 from oodcalc.errors import InputError
 
 
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("oodcalc: error: "), err
-    assert "internal error" not in err and "Traceback" not in err
-    return lines[0]
 
 
 # --- NUMBA_NUM_THREADS -------------------------------------------------------------------

@@ -604,15 +604,20 @@ def main(argv: list[str] | None = None) -> int:
                 stale.append(f"{block.file}: {block.name}")
         elif update(block):
             print(f"updated {block.file}: {block.name}")
-    for name, generate in FILES.items():
-        path, fresh = ROOT / name, generate()
-        if path.exists() and path.read_text(encoding="utf-8") == fresh:
-            continue
+
+    def settle(name: str, fresh: str, committed: str | None) -> None:
+        """A generated whole file: stale under --check, else rewritten when it changed."""
+        if committed == fresh:
+            return
         if args.check:
             stale.append(name)
         else:
-            path.write_text(fresh, encoding="utf-8")
+            (ROOT / name).write_text(fresh, encoding="utf-8")
             print(f"updated {name}")
+
+    for name, generate in FILES.items():
+        path = ROOT / name
+        settle(name, generate(), path.read_text(encoding="utf-8") if path.exists() else None)
     for name, script in NOTEBOOKS.items():
         path, skeleton = ROOT / name, notebook_from_script(script)
         committed = path.read_text(encoding="utf-8") if path.exists() else None
@@ -622,14 +627,7 @@ def main(argv: list[str] | None = None) -> int:
             if committed is None or without_outputs(committed) != json.loads(skeleton):
                 stale.append(name)
             continue
-        fresh = executed(skeleton)
-        if committed == fresh:
-            continue
-        if args.check:
-            stale.append(name)
-        else:
-            path.write_text(fresh, encoding="utf-8")
-            print(f"updated {name}")
+        settle(name, executed(skeleton), committed)
     for name in stale:
         print(f"stale: {name}", file=sys.stderr)
     return 1 if stale else 0
