@@ -13,7 +13,7 @@ import pytest
 from oodcalc import theory
 from oodcalc.cli import main
 from oodcalc.model import conditional_errors
-from oodcalc.symbolic import highprec
+from oodcalc.symbolic import documents, highprec
 
 
 def test_derive_list(capsys):
@@ -87,6 +87,32 @@ def test_derive_write(tmp_path, capsys):
     assert (tmp_path / "claim2-conservation.tex").exists()
     assert (tmp_path / "claim8b-forgetting-paper-k3.md").exists()
     assert (tmp_path / "README.md").exists()
+
+
+def test_derive_write_keeps_what_the_user_had(tmp_path, capsys, monkeypatch):
+    """A user's own README.md or claim1-notes.md in the directory is neither replaced nor
+    removed (it was: README.md overwritten, every claim*-*.* not generated deleted); the
+    refusal comes before the minutes of deriving, and a directory oodcalc wrote is
+    rewritten and pruned as before."""
+    from oodcalc.cli import derive
+    (tmp_path / "README.md").write_text("my notes\n")
+    monkeypatch.setattr(derive, "derive_all", lambda _: pytest.fail("derived before refusing"))
+    assert main(["derive", "--write", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--write" in err and "README.md" in err
+    assert (tmp_path / "README.md").read_text() == "my notes\n"
+
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "claim1-notes.md").write_text("mine\n")
+    (ours / "claim99-renamed.md").write_text(f"<!-- {documents.MARK} -->\n")
+    monkeypatch.setattr(documents, "render_all", lambda: {n: f"% {documents.MARK}\n"
+                                                          for n in documents.file_names()})
+    documents.write(ours)
+    assert (ours / "claim1-notes.md").read_text() == "mine\n"          # not ours: kept
+    assert not (ours / "claim99-renamed.md").exists()                    # ours, stale: gone
+    assert documents.MARK in (ours / "README.md").read_text()
+    documents.write(ours)                                                # ours: rewritten
 
 
 def test_alpha_star_agrees_with_float64_where_float64_works():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -40,10 +41,11 @@ def derive(
         if claim is not None:
             raise InputError("CLAIM", claim, "--write writes every claim; omit CLAIM")
         from ..io import check_output_dir
+        from ..symbolic import documents
         check_output_dir(write, "--write")   # before the minutes of deriving
-        from ..symbolic.documents import write as write_documents
+        documents.check_writable(Path(write), "--write")
         derive_all(CLAIMS)                   # with progress; write reads the cache
-        for path in write_documents(write):
+        for path in documents.write(write, "--write"):
             print(path)
         return
     chosen = get_claims(claim) if claim is not None else list(CLAIMS)
