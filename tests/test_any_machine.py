@@ -78,6 +78,22 @@ def test_the_other_machine_moves_what_it_says():
     assert residual() == here
 
 
+def test_no_nudged_function_outlives_the_block():
+    """A lambdify made inside the block gets the nudged exp; sympy keeps its namespace for
+    the process, so without the refill every later lambdify (a mutation test's 10⁶-step
+    recurrence, after this file in the same session) ran through the wrapper: slow and
+    nudged."""
+    import sympy as sp
+    x = sp.Symbol("x")
+    with other_machine.other_machine(ulps=2):
+        inside = sp.lambdify(x, sp.exp(x), "numpy")
+        assert other_machine.nudged_leftovers()          # the leak the refill undoes
+    assert other_machine.nudged_leftovers() == []
+    after = sp.lambdify(x, sp.exp(x), "numpy")
+    assert after(0.5) == np.exp(0.5) and inside.__globals__["exp"] is not np.exp
+    assert after.__globals__["exp"] is np.exp
+
+
 def test_every_generated_text_reads_the_same_on_another_machine():
     """Every block and file tools/generate_docs.py writes and every derivation document,
     regenerated with the machine-dependent functions nudged by 2 ulps (~30 s: the

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import difflib
 import functools
+import importlib
 import json
 import math
 import sys
@@ -108,6 +109,26 @@ def other_machine(ulps: int = 2) -> Iterator[None]:
     finally:
         for module, name, original in reversed(saved):
             setattr(module, name, original)
+        _forget_lambdify_namespaces()
+
+
+def _forget_lambdify_namespaces() -> None:
+    """sympy's lambdify copies numpy's and math's functions into a namespace it keeps for
+    the process: filled inside the block, it would hand the nudged functions to every
+    later lambdify (the test suite's mutation tests ran 10⁶-step recurrences through the
+    wrapper, slowly and nudged). Refill the namespaces that hold a wrapper."""
+    lambdify_module = importlib.import_module("sympy.utilities.lambdify")
+    for name, (namespace, *_rest) in lambdify_module.MODULES.items():
+        if any(isinstance(value, _Nudged) for value in namespace.values()):
+            lambdify_module._import(name, reload=True)
+
+
+def nudged_leftovers() -> list[str]:
+    """Names in sympy's lambdify namespaces still bound to a nudged function (none after
+    :func:`other_machine` exits)."""
+    lambdify_module = importlib.import_module("sympy.utilities.lambdify")
+    return [f"{module}.{key}" for module, (namespace, *_rest) in lambdify_module.MODULES.items()
+            for key, value in namespace.items() if isinstance(value, _Nudged)]
 
 
 def _load_generate_docs():
