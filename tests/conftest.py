@@ -1,3 +1,5 @@
+import sys
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,16 @@ def random_orthonormal(rng: np.random.Generator, d: int, K: int) -> np.ndarray:
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_figure_outlives_its_module():
+    """A test file that draws and inspects Figures (shared by its tests) leaves them open;
+    closed when the file is done, so a later file never meets matplotlib's more-than-20-figures warning (an error under this suite's
+    filterwarnings) because of what ran before it."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 
 
 @pytest.fixture(scope="session", autouse=True)
