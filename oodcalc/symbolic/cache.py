@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
 from ..claims import Claim
 
@@ -85,6 +86,12 @@ def _imports(name: str, path: Path) -> set[str]:
 @functools.lru_cache(maxsize=None)
 def _parsed_imports(name: str, path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     """:func:`_imports` once per version of the file (the ledger asks for every claim)."""
+    return frozenset(imported_modules(name, path, lambda t: _module_file(t) is not None))
+
+
+def imported_modules(name: str, path: Path, exists: Callable[[str], bool]) -> set[str]:
+    """The modules (those ``exists`` accepts) that module ``name``, read from ``path``,
+    imports: at module level, inside functions or under TYPE_CHECKING."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -96,12 +103,12 @@ def _parsed_imports(name: str, path: Path, mtime_ns: int, size: int) -> frozense
                 up = package[:len(package) - node.level + 1]
                 base = ".".join(up + ([node.module] if node.module else []))
             # ``from .. import theory`` imports a module; ``from ..x import f`` a name of x
-            targets = [f"{base}.{a.name}" if _module_file(f"{base}.{a.name}") else base
+            targets = [f"{base}.{a.name}" if exists(f"{base}.{a.name}") else base
                        for a in node.names]
         else:
             continue
-        out |= {t for t in targets if _module_file(t) is not None}
-    return frozenset(out)
+        out |= {t for t in targets if exists(t)}
+    return out
 
 
 def closure(module: str) -> list[Path]:
