@@ -24,6 +24,8 @@ API_NAMES = {
     "eps": "Protocol.eps", "eta": "Protocol.eta", "eta_ft": "Protocol.eta_ft",
     "max_steps": "Protocol.max_steps", "sweep_max_steps": "max_steps",
     "eps_ft": "Protocol.eps_ft", "ft_steps": "Protocol.ft_steps",
+    "replay": "Protocol.replay", "l2": "Protocol.l2", "project": "Protocol.project",
+    "weights": "Protocol.weights",
 }
 
 _PLACEHOLDER = re.compile("⟦([^⟦⟧]+)⟧")

@@ -12,13 +12,14 @@ numbers are in ``trajectories["pretrain_steps"]`` and ``["finetune_steps"]``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from . import compiled, estimates, limits, theory
+from . import compiled, estimates, finetune, limits, theory
 from .dynamics import Descent, _is_diagonal, descend, descend_ray, first_step_change, \
     ood_start, ray_logits, require_converged, source_logits
 from .errors import ComputationError, param
@@ -26,7 +27,7 @@ from .estimates import ENGINES, SECONDS_PER_UPDATE, TRAJECTORY_BYTES  # noqa: F4
 from .model import attention, conditional_errors
 from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, TREND_TOL, \
     directions, off_diagonal
-from .setting import Setting, check_setting
+from .setting import STALL_STEP, Setting, check_setting
 
 from .limits import AUTO_STEP_LIMIT, WORK_LIMIT, phase_cap  # noqa: F401,E402
 
@@ -307,9 +308,11 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
                          param("eta", "lower") if cause
                          else f"raise {param(eps_name)} or {param('eta_ft')}")
     t2_expected = math.exp(min(log_t2, 700.0)) if log_t2 > -math.inf else 0.0
-    path = _finetune_path(M, K, proto, log_t2)
+    path = _finetune_path(M, K, proto, log_t2) if not proto.interventions else "terms"
 
-    if path == "ray":
+    if path == "terms":
+        run = _finetune_terms(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
+    elif path == "ray":
         run = _finetune_ray(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
     elif path == "compiled":
         run = _finetune_diagonal(z1, z_ood0, np.diag(M).copy(), K, proto, cap2,
@@ -317,21 +320,30 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     else:
         run = _finetune_columns(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
     T2, z_ood, z_source = run.T2, run.z_ood, run.z_source
+    if run.note is not None:
+        warnings.append(run.note)
     trend_names, loss_before, loss_after = run.trend, run.loss_before, run.loss_after
 
-    bounds = theory.step_size_bounds(z_ood0)
+    # The closed forms of claims 8 and 9 describe plain fine-tuning: not shown beside a
+    # run with interventions.
+    plain = not proto.interventions
+    bounds = theory.step_size_bounds(z_ood0) if plain else None
     finetune = Finetune(T2=T2, z_ood=z_ood, z_source=z_source,
                         error_ood=conditional_errors(z_ood),
-                        step_size_bound=float(bounds.min()), step_size_bounds=bounds,
-                        eta_ft=proto.eta_ft)
-    gamma = geo.gamma
+                        step_size_bound=float(bounds.min()) if plain else None,
+                        step_size_bounds=bounds, eta_ft=proto.eta_ft, reached=run.reached)
+    gamma = geo.gamma if plain else None
     regimes = theory.forgetting_regimes(gamma) if gamma is not None else [None] * K
     D = theory.first_step_D(gamma, z_ood0) if gamma is not None else [None] * K
     D_directions = (theory.initial_directions(gamma, z_ood0) if gamma is not None
                     else [None] * K)
     # the exact first step (none when the rule held at T1: T2 = 0, nothing moved)
-    first = (first_step_change(z1[None], M[None], proto.eta_ft)[0] / K if T2 > 0
-             else np.zeros(K))
+    if T2 == 0:
+        first = np.zeros(K)
+    elif proto.interventions:
+        first = run.first_step
+    else:
+        first = first_step_change(z1[None], M[None], proto.eta_ft)[0] / K
     first_directions = directions(first)
     forgetting = [
         FeatureForgetting(k=k + 1, F_k=float(loss_after[k] - loss_before[k]),
@@ -387,6 +399,65 @@ class _Finetuned:
     paths: dict[str, np.ndarray]
     steps: np.ndarray
     engine: str
+    reached: bool | None = None          # interventions: whether the rule held at T2
+    first_step: np.ndarray | None = None  # interventions: the source losses' first change
+    note: str | None = None              # interventions: why the rule does not hold
+
+
+def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetuned:
+    """Fine-tuning with interventions: the terms engine on both logits
+    (:mod:`oodcalc.finetune`), the source losses read off ``z_V`` at every step."""
+    recipe = finetune.recipe(proto, M, z_ood0, z1)
+    fixed = proto.ft_steps is not None
+    trend = _Trend(K)
+    snaps = _snapshot_store(K, expected)
+    last, losses = {}, []
+    every = max(1, int(PROGRESS_WORK // (K * K)))
+    _report(progress, "fine-tuning", 0, expected)
+
+    def observe(t: int, z_U: np.ndarray, z_V: np.ndarray) -> None:
+        z_U, z_V = z_U[0].copy(), z_V[0].copy()
+        loss = conditional_errors(z_V) / K
+        if t < 2:
+            losses.append(loss)
+        trend.add(loss)
+        last["t"], last["z"], last["source"], last["loss"] = t, z_U, z_V, loss
+        snaps.offer(t, lambda: (z_U, z_V, loss))
+        if t % every == 0:
+            _report(progress, "fine-tuning", t, expected)
+
+    run = finetune.finetune(z_ood0[None], z1[None], recipe, proto.eta_ft, proto.eps_ft, cap,
+                            fixed=fixed, observe=observe)
+    reached = bool(run.reached[0])
+    if not (reached or fixed or run.settled[0] or run.stalled[0]):
+        raise ComputationError(_stuck(cap, K, proto, "terms"))
+    T2 = int(run.steps[0])
+    _report(progress, "fine-tuning", T2, T2)
+    snaps.close(T2, lambda: (last["z"], last["source"], last["loss"]))
+    out = _finetuned(snaps, T2, run.z_U[0], run.z_V[0], trend.names(), trend.first,
+                     trend.prev, finetune.ENGINE)
+    first = losses[1] - losses[0] if len(losses) > 1 else np.zeros(K)
+    return dataclasses.replace(out, reached=reached, first_step=first,
+                               note=None if reached else _not_reached(run, recipe, proto,
+                                                                      fixed))
+
+
+def _not_reached(run, recipe, proto, fixed: bool) -> str:
+    """Why the rule on U does not hold at T2, for the report's warnings."""
+    e = conditional_errors(run.z_U[0])
+    above = [k for k in np.flatnonzero(recipe.covered) if e[k] > proto.eps_ft]
+    where = ", ".join(f"e_{k + 1} = {e[k]:.3g}" for k in above)
+    head = f"the stopping rule on U was not reached ({where} > eps_ft = {proto.eps_ft:g})"
+    if fixed:
+        return f"{head} after the {proto.ft_steps} steps of --ft-steps"
+    if run.settled[0]:
+        frozen = ", ".join(f"u{k + 1}" for k in above if recipe.frozen[k])
+        return (f"{head}: --project {proto.project} leaves {frozen} no update (in "
+                f"span(V)); fine-tuning stopped at T2 = {int(run.steps[0])}, when every "
+                "other feature met the rule")
+    return (f"{head}: fine-tuning settled at T2 = {int(run.steps[0])}, where a step moves "
+            f"no logit by more than {STALL_STEP:g} (the pull toward the pretrained weights "
+            "balances the fit)")
 
 
 def _finetune_ray(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetuned:

@@ -183,6 +183,7 @@ class Finetune:
     step_size_bound: float | None = None   # claim 9, min over k
     step_size_bounds: np.ndarray | None = None
     eta_ft: float | None = None
+    reached: bool | None = None   # with interventions: whether the rule on U held at T2
 
     @property
     def eta_ft_within_bound(self) -> bool | None:
@@ -194,6 +195,8 @@ class Finetune:
     def to_dict(self) -> dict[str, Any]:
         out = {"T2": self.T2, "z_ood": self.z_ood, "z_source": self.z_source,
                "error_ood": self.error_ood}
+        if self.reached is not None:
+            out["reached"] = self.reached
         if self.step_size_bound is not None:
             out |= {"step_size_bound": self.step_size_bound,
                     "step_size_bounds": self.step_size_bounds,

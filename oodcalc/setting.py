@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, shorten
+from .errors import InputError, param, shorten
 from .geometry import Geometry
 
 DEFAULT_EPS = 0.01
@@ -18,6 +18,14 @@ DEFAULT_MAX_STEPS = 1_000_000
 #: The largest step count a Protocol takes: counts are exact in float64 and int64 up to
 #: it (no run comes near: the caps refuse runs past about 2e12 logit updates).
 MAX_STEP_COUNT = 2 ** 53
+#: Where the fine-tuning update may be projected off span(V): ``ΔQ ← P ΔQ`` (key side),
+#: ``ΔQ P`` (query side) or both, ``P = I − VVᵀ``.
+PROJECTIONS = ("none", "key", "query", "both")
+#: Named rules for the OOD query weights (:func:`oodcalc.finetune.query_weights`).
+WEIGHT_RULES = ("cosine", "drop-negative")
+#: Fine-tuning that cannot reach its rule (a pull holds it back) stops at the first step
+#: that moves no OOD or source logit by more than this: it has settled on its fixed point.
+STALL_STEP = 1e-12
 #: A stopping level no error meets (every e_k >= 0): fine-tuning for ``ft_steps`` steps.
 NEVER = -1.0
 
@@ -62,6 +70,21 @@ class Protocol:
     ft_steps : int, optional
         Fine-tune exactly this many steps (>= 1), with no stopping rule (not with
         ``eps_ft``); ``max_steps`` then caps pretraining only.
+    replay : float, default 0
+        Replay share λ in [0, 1): each fine-tuning step is ``(1 − λ)`` of the gradient on
+        U plus ``λ`` of the gradient on V (the pretraining data).
+    l2 : float, default 0
+        Pull μ >= 0 toward the pretrained weights: ``(μ/2)‖Q − Q^(T1)‖²`` is added to the
+        fine-tuning loss.
+    project : {"none", "key", "query", "both"}, default "none"
+        Project the fine-tuning update onto the complement of span(V) on the key side
+        (``(I − VVᵀ) ΔQ``), the query side (``ΔQ (I − VVᵀ)``) or both.
+    weights : sequence of float, "cosine" or "drop-negative", optional
+        Weights ``c_k >= 0`` of the OOD queries in the fine-tuning loss
+        ``(1/K) Σ_k c_k e_k``, or a rule on each ``u_k``'s cosine to the pretraining
+        centre ``v̄``: ``cosine`` (``max(cos_k, 0)``, scaled to mean 1) or
+        ``drop-negative`` (1 where ``cos_k >= 0``, else 0). The stopping rule covers the
+        features with ``c_k > 0``.
 
     A bad value raises :class:`~oodcalc.errors.InputError` naming the parameter.
 
@@ -69,9 +92,11 @@ class Protocol:
     -------
     >>> from oodcalc import Protocol
     >>> Protocol(eps=1e-3, eta=0.5)
-    Protocol(eps=0.001, eta=0.5, eta_ft=0.5, max_steps=1000000, eps_ft=0.001, ft_steps=None, auto_steps=True)
+    Protocol(eps=0.001, eta=0.5, eta_ft=0.5, max_steps=1000000, eps_ft=0.001, ft_steps=None, replay=0.0, l2=0.0, project='none', weights=None, auto_steps=True)
     >>> Protocol(ft_steps=2000).finetune_rule
     'exactly 2000 steps'
+    >>> Protocol(replay=0.5, project="key").interventions
+    {'replay': 0.5, 'project': 'key'}
     """
 
     eps: float = DEFAULT_EPS
@@ -80,9 +105,14 @@ class Protocol:
     max_steps: int | str | None = None
     eps_ft: float | None = None
     ft_steps: int | None = None
+    replay: float = 0.0
+    l2: float = 0.0
+    project: str = "none"
+    weights: tuple[float, ...] | str | None = None
     auto_steps: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
+        self._check_interventions()
         object.__setattr__(self, "eps", check_positive(self.eps, "eps"))
         object.__setattr__(self, "eta", check_positive(self.eta, "eta"))
         eta_ft = self.eta if self.eta_ft is None else check_positive(self.eta_ft, "eta_ft")
@@ -110,6 +140,56 @@ class Protocol:
         eps_ft = self.eps if self.eps_ft is None else check_positive(self.eps_ft, "eps_ft")
         object.__setattr__(self, "eps_ft", eps_ft)
 
+    def _check_interventions(self) -> None:
+        try:
+            replay = float(self.replay)
+        except (TypeError, ValueError):
+            replay = math.nan
+        if not 0 <= replay < 1:
+            raise InputError(param("replay"), shorten(self.replay), "expected a share λ with "
+                             "0 <= λ < 1 (λ = 1 would not fine-tune on U at all)")
+        object.__setattr__(self, "replay", replay)
+        try:
+            l2 = float(self.l2)
+        except (TypeError, ValueError):
+            l2 = math.nan
+        if not (math.isfinite(l2) and l2 >= 0):
+            raise InputError(param("l2"), shorten(self.l2), "expected a finite number >= 0")
+        object.__setattr__(self, "l2", l2)
+        if self.project not in PROJECTIONS:
+            raise InputError(param("project"), shorten(self.project),
+                             f"expected one of {', '.join(PROJECTIONS)}")
+        weights = self.weights
+        if isinstance(weights, str):
+            if weights not in WEIGHT_RULES:
+                raise InputError(param("weights"), shorten(weights), "expected numbers c_1,...,c_K "
+                                 f"or a rule: {', '.join(WEIGHT_RULES)}")
+        elif weights is not None:
+            try:
+                values = tuple(float(c) for c in weights)
+            except (TypeError, ValueError):
+                values = (math.nan,)
+            if not values or not all(math.isfinite(c) and c >= 0 for c in values) \
+                    or not any(values):
+                raise InputError(param("weights"), shorten(weights), "expected finite numbers "
+                                 "c_k >= 0, not all 0, one per feature")
+            object.__setattr__(self, "weights", values)
+
+    @property
+    def interventions(self) -> dict[str, Any]:
+        """The interventions asked for (those away from plain fine-tuning), by name."""
+        out: dict[str, Any] = {}
+        if self.replay:
+            out["replay"] = self.replay
+        if self.l2:
+            out["l2"] = self.l2
+        if self.project != "none":
+            out["project"] = self.project
+        if self.weights is not None:
+            out["weights"] = self.weights if isinstance(self.weights, str) \
+                else list(self.weights)
+        return out
+
     @property
     def finetune_stop(self) -> float:
         """The ε fine-tuning stops at: ``eps_ft``, or :data:`NEVER` with ``ft_steps``."""
@@ -130,7 +210,7 @@ class Protocol:
     def describe(self) -> dict[str, Any]:
         return {"eps": self.eps, "eta": self.eta, "eta_ft": self.eta_ft,
                 "max_steps": "auto" if self.auto_steps else self.max_steps,
-                "eps_ft": self.eps_ft, "ft_steps": self.ft_steps}
+                "eps_ft": self.eps_ft, "ft_steps": self.ft_steps, **self.interventions}
 
 
 @dataclass(frozen=True)
@@ -166,6 +246,10 @@ class Setting:
         if not isinstance(self.protocol, Protocol):
             raise InputError("Setting.protocol", shorten(repr(self.protocol)),
                              "expected a Protocol, e.g. oc.Protocol(eps=0.01, eta=0.1)")
+        weights = self.protocol.weights
+        if weights is not None and not isinstance(weights, str) and len(weights) != self.K:
+            raise InputError(param("weights"), f"{len(weights)} values", f"expected one weight per "
+                             f"feature: K = {self.K}")
 
     @property
     def K(self) -> int:

@@ -13,9 +13,10 @@ from .. import limits
 from ..errors import ComputationError, InputError
 from .app import app
 from .progress import announce
-from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
-                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
-                              Tolerance, build_setting)
+from .setting_options import (L2, Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
+                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Project,
+                              Replay, Theta, Tolerance, Weights, build_setting,
+                              interventions)
 
 
 @app.command()
@@ -25,6 +26,7 @@ def predict(
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
     eps_ft: EpsFt = None, ft_steps: FtSteps = None,
+    replay: Replay = None, l2: L2 = None, project: Project = None, weights: Weights = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (schema in "
         "docs/report.md); K × K matrices in full up to K = 16, summarised above.")] = False,
     arrays: Annotated[Optional[str], typer.Option("--arrays", metavar="FILE.npz",
@@ -41,7 +43,9 @@ def predict(
     Example: oodcalc predict --gamma 1,-0.9
     """
     if precision is not None:
-        for option, given in (("--eps-ft", eps_ft), ("--ft-steps", ft_steps)):
+        for option, given in (("--eps-ft", eps_ft), ("--ft-steps", ft_steps),
+                              ("--replay", replay), ("--l2", l2), ("--project", project),
+                              ("--weights", weights)):
             if given is not None:
                 raise InputError(option, given, "--precision prints the closed forms only; "
                                  "fine-tuning runs without it")
@@ -59,6 +63,7 @@ def predict(
         check_output(arrays, "--arrays", suffixes=(".npz",))    # before the run
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps, eps_ft=eps_ft, ft_steps=ft_steps,
+                            finetuning=interventions(replay, l2, project, weights),
                             checks=[limits.check_predict])   # predict's own guard, early
     try:
         seconds, words = expected_seconds(setting)

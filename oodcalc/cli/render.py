@@ -100,6 +100,8 @@ def _forgetting_table(report: Report, console: Console) -> Table:
             cuts = [0, *breaks(condition, room), len(condition)]
             condition = "\n".join(condition[i:j].rstrip() for i, j in zip(cuts, cuts[1:]))
         row[1] = (f"[{style}]{escape(f.regime)}[/{style}]\n{escape(condition)}" if f.regime
+                  else "[dim]n/a: the theorem is\nfor plain fine-tuning[/dim]"
+                  if intervened(report.parameters)
                   else "[dim]n/a: the theorem\nassumes a parallel shift[/dim]")
         generic.append(tuple(generic_indices(cell, f.k) for cell in row))
     table = Table(**TABLE)
@@ -109,6 +111,28 @@ def _forgetting_table(report: Report, console: Console) -> Table:
     return table
 
 
+def intervened(parameters: dict) -> bool:
+    return any(name in parameters for name in ("replay", "l2", "project", "weights"))
+
+
+def describe_interventions(parameters: dict) -> str:
+    """``replay λ = 0.5, L2 pull μ = 0.1, key-side projection, weights cosine``."""
+    p, parts = parameters, []
+    if "replay" in p:
+        parts.append(f"replay λ = {fmt(p['replay'])}")
+    if "l2" in p:
+        parts.append(f"L2 pull μ = {fmt(p['l2'])} toward Q^(T1)")
+    if "project" in p:
+        parts.append({"key": "the update projected off span(V) on the key side",
+                      "query": "the update projected off span(V) on the query side",
+                      "both": "the update projected off span(V) on both sides"}[p["project"]])
+    if "weights" in p:
+        w = p["weights"]
+        parts.append(f"query weights {w}" if isinstance(w, str)
+                     else "query weights c = (" + ", ".join(fmt(c) for c in w) + ")")
+    return ", ".join(parts)
+
+
 def render_prediction(report: Report, console: Console | None = None) -> None:
     console = console or make_console()
     p = report.parameters
@@ -116,6 +140,8 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     say(console, f"[bold]oodcalc predict[/bold] · {escape(describe_geometry(p['geometry']))}")
     say(console, f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
                  f"η_ft = {fmt(p['eta_ft'])}; exact population dynamics from Q = 0")
+    if intervened(p):
+        say(console, f"fine-tuning with {escape(describe_interventions(p))}")
 
     pre = report.pretrain
     table = Table(title="1 · Pretraining on V: where the stopping rule e_k <= ε is met",
@@ -151,8 +177,6 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
                  f"{fmt(float(ood.error.sum() / K))}.")
 
     ft = report.finetune
-    within = ft.eta_ft <= ft.step_size_bound
-    verdict = "[green]within[/green]" if within else "[red]exceeds[/red]"
     console.print()
     if p.get("ft_steps") is not None:
         rule = "exactly that many steps, no stopping rule"
@@ -160,10 +184,18 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         rule = f"until every e_k <= ε_ft = {fmt(p['eps_ft'])}"
     else:
         rule = "until every e_k <= ε"
+    if ft.reached is not None:
+        rule += "; reached" if ft.reached else "; [red]not reached[/red], see the warning"
     say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps "
-                 f"({escape(rule)})")
-    say(console, f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = {fmt(ft.step_size_bound)}; "
-                 f"η_ft = {fmt(ft.eta_ft)} is {verdict} it.")
+                 f"({rule})")
+    if ft.step_size_bound is not None:
+        verdict = ("[green]within[/green]" if ft.eta_ft <= ft.step_size_bound
+                   else "[red]exceeds[/red]")
+        say(console, f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = "
+                     f"{fmt(ft.step_size_bound)}; η_ft = {fmt(ft.eta_ft)} is {verdict} it.")
+    else:
+        say(console, "The closed forms of claims 8 and 9 (regimes, D_k, step-size bound) "
+                     "describe plain fine-tuning and are not shown beside interventions.")
     console.print(_forgetting_table(report, console))
     if any(f.D_k is not None for f in report.forgetting):
         say(console, "First step: the exact change of L_{v_k} = e_k/K over fine-tuning's "

@@ -14,7 +14,8 @@ import typer
 from .. import geometry as geo
 from .. import limits
 from ..errors import InputError
-from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, Protocol, Setting
+from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, PROJECTIONS, WEIGHT_RULES, \
+    Protocol, Setting
 from . import options
 
 Text = Optional[str]
@@ -60,6 +61,41 @@ EpsFt = Annotated[Text, typer.Option("--eps-ft", metavar="FLOAT",
 FtSteps = Annotated[Text, typer.Option("--ft-steps", metavar="INT",
     help="Fine-tune exactly INT steps, with no stopping rule (not with --eps-ft).",
     show_default="off: until the stopping rule", rich_help_panel=PROTOCOL_PANEL)]
+FINETUNING_PANEL = "Fine-tuning interventions"
+Replay = Annotated[Text, typer.Option("--replay", metavar="λ",
+    help="Replay: each fine-tuning step is (1 − λ) of the gradient on U plus λ of the "
+    "gradient on V, 0 <= λ < 1.", show_default="0", rich_help_panel=FINETUNING_PANEL)]
+L2 = Annotated[Text, typer.Option("--l2", metavar="μ",
+    help="Pull toward the pretrained weights: adds (μ/2)‖Q − Q^(T1)‖² to the fine-tuning "
+    "loss, μ >= 0.", show_default="0", rich_help_panel=FINETUNING_PANEL)]
+Project = Annotated[Text, typer.Option("--project", metavar="|".join(PROJECTIONS[1:]),
+    help="Project the fine-tuning update off span(V) on the key side, the query side or "
+    "both.", show_default="none", rich_help_panel=FINETUNING_PANEL)]
+Weights = Annotated[Text, typer.Option("--weights", metavar="C1,...|RULE",
+    help="Weights c_k >= 0 of the OOD queries in the fine-tuning loss, or a rule on each "
+    "u_k's cosine to the pretraining centre: cosine (max(cos, 0), mean 1) or "
+    "drop-negative (0 where cos < 0). The stopping rule covers c_k > 0.",
+    show_default="all 1", rich_help_panel=FINETUNING_PANEL)]
+
+
+def interventions(replay: Text = None, l2: Text = None, project: Text = None,
+                  weights: Text = None) -> dict:
+    """The intervention options as :class:`~oodcalc.setting.Protocol` keywords (the
+    Protocol checks their ranges, named by these options)."""
+    out: dict = {}
+    if replay is not None:
+        out["replay"] = options.number("--replay", replay, "expected a share 0 <= λ < 1")
+    if l2 is not None:
+        out["l2"] = options.number("--l2", l2, "expected a finite number >= 0")
+    if project is not None:
+        out["project"] = project.strip().lower()
+    if weights is not None:
+        rule = weights.strip().lower()
+        out["weights"] = rule if rule in WEIGHT_RULES or not any(
+            c.isdigit() for c in rule) else tuple(options.numbers("--weights", weights))
+    return out
+
+
 def _power(n: int) -> str:
     """A power of ten as ``10^12`` (the caps are powers of ten)."""
     return f"10^{len(str(n)) - 1}" if str(n).rstrip("0") == "1" else f"{n:,}"
@@ -73,7 +109,8 @@ MaxSteps = Annotated[Text, typer.Option("--max-steps", metavar="INT|auto",
 
 
 def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None,
-                   eps_ft: Text = None, ft_steps: Text = None) -> Protocol:
+                   eps_ft: Text = None, ft_steps: Text = None,
+                   finetuning: dict | None = None) -> Protocol:
     # "auto" is accepted so that the parameters block of --json (max_steps: "auto") reruns as is
     steps = None
     if max_steps is not None and max_steps.strip().lower() != "auto":
@@ -88,7 +125,8 @@ def build_protocol(eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None,
     return Protocol(eps=options.positive("--eps", eps) or DEFAULT_EPS,
                     eta=options.positive("--eta", eta) or DEFAULT_ETA,
                     eta_ft=options.positive("--eta-ft", eta_ft), max_steps=steps,
-                    eps_ft=options.positive("--eps-ft", eps_ft), ft_steps=n)
+                    eps_ft=options.positive("--eps-ft", eps_ft), ft_steps=n,
+                    **(finetuning or {}))
 
 
 #: ``check(K, d, protocol, diagonal=...)``: a guard of the library (``limits.check_*``,
@@ -102,7 +140,7 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
                   features: Text, ood: Text, d: Text, tol: Text,
                   eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None, *,
                   checks: Sequence[Check] = (), eps_ft: Text = None,
-                  ft_steps: Text = None) -> Setting:
+                  ft_steps: Text = None, finetuning: dict | None = None) -> Setting:
     """Turn the command-line text into a validated Setting (errors name the option).
 
     With ``checks`` (the library's guards of what the command will run), what is out of
@@ -125,7 +163,7 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
     if chosen[0] in ("--theta", "--mean-query", "--orthogonal") and k_value is None:
         raise InputError("--K", "nothing", f"{chosen[0]} needs the number of features, "
                          "e.g. --K 4")
-    protocol = build_protocol(eps, eta, eta_ft, max_steps, eps_ft, ft_steps)
+    protocol = build_protocol(eps, eta, eta_ft, max_steps, eps_ft, ft_steps, finetuning)
     options.name_parameters({"d": ("--d", d)})
     if checks and chosen[0] != "--features/--ood":
         values = options.numbers("--gamma", gamma) if chosen[0] == "--gamma" else None

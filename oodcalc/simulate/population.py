@@ -12,7 +12,7 @@ import numpy as np
 from .. import limits
 from ..errors import ComputationError
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, directions, trend
-from ..setting import Setting, check_setting
+from ..setting import STALL_STEP, Setting, check_setting
 
 
 def _softmax_columns(logits: np.ndarray) -> np.ndarray:
@@ -20,11 +20,13 @@ def _softmax_columns(logits: np.ndarray) -> np.ndarray:
     return w / w.sum(axis=0, keepdims=True)
 
 
-def errors_and_gradient(Q: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def errors_and_gradient(Q: np.ndarray, F: np.ndarray, weights: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Conditional errors ``e_k``, attention, and ``∇_Q L`` for features ``F`` (d × K).
 
     For query ``f_k`` the prediction direction is ``F a_k`` with ``a_k = softmax(Fᵀ Q f_k)``;
-    ``e_k = ½‖F a_k − f_k‖²`` and ``L = Σ_k e_k / K``.
+    ``e_k = ½‖F a_k − f_k‖²`` and ``L = Σ_k e_k / K`` (with ``weights``,
+    ``L = Σ_k c_k e_k / K``: the gradient's query columns scaled by ``c_k``).
     """
     K = F.shape[1]
     A = _softmax_columns(F.T @ Q @ F)           # A[n, k]
@@ -32,6 +34,8 @@ def errors_and_gradient(Q: np.ndarray, F: np.ndarray) -> tuple[np.ndarray, np.nd
     errors = 0.5 * np.sum(residual**2, axis=0)
     de_da = F.T @ residual                      # ∂e_k/∂a_n
     de_dz = A * (de_da - np.sum(A * de_da, axis=0, keepdims=True))  # softmax Jacobian
+    if weights is not None:
+        de_dz = de_dz * weights
     return errors, A, F @ de_dz @ F.T / K       # Σ_{n,k} ∂L/∂z_nk f_n f_kᵀ
 
 
@@ -75,6 +79,71 @@ def train(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
             Q -= eta * grad
     raise ComputationError(f"{phase} (full-Q simulator) did not meet the stopping rule "
                            f"within max_steps = {max_steps} (eps = {eps:g}, eta = {eta:g})")
+
+
+def query_weights(protocol, U: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """The OOD query weights ``c_k``, from the vectors: as given, or by the protocol's
+    rule on ``cos(u_k, v̄)`` with ``v̄`` the mean of the columns of V (``Protocol.weights``)."""
+    K, rule = U.shape[1], protocol.weights
+    if rule is None:
+        return np.ones(K)
+    if not isinstance(rule, str):
+        return np.array(rule, dtype=np.float64)
+    centre = V.mean(axis=1)
+    cos = U.T @ centre / np.linalg.norm(centre)
+    if rule == "cosine":
+        kept = np.maximum(cos, 0.0)
+        return kept * (K / kept.sum())
+    return (cos >= 0).astype(np.float64)
+
+
+def finetune(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
+             snapshots: list | None = None) -> tuple[np.ndarray, int, list, bool]:
+    """Fine-tuning GD on ``Q`` from ``Q1`` with the protocol's interventions, each done
+    to Q itself: ``ΔQ = −η[(1−λ) P_l ∇L_U^c P_r + λ ∇L_V + μ(Q − Q1)]``, ``P = I − VVᵀ`` on
+    a projected side. Stops when every weighted (``c_k > 0``) ``e_k`` on U is within
+    ``eps_ft``, when the only ones above it are queries no update reaches (without
+    replay: ``c_j (UᵀP_rU)[j, k] = 0`` for all ``j``), or, with a pull, when a step moves no logit (``UᵀΔQU``, ``VᵀΔQV``) by more than
+    ``STALL_STEP``;
+    with ``ft_steps``, after exactly that many steps. Returns the final Q, the steps,
+    the source errors at every step and whether the rule held at the end."""
+    p = protocol
+    weights = query_weights(p, U, V)
+    covered = weights > 0
+    P = np.eye(V.shape[0]) - V @ V.T
+    reach = U.T @ (P if p.project in ("query", "both") else np.eye(V.shape[0])) @ U
+    frozen = ~(weights[:, None] * reach).any(axis=0) & (p.replay == 0)
+    fixed = p.ft_steps is not None
+    Q, watched = Q1.copy(), []
+    for t in range(p.finetune_cap + 1):
+        errors, _, grad = errors_and_gradient(Q, U, None if p.weights is None else weights)
+        source_errors, _, source_grad = errors_and_gradient(Q, V)
+        watched.append(source_errors)
+        if snapshots is not None:
+            snapshots.append(Q.copy())
+        within = (errors <= p.eps_ft) | ~covered
+        reached = bool(within.all())
+        if (not fixed and (within | frozen).all()) or t == p.finetune_cap:
+            break
+        step = (1.0 - p.replay) * grad if p.replay else grad
+        if p.project in ("key", "both"):
+            step = P @ step
+        if p.project in ("query", "both"):
+            step = step @ P
+        if p.replay:
+            step = step + p.replay * source_grad
+        if p.l2:
+            step = step + p.l2 * (Q - Q1)
+        change = p.eta_ft * step
+        if p.l2 and not fixed and all(np.abs(F.T @ change @ F).max() <= STALL_STEP
+                                      for F in (U, V)):
+            break                                         # settled: the pull balances the fit
+        Q = Q - change
+    if not (reached or fixed or (within | frozen).all() or t < p.finetune_cap):
+        raise ComputationError(f"fine-tuning (full-Q simulator) did not meet the stopping "
+                               f"rule within max_steps = {p.finetune_cap} (eps = "
+                               f"{p.eps_ft:g}, eta = {p.eta_ft:g})")
+    return Q, t, watched, reached
 
 
 def simulate_population(setting: Setting) -> Report:
@@ -127,9 +196,7 @@ def simulate_population(setting: Setting) -> Report:
     z1 = V.T @ Q1 @ V
     errors_v, _, _ = errors_and_gradient(Q1, V)
     errors_u, attn_u, _ = errors_and_gradient(Q1, U)
-    Q2, T2, source_errors = train(Q1, U, proto.eta_ft, proto.finetune_stop,
-                                  proto.finetune_cap, "fine-tuning", watch=V,
-                                  snapshots=ft_path)
+    Q2, T2, source_errors, reached = finetune(Q1, U, V, proto, snapshots=ft_path)
     source_loss = np.array(source_errors) / K
     first = source_loss[1] - source_loss[0] if T2 > 0 else np.zeros(K)   # no step: T2 = 0
     first_directions = directions(first)

@@ -1,0 +1,177 @@
+"""The terms a fine-tuning step is made of, in the K×K logits of both feature sets.
+
+Fine-tuning moves ``Q`` from ``Q^(T1) = V Z1 Vᵀ`` by
+
+    ΔQ = −η [(1−λ) P_l U g_U Uᵀ P_r + λ V g_V Vᵀ + μ (Q − Q^(T1))],
+
+``g_U = ∂L_U^c/∂z_U`` for the query-weighted loss ``L_U^c = (1/K) Σ_k c_k e_k(z_U)``,
+``g_V = ∂L_V/∂z_V``, and ``P_l, P_r`` each ``I`` or ``I − VVᵀ`` (project the key side,
+the query side). Reading ``z_U = UᵀQU`` and ``z_V = VᵀQV`` off it with ``M = VᵀU``
+(``UᵀV = Mᵀ``, ``VᵀV = UᵀU = I``, ``Vᵀ(I − VVᵀ) = 0``):
+
+    Δz_U = −η [(1−λ) A_l g_U A_r + λ Mᵀ g_V M + μ (z_U − z_U^(T1))]
+    Δz_V = −η [(1−λ) B_l g_U B_rᵀ + λ g_V + μ (z_V − z_V^(T1))]
+
+with ``A = UᵀPU`` (``I``, or ``I − MᵀM`` projected) and ``B = VᵀPU`` (``M``, or 0
+projected). Each bracket is a :class:`Term`; the engine (:mod:`oodcalc.finetune.engine`)
+sums the ones a recipe asks for. The pair ``(z_U, z_V)`` is a closed system: the
+gradients read only ``z_U`` and ``z_V``, and the pull is linear in ``Q``. The symbolic
+derivation is claim 10's (``oodcalc derive 10``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError, param
+from ..setting import Protocol
+
+
+def loss_gradient(z: np.ndarray) -> np.ndarray:
+    """``∂L/∂z`` for ``L = (1/K) Σ_k e_k(z)``, stacks ``(..., K, K)``: column ``k`` is
+    ``a ⊙ (r − Σ_n a r) / K`` with ``a`` the softmax of column ``k`` and ``r = a − e_k``."""
+    K = z.shape[-1]
+    a = np.exp(z - z.max(axis=-2, keepdims=True))
+    a /= a.sum(axis=-2, keepdims=True)
+    r = a - np.eye(K)
+    return a * (r - (a * r).sum(axis=-2, keepdims=True)) / K
+
+
+class Term:
+    """One bracket of the step: adds its share to ``(dU, dV)`` (the step is
+    ``z −= η d``). ``source_gradient``: whether it reads ``g_V`` (computed only then)."""
+
+    source_gradient = False
+
+    def add(self, z_U, z_V, g_U, g_V, dU, dV) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Fit(Term):
+    """``(1−λ) A_l (g_U c) A_r`` on the OOD logits and ``(1−λ) B_l (g_U c) B_rᵀ`` on the
+    source logits (``B = None``: a projected side, no change); ``c`` weights the columns
+    of the gradient (the queries)."""
+
+    scale: np.ndarray | float
+    weights: np.ndarray
+    A_left: np.ndarray | None      # None: the identity (no projection)
+    A_right: np.ndarray | None
+    B_left: np.ndarray | None      # None: 0 (the key side projected)
+    B_right: np.ndarray | None
+
+    def add(self, z_U, z_V, g_U, g_V, dU, dV) -> None:
+        g = g_U * (self.scale * self.weights[..., None, :])
+        dU += _sandwich(self.A_left, g, self.A_right)
+        if self.B_left is not None and self.B_right is not None:
+            dV += self.B_left @ g @ np.swapaxes(self.B_right, -1, -2)
+
+
+@dataclass(frozen=True)
+class Replay(Term):
+    """``λ Mᵀ g_V M`` and ``λ g_V``: a share λ of every step is the source loss."""
+
+    share: np.ndarray | float
+    M: np.ndarray
+    source_gradient = True
+
+    def add(self, z_U, z_V, g_U, g_V, dU, dV) -> None:
+        g = self.share * g_V
+        dU += np.swapaxes(self.M, -1, -2) @ g @ self.M
+        dV += g
+
+
+@dataclass(frozen=True)
+class Pull(Term):
+    """``μ (z − z^(T1))`` on both: the L2 pull ``(μ/2)‖Q − Q^(T1)‖²`` toward the
+    pretrained weights, read in each set of logits."""
+
+    strength: np.ndarray | float
+    z_U1: np.ndarray
+    z_V1: np.ndarray
+
+    def add(self, z_U, z_V, g_U, g_V, dU, dV) -> None:
+        dU += self.strength * (z_U - self.z_U1)
+        dV += self.strength * (z_V - self.z_V1)
+
+
+def _sandwich(left, g, right):
+    out = g if left is None else left @ g
+    return out if right is None else out @ right
+
+
+def centre_cosines(M: np.ndarray) -> np.ndarray:
+    """``cos(u_k, v̄)`` for the pretraining centre ``v̄ = (1/K) Σ v_n``: ``u_kᵀv̄ / ‖v̄‖``
+    ``= Σ_n M[n, k] / √K`` (orthonormal V: ``‖v̄‖ = 1/√K``)."""
+    return M.sum(axis=-2) / np.sqrt(M.shape[-1])
+
+
+def query_weights(protocol: Protocol, M: np.ndarray) -> np.ndarray:
+    """The weights ``c_k`` of the OOD queries: as given, or by a named rule on the
+    cosines to the pretraining centre. ``cosine``: ``max(cos_k, 0)`` scaled to mean 1
+    (the step size keeps its meaning); ``drop-negative``: 1 where ``cos_k >= 0``, else 0
+    (the paper's advice to leave out data negatively correlated with the source).
+    Unweighted: all 1."""
+    K, rule = M.shape[-1], protocol.weights
+    if rule is None:
+        return np.ones(K)
+    if not isinstance(rule, str):
+        return np.array(rule, dtype=np.float64)
+    cos = centre_cosines(M)
+    kept = np.maximum(cos, 0.0) if rule == "cosine" else (cos >= 0).astype(np.float64)
+    if not kept.any():
+        raise InputError(param("weights"), rule, f"every OOD feature has a negative cosine to the "
+                         f"pretraining centre ({', '.join(f'{c:.3g}' for c in cos)}): "
+                         "nothing would be fine-tuned; give explicit weights")
+    return kept * (K / kept.sum()) if rule == "cosine" else kept
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A fine-tuning step for one geometry: its terms, which OOD features the stopping
+    rule covers (those with ``c_k > 0``: a feature left out is not trained) and which
+    OOD columns no step can move (:func:`frozen_columns`)."""
+
+    terms: tuple[Term, ...]
+    covered: np.ndarray
+    weights: np.ndarray
+    frozen: np.ndarray
+
+    @property
+    def source_gradient(self) -> bool:
+        return any(term.source_gradient for term in self.terms)
+
+    @property
+    def settles(self) -> bool:
+        """Whether a run may settle short of its rule: a pull has a fixed point."""
+        return any(isinstance(term, Pull) for term in self.terms)
+
+
+def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray) -> Recipe:
+    """The terms ``protocol`` asks for, built for ``M = VᵀU`` and the logits at T1."""
+    K = M.shape[-1]
+    weights = query_weights(protocol, M)
+    left = protocol.project in ("key", "both")
+    right = protocol.project in ("query", "both")
+    A = np.eye(K) - np.swapaxes(M, -1, -2) @ M
+    terms: list[Term] = [Fit(1.0 - protocol.replay, weights, A if left else None,
+                             A if right else None, None if left else M, None if right else M)]
+    if protocol.replay:
+        terms.append(Replay(protocol.replay, M))
+    if protocol.l2:
+        terms.append(Pull(protocol.l2, z_U1, z_V1))
+    return Recipe(tuple(terms), weights > 0, weights, frozen_columns(terms, K))
+
+
+def frozen_columns(terms: tuple[Term, ...] | list[Term], K: int) -> np.ndarray:
+    """The OOD columns no step can move, ``(K,)``: the fit's share of column ``k`` is
+    ``Σ_j (g c)_j A_r[j, k]``, zero for every gradient when ``c_j A_r[j, k] = 0`` for all
+    ``j`` (``A_r = I``: when ``c_k = 0``); replay moves every column, and the pull moves
+    none that has not moved."""
+    if any(isinstance(term, Replay) for term in terms):
+        return np.zeros(K, dtype=bool)
+    fit = next(term for term in terms if isinstance(term, Fit))
+    right = np.eye(K) if fit.A_right is None else fit.A_right
+    return ~(fit.weights[:, None] * right).any(axis=0)
