@@ -184,6 +184,8 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         rule = f"until every e_k <= ε_ft = {fmt(p['eps_ft'])}"
     else:
         rule = "until every e_k <= ε"
+    if "weights" in p:
+        rule = rule.replace("every e_k <= ", "e_k <= ") + " for every k with c_k > 0"
     if ft.reached is not None:
         rule += "; reached" if ft.reached else "; [red]not reached[/red], see the warning"
     say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps "
