@@ -37,7 +37,7 @@ from .geometry import check_K
 from .model import attention, conditional_errors, loss_gradient_from_attention
 from .predict import pretrain_logits
 from .report import TREND_TOL
-from .setting import Protocol
+from .setting import Protocol, require_plain
 from .sweep import gamma_rows, sweep
 
 RULES = ("paper", "corrected", "D_sign")
@@ -185,6 +185,7 @@ def agreement(K: int, n: int, seed: int, protocol: Protocol | None = None) -> Ag
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise InputError(name, value, "expected an integer >= 0")
     protocol = protocol or Protocol()
+    require_plain(protocol, "the claim-8 rule scores")
     gamma = random_gammas(K, int(n), int(seed))
     result = sweep(gamma_rows(gamma, protocol.eps, protocol.eta, protocol.eta_ft),
                    max_steps=protocol.max_steps, seed=int(seed))

@@ -36,7 +36,7 @@ import numpy as np
 from . import limits, theory
 from .errors import InputError
 from .report import TREND_TOL
-from .setting import Protocol
+from .setting import Protocol, require_plain
 
 #: The rules scored against the exact sign of F_1, in the order they are drawn.
 RULES = ("paper", "corrected", "D_sign", "first_step")
@@ -183,6 +183,7 @@ def slices(gamma1: Sequence[float] = DEFAULT_GAMMA1, n: int = DEFAULT_GRID,
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
         raise InputError("grid", n, "expected an integer >= 2")
     protocol = protocol or Protocol()
+    require_plain(protocol, "the K = 3 maps")
     limits.check_maps({3: len(gamma1) * int(n) ** 2}, MAP_FLOATS,
                       "the K = 3 slices (N × N rows per slice and their images)")
     # predict's refusal: every row pretrains alike, under max_steps as given (the sweep

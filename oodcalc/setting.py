@@ -261,6 +261,16 @@ class Setting:
                 "geometry": self.geometry.describe()}
 
 
+def require_plain(protocol: Protocol, where: str) -> None:
+    """Refuse a protocol with fine-tuning interventions in ``where``, which runs plain
+    fine-tuning only (rather than ignore them)."""
+    if protocol.interventions:
+        asked = ", ".join(f"{k} = {v}" for k, v in protocol.interventions.items())
+        raise InputError(param(next(iter(protocol.interventions))), asked,
+                         f"{where} runs plain fine-tuning only; oodcalc.predict and "
+                         "oodcalc.simulate.simulate_population run the interventions")
+
+
 def check_setting(setting: Any, name: str = "setting") -> Setting:
     """``setting`` if it is a :class:`Setting`, else a clear error: the entry points take
     one (``oc.Setting(oc.parallel_shift([1, -0.9]))``)."""

@@ -176,3 +176,13 @@ def test_predict_takes_the_interventions_on_the_command_line(capsys):
     assert code == 2 and err.startswith("oodcalc: error: --replay: ")
     code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--weights", "1,2,3")
     assert code == 2 and "--weights" in err
+
+
+def test_what_runs_plain_fine_tuning_only_refuses_interventions():
+    from oodcalc.forgetting_rules import agreement
+    from oodcalc.simulate import simulate_prompts
+    setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(replay=0.5))
+    with pytest.raises(InputError, match="Protocol.replay.*plain fine-tuning only"):
+        simulate_prompts(setting)
+    with pytest.raises(InputError, match="plain fine-tuning only"):
+        agreement(3, 2, 0, oc.Protocol(project="key"))

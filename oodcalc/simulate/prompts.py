@@ -45,7 +45,7 @@ import numpy as np
 from .. import limits
 from ..errors import ComputationError, InputError
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
-from ..setting import Setting, check_setting
+from ..setting import Setting, check_setting, require_plain
 from .population import errors_and_gradient, logit_path
 
 STOP_RULES = ("population", "heldout")
@@ -243,6 +243,7 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     True
     """
     geo, proto = check_setting(setting).geometry, setting.protocol
+    require_plain(proto, "simulate_prompts")
     K = geo.K
     check_simulation_inputs(N, batch, stop, holdout, K)
     limits.check_prompts(K, geo.d, proto, N=N, batch=batch, holdout=holdout,
