@@ -449,10 +449,11 @@ def _not_reached(run, recipe, proto, fixed: bool) -> str:
     where = ", ".join(f"e_{k + 1} = {e[k]:.3g}" for k in above)
     head = f"the stopping rule on U was not reached ({where} > eps_ft = {proto.eps_ft:g})"
     if fixed:
-        return f"{head} after the {proto.ft_steps} steps of --ft-steps"
+        return f"{head} after the fixed {proto.ft_steps} fine-tuning steps"
     if run.settled[0]:
         frozen = ", ".join(f"u{k + 1}" for k in above if recipe.frozen[k])
-        return (f"{head}: --project {proto.project} leaves {frozen} no update (in "
+        side = "two-sided" if proto.project == "both" else f"{proto.project}-side"
+        return (f"{head}: the {side} projection leaves {frozen} no update (in "
                 f"span(V)); fine-tuning stopped at T2 = {int(run.steps[0])}, when every "
                 "other feature met the rule")
     return (f"{head}: fine-tuning settled at T2 = {int(run.steps[0])}, where a step moves "
