@@ -429,7 +429,7 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
     run = finetune.finetune(z_ood0[None], z1[None], recipe, proto.eta_ft, proto.eps_ft, cap,
                             fixed=fixed, observe=observe)
     reached = bool(run.reached[0])
-    if not (reached or fixed or run.settled[0] or run.stalled[0]):
+    if not (reached or fixed or run.blocked[0] or run.stalled[0]):
         raise ComputationError(_stuck(cap, K, proto, "terms"))
     T2 = int(run.steps[0])
     _report(progress, "fine-tuning", T2, T2)
@@ -450,7 +450,7 @@ def _not_reached(run, recipe, proto, fixed: bool) -> str:
     head = f"the stopping rule on U was not reached ({where} > eps_ft = {proto.eps_ft:g})"
     if fixed:
         return f"{head} after the fixed {proto.ft_steps} fine-tuning steps"
-    if run.settled[0]:
+    if run.blocked[0]:
         frozen = ", ".join(f"u{k + 1}" for k in above if recipe.frozen[k])
         side = "two-sided" if proto.project == "both" else f"{proto.project}-side"
         return (f"{head}: the {side} projection leaves {frozen} no update (in "

@@ -21,6 +21,8 @@ MAX_STEP_COUNT = 2 ** 53
 #: Where the fine-tuning update may be projected off span(V): ``ΔQ ← P ΔQ`` (key side),
 #: ``ΔQ P`` (query side) or both, ``P = I − VVᵀ``.
 PROJECTIONS = ("none", "key", "query", "both")
+#: The Protocol fields that change fine-tuning itself (``Protocol.interventions``).
+INTERVENTIONS = ("replay", "l2", "project", "weights")
 #: Named rules for the OOD query weights (:func:`oodcalc.finetune.query_weights`).
 WEIGHT_RULES = ("cosine", "drop-negative")
 #: Fine-tuning that cannot reach its rule (a pull holds it back) stops at the first step
@@ -38,6 +40,14 @@ def check_positive(value: Any, name: str) -> float:
     if not (math.isfinite(x) and x > 0):
         raise InputError(name, value, "expected a finite number > 0")
     return x
+
+
+def _real(value: Any) -> float:
+    """``float(value)``, NaN for what is not a number (the range check then refuses it)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 @dataclass(frozen=True)
@@ -141,18 +151,12 @@ class Protocol:
         object.__setattr__(self, "eps_ft", eps_ft)
 
     def _check_interventions(self) -> None:
-        try:
-            replay = float(self.replay)
-        except (TypeError, ValueError):
-            replay = math.nan
+        replay = _real(self.replay)
         if not 0 <= replay < 1:
             raise InputError(param("replay"), shorten(self.replay), "expected a share λ with "
                              "0 <= λ < 1 (λ = 1 would not fine-tune on U at all)")
         object.__setattr__(self, "replay", replay)
-        try:
-            l2 = float(self.l2)
-        except (TypeError, ValueError):
-            l2 = math.nan
+        l2 = _real(self.l2)
         if not (math.isfinite(l2) and l2 >= 0):
             raise InputError(param("l2"), shorten(self.l2), "expected a finite number >= 0")
         object.__setattr__(self, "l2", l2)
@@ -166,8 +170,8 @@ class Protocol:
                                  f"or a rule: {', '.join(WEIGHT_RULES)}")
         elif weights is not None:
             try:
-                values = tuple(float(c) for c in weights)
-            except (TypeError, ValueError):
+                values = tuple(_real(c) for c in weights)
+            except TypeError:                    # not a sequence
                 values = (math.nan,)
             if not values or not all(math.isfinite(c) and c >= 0 for c in values) \
                     or not any(values):

@@ -478,8 +478,8 @@ class Context:
         """Simulator (a) pretraining on F from Q = 0: (Q^(T1), T1, [Q^(0..T1)])."""
         def make():
             path: list = []
-            Q, T, _ = train(np.zeros((F.shape[0],) * 2), F, protocol.eta, protocol.eps,
-                            protocol.max_steps, "pretraining", snapshots=path)
+            Q, T = train(np.zeros((F.shape[0],) * 2), F, protocol.eta, protocol.eps,
+                         protocol.max_steps, "pretraining", snapshots=path)
             return Q, T, path
         return self._get(("path", F.tobytes(), F.shape, protocol), make)
 

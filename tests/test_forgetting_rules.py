@@ -208,7 +208,7 @@ def test_reported_initial_direction_is_one_full_Q_gradient_step(K):
     gamma = np.random.default_rng(100 + K).uniform(-1, 1, (250, K))
     result = sw.sweep(sw.gamma_rows(gamma))
     V = oc.parallel_shift(gamma[0]).V
-    Q1, _, _ = train(np.zeros((V.shape[0], V.shape[0])), V, 0.1, 0.01, 10**6, "pretraining")
+    Q1, _ = train(np.zeros((V.shape[0], V.shape[0])), V, 0.1, 0.01, 10**6, "pretraining")
     before = errors_and_gradient(Q1, V)[0]
     for b, g in enumerate(gamma):
         geometry = oc.parallel_shift(g)

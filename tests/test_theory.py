@@ -45,7 +45,7 @@ def test_t1_logits_are_symmetric_with_beta_from_conservation(K):
 def test_q_at_t1_matches_the_full_q_simulator(rng):
     geometry = oc.from_arrays(random_orthonormal(rng, 6, 3), random_orthonormal(rng, 6, 3))
     from oodcalc.simulate.population import train
-    Q1, T1, _ = train(np.zeros((6, 6)), geometry.V, 0.1, 0.01, 10**6, "pretraining")
+    Q1, T1 = train(np.zeros((6, 6)), geometry.V, 0.1, 0.01, 10**6, "pretraining")
     alpha = (geometry.V.T @ Q1 @ geometry.V)[0, 0]
     np.testing.assert_allclose(theory.q_at_t1(geometry.V, alpha), Q1, atol=1e-12)
 

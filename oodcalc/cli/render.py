@@ -15,6 +15,7 @@ from rich.text import Text
 from .. import theory
 from ..geometry import describe_text as describe_geometry
 from ..report import Report
+from ..setting import INTERVENTIONS
 from ..console import breaks, make_console, say
 
 #: Every table: a rule under the header, no frame, one space between columns.
@@ -112,7 +113,7 @@ def _forgetting_table(report: Report, console: Console) -> Table:
 
 
 def intervened(parameters: dict) -> bool:
-    return any(name in parameters for name in ("replay", "l2", "project", "weights"))
+    return any(name in parameters for name in INTERVENTIONS)
 
 
 def describe_interventions(parameters: dict) -> str:
@@ -123,9 +124,8 @@ def describe_interventions(parameters: dict) -> str:
     if "l2" in p:
         parts.append(f"L2 pull μ = {fmt(p['l2'])} toward Q^(T1)")
     if "project" in p:
-        parts.append({"key": "the update projected off span(V) on the key side",
-                      "query": "the update projected off span(V) on the query side",
-                      "both": "the update projected off span(V) on both sides"}[p["project"]])
+        side = {"key": "the key side", "query": "the query side", "both": "both sides"}
+        parts.append(f"the update projected off span(V) on {side[p['project']]}")
     if "weights" in p:
         w = p["weights"]
         parts.append(f"query weights {w}" if isinstance(w, str)

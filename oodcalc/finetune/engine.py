@@ -26,7 +26,7 @@ ENGINE = "terms on (z_U, z_V) (NumPy)"
 class Run:
     """Where fine-tuning ended, per configuration: the final logits, the stopping step,
     whether the rule (every covered ``e_k(z_U) <= ε``) held there, and why a run that
-    did not reach it stopped early: ``settled`` (every covered feature still above ε
+    did not reach it stopped early: ``blocked`` (every covered feature still above ε
     is frozen: no step can move it) or ``stalled`` (a step moved no logit by more than
     :data:`~oodcalc.setting.STALL_STEP`: the run has settled where the pull balances
     the fit)."""
@@ -35,7 +35,7 @@ class Run:
     z_V: np.ndarray
     steps: np.ndarray
     reached: np.ndarray
-    settled: np.ndarray
+    blocked: np.ndarray
     stalled: np.ndarray
 
 
@@ -55,7 +55,7 @@ def finetune(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta, eps, max_ste
     free = ~np.broadcast_to(recipe.covered, (B, z_U.shape[-1]))   # outside the rule
     steps = np.full(B, max_steps, dtype=np.int64)
     live = np.ones(B, dtype=bool)
-    reached, settled, stalled = (np.zeros(B, dtype=bool) for _ in range(3))
+    reached, blocked, stalled = (np.zeros(B, dtype=bool) for _ in range(3))
     for t in range(max_steps + 1):
         within = (conditional_errors(z_U) <= eps) | free
         met = within.all(axis=-1)
@@ -64,7 +64,7 @@ def finetune(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta, eps, max_ste
         if not fixed:
             done = live & (within | recipe.frozen).all(axis=-1)
             steps[done], reached[done], live[done] = t, met[done], False
-            settled |= done & ~met
+            blocked |= done & ~met
         if t == max_steps or not live.any():
             break
         g_U = loss_gradient(z_U)
@@ -73,17 +73,19 @@ def finetune(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta, eps, max_ste
         for term in recipe.terms:
             term.add(z_U, z_V, g_U, g_V, dU, dV)
         rate = np.where(live[:, None, None], eta, 0.0)
-        new_U, new_V = z_U - rate * dU, z_V - rate * dV
+        dU *= rate
+        dV *= rate
         if recipe.settles and not fixed:
-            still = live & _settled(rate * dU) & _settled(rate * dV)
+            still = live & _below_stall(dU) & _below_stall(dV)
             steps[still], stalled[still], live[still] = t, True, False
-        z_U, z_V = new_U, new_V
+        z_U -= dU
+        z_V -= dV
     if fixed:
         reached = met
-    return Run(z_U, z_V, steps, reached, settled, stalled)
+    return Run(z_U, z_V, steps, reached, blocked, stalled)
 
 
-def _settled(change: np.ndarray) -> np.ndarray:
+def _below_stall(change: np.ndarray) -> np.ndarray:
     return np.abs(change).max(axis=(-2, -1)) <= STALL_STEP
 
 

@@ -59,22 +59,17 @@ def logit_path(F: np.ndarray, path) -> np.ndarray:
 
 
 def train(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
-          phase: str, watch: np.ndarray | None = None,
-          snapshots: list | None = None) -> tuple[np.ndarray, int, list]:
-    """GD on ``Q`` until every ``e_k <= eps`` (a negative ``eps``, ``setting.NEVER``:
-    exactly ``max_steps`` steps); returns the final Q, the step count and, if ``watch``
-    features are given, their errors at every step. If ``snapshots`` is a list, a copy of
-    every iterate ``Q^(t)`` (t = 0 .. stop) is appended to it."""
+          phase: str, snapshots: list | None = None) -> tuple[np.ndarray, int]:
+    """GD on ``Q`` until every ``e_k <= eps`` (pretraining; fine-tuning is
+    :func:`finetune`); returns the final Q and the step count. If ``snapshots`` is a
+    list, a copy of every iterate ``Q^(t)`` (t = 0 .. stop) is appended to it."""
     Q = Q.copy()
-    watched = []
     for t in range(max_steps + 1):
         errors, _, grad = errors_and_gradient(Q, F)
-        if watch is not None:
-            watched.append(errors_and_gradient(Q, watch)[0])
         if snapshots is not None:
             snapshots.append(Q.copy())
-        if np.all(errors <= eps) or (eps < 0 and t == max_steps):
-            return Q, t, watched
+        if np.all(errors <= eps):
+            return Q, t
         if t < max_steps:
             Q -= eta * grad
     raise ComputationError(f"{phase} (full-Q simulator) did not meet the stopping rule "
@@ -103,10 +98,10 @@ def finetune(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
     to Q itself: ``ΔQ = −η[(1−λ) P_l ∇L_U^c P_r + λ ∇L_V + μ(Q − Q1)]``, ``P = I − VVᵀ`` on
     a projected side. Stops when every weighted (``c_k > 0``) ``e_k`` on U is within
     ``eps_ft``, when the only ones above it are queries no update reaches (without
-    replay: ``c_j (UᵀP_rU)[j, k] = 0`` for all ``j``), or, with a pull, when a step moves no logit (``UᵀΔQU``, ``VᵀΔQV``) by more than
-    ``STALL_STEP``;
-    with ``ft_steps``, after exactly that many steps. Returns the final Q, the steps,
-    the source errors at every step and whether the rule held at the end."""
+    replay: ``c_j (UᵀP_rU)[j, k] = 0`` for all ``j``), or, with a pull, when a step
+    moves no logit (``UᵀΔQU``, ``VᵀΔQV``) by more than ``STALL_STEP``; with
+    ``ft_steps``, after exactly that many steps. Returns the final Q, the steps, the
+    source errors at every step and whether the rule held at the end."""
     p = protocol
     weights = query_weights(p, U, V)
     covered = weights > 0
@@ -139,7 +134,7 @@ def finetune(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
                                       for F in (U, V)):
             break                                         # settled: the pull balances the fit
         Q = Q - change
-    if not (reached or fixed or (within | frozen).all() or t < p.finetune_cap):
+    if t == p.finetune_cap and not (reached or fixed or (within | frozen).all()):
         raise ComputationError(f"fine-tuning (full-Q simulator) did not meet the stopping "
                                f"rule within max_steps = {p.finetune_cap} (eps = "
                                f"{p.eps_ft:g}, eta = {p.eta_ft:g})")
@@ -191,7 +186,7 @@ def simulate_population(setting: Setting) -> Report:
     V, U, K = geo.V, geo.U, geo.K
     pre_path: list = []
     ft_path: list = []
-    Q1, T1, _ = train(np.zeros((geo.d, geo.d)), V, proto.eta, proto.eps,
+    Q1, T1 = train(np.zeros((geo.d, geo.d)), V, proto.eta, proto.eps,
                       proto.max_steps, "pretraining", snapshots=pre_path)
     z1 = V.T @ Q1 @ V
     errors_v, _, _ = errors_and_gradient(Q1, V)
