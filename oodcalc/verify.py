@@ -56,6 +56,7 @@ import numpy as np
 
 from . import geometry as geo
 from .claims import CLAIMS, Claim
+from .depth.statistics import VERDICT_SEEDS
 from .predict import predict
 from .report import jsonable
 from .setting import Protocol, Setting
@@ -93,6 +94,12 @@ class Budget:
     rules_n: int = 200               # claim 8c: random γ per K scored by each rule
     attention_Ns: tuple[int, ...] = (16, 64, 256, 1024)   # claim 1: prompt lengths
 
+    def __post_init__(self) -> None:
+        # the Monte Carlo rows carry PASS/FAIL marks: none from fewer than five seeds
+        if self.seeds < VERDICT_SEEDS:
+            raise ValueError(f"Budget {self.name!r}: seeds = {self.seeds}; a verdict needs "
+                             f"at least {VERDICT_SEEDS} seeds")
+
 
 GAMMA_GRID_FULL = (
     (1, -1), (1, -0.9), (1, -0.5), (1, -0.2), (1, 0), (1, 0.5), (1, 0.95),
@@ -113,7 +120,7 @@ FULL = Budget("full", Ns=(8, 16, 32, 64, 128), seeds=6, batch=1024, attention_pr
               gamma_grid=GAMMA_GRID_FULL, step_multipliers=(0.5, 1, 2, 4, 8, 16, 32, 64),
               batch_N=32, batch_grid=(1024, 4096, 16384), rules_n=2000,
               attention_Ns=(16, 64, 256, 1024, 4096))
-QUICK = Budget("quick", Ns=(8, 16, 32), seeds=4, batch=512, attention_prompts=2000,
+QUICK = Budget("quick", Ns=(8, 16, 32), seeds=5, batch=512, attention_prompts=2000,
                eps_grid=(0.04, 0.02, 0.01, 0.005), K_grid=(2, 3, 4, 6, 8),
                eta_grid=(0.4, 0.2, 0.1, 0.05), gamma_grid=GAMMA_GRID_QUICK,
                step_multipliers=(0.5, 1, 4, 16), batch_N=16, batch_grid=(512, 2048, 8192),
@@ -300,7 +307,7 @@ ALPHA = math.erfc(K_SIGMA / math.sqrt(2))
 def normal_scores(points: list[Point]) -> np.ndarray:
     """Each point's mean/SE as a standard normal score: with ``seeds`` runs, mean/SE follows
     Student's t with seeds − 1 degrees of freedom when the true mean is 0 (heavier tails
-    than the normal's at 4 or 6 seeds: P(|t₃| > 3) = 5.8 %, not 0.27 %)."""
+    than the normal's at 5 or 6 seeds: P(|t₄| > 3) = 4.0 %, not 0.27 %)."""
     from scipy import stats
     mean = np.array([p.mean for p in points], dtype=float)
     se = np.array([p.se for p in points], dtype=float)
@@ -343,7 +350,7 @@ def monte_carlo_check(compared: str, points: list[Point], details=None,
     MIN_RATE by more than K_SIGMA SE, and between the two largest N it still shrinks at
     MIN_RATE or faster (within K_SIGMA SE): a deviation that levels off, or decays slower
     than any finite-N effect, is an offset. (A demand that p exceed 0 by K_SIGMA SE fails
-    every real 1/N bias that 4 seeds at 3 N barely detect: SE(p) ≈ 0.35 there.)"""
+    every real 1/N bias that 5 seeds at 3 N barely detect: SE(p) ≈ 0.3 there.)"""
     rate, rate_se = fit_rate(points)
     last = points[-1]
     z, p_z, chi2, p_chi2 = combined_tests(points)

@@ -82,9 +82,11 @@ def test_no_nudged_function_outlives_the_block():
     """A lambdify made inside the block gets the nudged exp; sympy keeps its namespace for
     the process, so without the refill every later lambdify (a mutation test's 10⁶-step
     recurrence, after this file in the same session) ran through the wrapper: slow and
-    nudged."""
+    nudged. And a namespace filled before the block is refilled inside it, or the block's
+    lambdified code would escape the nudge (as it did when this file ran late)."""
     import sympy as sp
     x = sp.Symbol("x")
+    sp.lambdify(x, sp.exp(x), "numpy")       # the namespace is filled before the block, too
     with other_machine.other_machine(ulps=2):
         inside = sp.lambdify(x, sp.exp(x), "numpy")
         assert other_machine.nudged_leftovers()          # the leak the refill undoes

@@ -79,6 +79,13 @@ def test_summary_interval_and_sign():
     assert Summary.of([-1.0, -2.0, -3.0]).sign == -1
 
 
+def test_no_verdict_mark_from_fewer_than_five_seeds():
+    from oodcalc.depth.table import verdict
+    five, four = Summary.of([1.0, 1.1, 0.9, 1.2, 1.0]), Summary.of([1.0, 1.1, 0.9, 1.2])
+    assert verdict(five, 2.0).startswith("✓") and verdict(five, -2.0).startswith("✗")
+    assert verdict(four, 2.0) == verdict(four, -2.0) == "n = 4: no mark"
+
+
 def test_paired_ratio():
     shallow = [1.0, 2.0, 3.0, 4.0, 5.0]
     r = Ratio.of(shallow, [1.5 * x for x in shallow])

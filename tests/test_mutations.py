@@ -529,10 +529,13 @@ def shifted(module: str, name: str, delta: float, relative: bool = False):
 
 #: a constant offset added to what finite prompts must approach, a few times the row's own
 #: deviation at the largest N: it does not shrink with N (nor with the batch size), so the
-#: row fails. (The quick budget, 4 seeds at N = 8, 16, 32, cannot tell an offset of ~2 SE
-#: from a finite-N decay; tests/test_verify.py checks that case on 6 seeds and 5 N.)
+#: row fails. (The quick budget, 5 seeds at N = 8, 16, 32, cannot tell an offset of ~2 SE
+#: from a finite-N decay; tests/test_verify.py checks that case on 6 seeds and 5 N. Row 3's
+#: own deviation falls from ~7e-4 at N = 8: an offset of 2e-3 on top of it still decays as
+#: N^(−0.33 ± 0.13) over three N, within the criterion's reach of N^(−1/2), so the offset
+#: is 4e-3.)
 NONSHRINKING_MUTATIONS = {
-    "3: α target − 2e-3": ("3", shifted(C3, "population_alpha", -2e-3)),
+    "3: α target − 4e-3": ("3", shifted(C3, "population_alpha", -4e-3)),
     "5: OOD errors − 1.5e-5": ("5", shifted(C5, "ood_errors", -1.5e-5)),
     "9a: bound × (1 − 5e-3)": ("9a", shifted(C9, "step_size_bounds", -5e-3, relative=True)),
 }
@@ -550,12 +553,12 @@ def test_a_deviation_that_does_not_shrink_fails_the_row(name, quick_context, qui
 
 def test_verify_exits_1_on_a_deviation_that_does_not_shrink(monkeypatch, capsys, quick_ledger):
     """`oodcalc verify --quick --claim 3` with the α finite prompts must approach moved by
-    2e-3 (used by the finite-prompt check only; quick_ledger has run the simulations)."""
+    4e-3 (used by the finite-prompt check only; quick_ledger has run the simulations)."""
     import json
     from oodcalc.claims import claim3_convergence as c3
     from oodcalc.cli import main
     moved = c3.NUMERIC_CLAIMED["population_alpha"]
-    monkeypatch.setitem(c3.NUMERIC_CLAIMED, "population_alpha", lambda r: moved(r) - 2e-3)
+    monkeypatch.setitem(c3.NUMERIC_CLAIMED, "population_alpha", lambda r: moved(r) - 4e-3)
     code = main(["verify", "--quick", "--claim", "3", "--json"])
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert code == 1 and row["verdict"] == "FAIL"

@@ -80,11 +80,11 @@ def test_interval_and_shape_contrasts():
     assert interval(x + 1, np.random.default_rng(0), 500)["lo"] > iv["hi"]
     thetas = np.linspace(0, math.pi, 9)
     # (seeds, θ, reviews): a review effect shared by every θ, and noise per seed
-    noise = rng.normal(0, 0.01, size=(3, 1, 300))
+    noise = rng.normal(0, 0.01, size=(5, 1, 300))
     hump = 1 + np.sin(thetas)[None, :, None] + noise
     ramp = 1 + thetas[None, :, None] + noise
-    flat = 1 + 0 * thetas[None, :, None] + rng.normal(0, 0.01, size=(3, 9, 300))
-    twin = 1 + np.sin(2 * thetas)[None, :, None] ** 2 + rng.normal(0, 0.01, size=(3, 9, 300))
+    flat = 1 + 0 * thetas[None, :, None] + rng.normal(0, 0.01, size=(5, 9, 300))
+    twin = 1 + np.sin(2 * thetas)[None, :, None] ** 2 + rng.normal(0, 0.01, size=(5, 9, 300))
     rng_b = np.random.default_rng(0)
     assert shape(hump, thetas, rng_b, 300)["verdict"].startswith("non-monotone")
     assert shape(ramp, thetas, rng_b, 300)["verdict"] == "rises through π/2 to π"
@@ -100,6 +100,10 @@ def test_interval_and_shape_contrasts():
         test = shape(curve, thetas, rng_b, 300)["double_peak"]
         assert not test["resolved"] and failing in test["verdict"]
         assert test["verdict"].startswith("no double peak")
+    # fewer than five seeds: the same curves get no verdict, neither shape nor double peak
+    few = shape(twin[:4], thetas, rng_b, 300)
+    assert few["verdict"] == few["double_peak"]["verdict"] == \
+        "no verdict from 4 seeds (fewer than 5)"
 
 
 def draw_contrasts(rng, S, n, mu, sd_review, sd_fold, sd_noise, folds=5):

@@ -125,3 +125,10 @@ def test_exact_check_threshold():
 def test_get_claim_by_key_runs_one_row():
     ledger = verify.ledger(verify.QUICK, [get_claim("aggregated-attention")])
     assert [r.claim for r in ledger.rows] == ["1"] and ledger.passed
+
+
+def test_a_budget_gives_no_marks_from_fewer_than_five_seeds():
+    import dataclasses
+    assert min(verify.QUICK.seeds, verify.FULL.seeds) >= 5
+    with pytest.raises(ValueError, match="seeds = 4; a verdict needs at least 5"):
+        dataclasses.replace(verify.QUICK, seeds=4)

@@ -105,21 +105,26 @@ def other_machine(ulps: int = 2) -> Iterator[None]:
         for name in MATH_FUNCTIONS:
             saved.append((math, name, getattr(math, name)))
             setattr(math, name, _Nudged(getattr(math, name), ulps))
+        _refill_lambdify_namespaces(lambda namespace, default: namespace != default)
         yield
     finally:
         for module, name, original in reversed(saved):
             setattr(module, name, original)
-        _forget_lambdify_namespaces()
+        _refill_lambdify_namespaces(
+            lambda namespace, default: any(isinstance(v, _Nudged) for v in namespace.values()))
 
 
-def _forget_lambdify_namespaces() -> None:
+def _refill_lambdify_namespaces(which: Callable[[dict, dict], bool]) -> None:
     """sympy's lambdify copies numpy's and math's functions into a namespace it keeps for
-    the process: filled inside the block, it would hand the nudged functions to every
-    later lambdify (the test suite's mutation tests ran 10⁶-step recurrences through the
-    wrapper, slowly and nudged). Refill the namespaces that hold a wrapper."""
+    the process, filled at its first use. Filled before the block, it would hand the block's
+    lambdified code the un-nudged functions; filled inside, it would hand the nudged ones to
+    every later lambdify (the test suite's mutation tests ran 10⁶-step recurrences through
+    the wrapper, slowly and nudged). So the namespaces ``which`` selects are refilled from
+    the modules as they are now: on entry those already filled, on exit those holding a
+    wrapper."""
     lambdify_module = importlib.import_module("sympy.utilities.lambdify")
-    for name, (namespace, *_rest) in lambdify_module.MODULES.items():
-        if any(isinstance(value, _Nudged) for value in namespace.values()):
+    for name, (namespace, default, *_rest) in lambdify_module.MODULES.items():
+        if which(namespace, default):
             lambdify_module._import(name, reload=True)
 
 

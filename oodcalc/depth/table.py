@@ -16,7 +16,7 @@ from .. import paper
 from ..report import jsonable
 from .experiment import Results
 from .protocol import DepthConfig, canonical_gamma
-from .statistics import Ratio, Summary, forgetting_patterns
+from .statistics import VERDICT_SEEDS, Ratio, Summary, forgetting_patterns
 
 AMPLIFICATION_ID = "tiny-transformer-depth-amplification"
 
@@ -52,13 +52,16 @@ def theory(gamma: float, eps: float, ft_steps: int | None = None) -> Theory:
 
 VERDICT_LEGEND = ("verdicts: ✓ same sign as the reference and our 95% CI excludes 0, ✗ opposite "
                   "sign, ≈0 our CI contains 0; ×r = our mean / the reference; 'in CI' = the "
-                  "reference lies inside our interval")
+                  f"reference lies inside our interval; no mark from fewer than {VERDICT_SEEDS} "
+                  "seeds")
 
 
 def verdict(ours: Summary, reference: float) -> str:
     """Our interval against a reference value, in a few characters (see VERDICT_LEGEND)."""
     if ours.n == 0:
         return ""
+    if ours.n < VERDICT_SEEDS:
+        return f"n = {ours.n}: no mark"
     if ours.contains(reference):
         return ("≈0, " if ours.sign == 0 else "✓ ") + "in CI"
     if abs(reference) < 1e-12:

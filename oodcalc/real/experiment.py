@@ -37,6 +37,7 @@ from ..dynamics import ood_start
 from ..geometry import from_arrays
 from ..geometry import rotation as rotation_geometry
 from ..model import conditional_errors
+from ..depth.statistics import VERDICT_SEEDS
 from ..predict import pretrain_logits, predict
 from ..setting import Protocol, Setting
 from .data import DOMAINS, SOURCE, Review, counts
@@ -460,10 +461,17 @@ def double_peak(per_seed: np.ndarray) -> dict[str, Any]:
                  for name, i, j in DOUBLE_PEAK]
     resolved = all(c["lo"] > 0 for c in contrasts)
     weakest = min(contrasts, key=lambda c: c["lo"])
+    verdict = ("double peak (every contrast above 0)" if resolved else
+               f"no double peak: {weakest['contrast']} = {weakest['effect']:+.3f} "
+               f"[{weakest['lo']:+.3f}, {weakest['hi']:+.3f}]")
     return {"resolved": resolved, "contrasts": contrasts, "weakest": weakest["contrast"],
-            "verdict": "double peak (every contrast above 0)" if resolved else
-            f"no double peak: {weakest['contrast']} = {weakest['effect']:+.3f} "
-            f"[{weakest['lo']:+.3f}, {weakest['hi']:+.3f}]"}
+            "verdict": too_few_seeds(per_seed.shape[0]) or verdict}
+
+
+def too_few_seeds(seeds: int) -> str | None:
+    """The text that replaces a verdict drawn from fewer than VERDICT_SEEDS seeds."""
+    return (f"no verdict from {seeds} seed{'s' * (seeds != 1)} (fewer than {VERDICT_SEEDS})"
+            if seeds < VERDICT_SEEDS else None)
 
 
 def shape(per_seed: np.ndarray, thetas: np.ndarray, rng: np.random.Generator,
@@ -488,6 +496,7 @@ def shape(per_seed: np.ndarray, thetas: np.ndarray, rng: np.random.Generator,
         verdict = "falls"
     else:
         verdict = "no resolved change at π/2 or π"
+    verdict = too_few_seeds(per_seed.shape[0]) or verdict
     return {"rise_0_to_half_pi": rise, "fall_half_pi_to_pi": fall,
             "change_0_to_pi": {**total, "power": power(per_seed[:, ipi] - per_seed[:, i0])},
             "argmax_theta": float(thetas[int(np.argmax(mean_curve))]),
