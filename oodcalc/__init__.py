@@ -5,6 +5,7 @@ from .errors import ComputationError, InputError, OodcalcError
 from .geometry import (Geometry, from_arrays, from_files, mean_query, orthogonal,
                        parallel_shift, rotation)
 from .predict import expected_seconds, predict
+from .prescribe import advise
 from .report import Report
 from .setting import Protocol, Setting
 
@@ -12,6 +13,6 @@ from ._version import __version__
 
 __all__ = [
     "ComputationError", "Geometry", "InputError", "OodcalcError", "Protocol", "Report",
-    "Setting", "expected_seconds", "from_arrays", "from_files", "mean_query", "orthogonal", "parallel_shift",
+    "Setting", "advise", "expected_seconds", "from_arrays", "from_files", "mean_query", "orthogonal", "parallel_shift",
     "predict", "rotation",
 ]

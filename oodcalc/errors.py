@@ -25,7 +25,7 @@ API_NAMES = {
     "max_steps": "Protocol.max_steps", "sweep_max_steps": "max_steps",
     "eps_ft": "Protocol.eps_ft", "ft_steps": "Protocol.ft_steps",
     "replay": "Protocol.replay", "l2": "Protocol.l2", "project": "Protocol.project",
-    "weights": "Protocol.weights",
+    "weights": "Protocol.weights", "tolerance": "advise's tolerance",
 }
 
 _PLACEHOLDER = re.compile("⟦([^⟦⟧]+)⟧")

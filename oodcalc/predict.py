@@ -417,7 +417,7 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
 
     def observe(t: int, z_U: np.ndarray, z_V: np.ndarray) -> None:
         z_U, z_V = z_U[0].copy(), z_V[0].copy()
-        loss = conditional_errors(z_V) / K
+        loss = finetune.column_errors(z_V) / K
         if t < 2:
             losses.append(loss)
         trend.add(loss)

@@ -14,7 +14,7 @@ from oodcalc import display, sweep as sweep_module
 from oodcalc.simulate import simulate_population, simulate_prompts
 
 DOCUMENTED = {
-    "predict": oc.predict, "expected_seconds": oc.expected_seconds, "Setting": oc.Setting, "Protocol": oc.Protocol,
+    "predict": oc.predict, "advise": oc.advise, "expected_seconds": oc.expected_seconds, "Setting": oc.Setting, "Protocol": oc.Protocol,
     "parallel_shift": oc.parallel_shift, "rotation": oc.rotation, "mean_query": oc.mean_query,
     "orthogonal": oc.orthogonal, "from_arrays": oc.from_arrays, "from_files": oc.from_files,
     "Report": oc.Report, "sweep": sweep_module.sweep,

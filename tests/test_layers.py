@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                              "oodcalc.display", "oodcalc.report"]),
     ("entry points", ["oodcalc.predict", "oodcalc.simulate", "oodcalc.simulate.*",
                       "oodcalc.sweep", "oodcalc.compare", "oodcalc.symbolic.highprec"]),
+    ("prescriptions", ["oodcalc.prescribe"]),
     ("applications", ["oodcalc.plots", "oodcalc.experiments", "oodcalc.paper_protocols",
                      "oodcalc.forgetting_rules",
                       "oodcalc.depth", "oodcalc.depth.*", "oodcalc.real", "oodcalc.real.*",

@@ -22,7 +22,7 @@ OPTION_NAMES: dict[str, str | tuple[str, object]] = {
     "K": "--K", "d": "--d", "eps": "--eps", "eta": "--eta", "eta_ft": "--eta-ft",
     "max_steps": "--max-steps", "sweep_max_steps": "--max-steps", "eps_ft": "--eps-ft",
     "ft_steps": "--ft-steps", "replay": "--replay", "l2": "--l2", "project": "--project",
-    "weights": "--weights", "N": "--N", "batch": "--batch", "holdout": "--holdout",
+    "weights": "--weights", "tolerance": "--search-tol", "N": "--N", "batch": "--batch", "holdout": "--holdout",
     "workers": "--workers", "predict": "predict", "simulate_population": "simulate",
     "simulate_prompts": "simulate -s prompts",
 }

@@ -13,9 +13,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..model import conditional_errors
 from ..setting import STALL_STEP
-from .terms import Recipe, loss_gradient
+from .terms import Recipe, errors_and_gradient, loss_gradient
 
 
 #: How the report names this engine.
@@ -57,7 +56,8 @@ def finetune(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta, eps, max_ste
     live = np.ones(B, dtype=bool)
     reached, blocked, stalled = (np.zeros(B, dtype=bool) for _ in range(3))
     for t in range(max_steps + 1):
-        within = (conditional_errors(z_U) <= eps) | free
+        e_U, g_U = errors_and_gradient(z_U)
+        within = (e_U <= eps) | free
         met = within.all(axis=-1)
         if observe is not None:
             observe(t, _read_only(z_U), _read_only(z_V))
@@ -67,7 +67,6 @@ def finetune(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta, eps, max_ste
             blocked |= done & ~met
         if t == max_steps or not live.any():
             break
-        g_U = loss_gradient(z_U)
         g_V = loss_gradient(z_V) if recipe.source_gradient else None
         dU, dV = np.zeros_like(z_U), np.zeros_like(z_V)
         for term in recipe.terms:

@@ -33,11 +33,23 @@ from ..setting import Protocol
 def loss_gradient(z: np.ndarray) -> np.ndarray:
     """``∂L/∂z`` for ``L = (1/K) Σ_k e_k(z)``, stacks ``(..., K, K)``: column ``k`` is
     ``a ⊙ (r − Σ_n a r) / K`` with ``a`` the softmax of column ``k`` and ``r = a − e_k``."""
+    return errors_and_gradient(z)[1]
+
+
+def errors_and_gradient(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``e_k(z)`` (``(..., K)``) and :func:`loss_gradient`, from one softmax: the engine
+    needs both every step, and small stacks pay per NumPy call, not per entry."""
     K = z.shape[-1]
     a = np.exp(z - z.max(axis=-2, keepdims=True))
     a /= a.sum(axis=-2, keepdims=True)
     r = a - np.eye(K)
-    return a * (r - (a * r).sum(axis=-2, keepdims=True)) / K
+    return 0.5 * (r * r).sum(axis=-2), a * (r - (a * r).sum(axis=-2, keepdims=True)) / K
+
+
+def column_errors(z: np.ndarray) -> np.ndarray:
+    """``e_k(z)`` of a stack ``(..., K, K)`` (:func:`oodcalc.model.conditional_errors`,
+    without its layout for large batches: for one matrix, ~7× faster)."""
+    return errors_and_gradient(z)[0]
 
 
 class Term:

@@ -1,0 +1,333 @@
+"""What to do about forgetting, for one geometry: every fine-tuning intervention run
+exactly, side by side.
+
+:func:`advise` runs plain fine-tuning and each intervention of
+:class:`~oodcalc.setting.Protocol` through :func:`oodcalc.predict` (the exact population
+dynamics, the terms engine of :mod:`oodcalc.finetune`), finds the smallest replay share
+λ* and the smallest pull μ* with which fine-tuning meets its stopping rule on U and
+does not forget (``F <= 0``), judges the paper's three pieces of advice on this geometry,
+and marks the outcomes no other arm beats on every one of (F, final OOD loss, steps).
+
+Every number is a run of gradient descent; nothing here is a closed form. λ* and μ*
+are bracketed to ``tolerance``: ``F`` is not proven monotone in λ or μ, so the bracket
+is the first sign change on a doubling grid, narrowed by Brent's method; a test checks
+a grid below λ* on the geometries it covers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import ComputationError, InputError, param
+from .predict import predict
+from .report import jsonable
+from .setting import Setting, check_setting
+
+#: λ* and μ* are bracketed to this width unless asked otherwise.
+TOLERANCE = 1e-6
+#: An arm runs at most CAP_FACTOR × plain fine-tuning's steps (at least MIN_CAP): an
+#: intervention that needs more is reported "not reached" with its state at the cap.
+CAP_FACTOR = 20
+MIN_CAP = 1000
+#: Losses closer than this are the same outcome: the terms engine and the plain one agree
+#: to ~1e-17 on the same run (tests/test_interventions.py), not to the last bit.
+SAME_LOSS = 1e-12
+#: Where the searches look for the first λ (μ) that prevents forgetting.
+REPLAY_GRID = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 0.9)
+PULL_GRID = tuple(1e-4 * 4.0 ** i for i in range(9))          # 1e-4 … 6.6
+
+#: The paper's closing advice, in its words, and the arms that test each piece.
+PAPER_ADVICE = (
+    ("weight fine-tuning samples by their cosine similarity to the pretraining centre",
+     ("weights cosine",)),
+    ("avoid fine-tuning data strongly negatively correlated with the source features",
+     ("weights drop-negative",)),
+    ("restrict fine-tuning updates to the subspace orthogonal to the source features",
+     ("project key", "project query", "project both")),
+)
+FIXED_ARMS = {"plain": {}, "weights cosine": {"weights": "cosine"},
+              "weights drop-negative": {"weights": "drop-negative"},
+              "project key": {"project": "key"}, "project query": {"project": "query"},
+              "project both": {"project": "both"}}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One fine-tuning run: its interventions, the forgetting ``F`` (the source loss's
+    change) and ``F_k``, the final OOD loss ``L_U = (1/K) Σ e_k(z_U)``, its steps,
+    whether the stopping rule on U held at the end (``note``: why not) and which OOD
+    features are still above ε (a weight rule's rule covers only the kept ones)."""
+
+    name: str
+    interventions: dict[str, Any]
+    F: float
+    F_k: tuple[float, ...]
+    loss_ood: float
+    steps: int
+    reached: bool
+    note: str | None = None
+    unlearned: tuple[int, ...] = ()      # features k (from 1) with e_k(z_U) > ε_ft at the end
+
+    @property
+    def prevents_forgetting(self) -> bool:
+        return self.reached and self.F <= 0
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The smallest value of one intervention (``replay`` or ``l2``) whose run reaches
+    the rule with ``F <= 0``: ``value`` (None when none on the grid does, ``why``), the
+    bracket ``(low, value)`` it was narrowed to (``low`` fails), and the run at it."""
+
+    intervention: str
+    value: float | None
+    low: float | None
+    tolerance: float
+    arm: Arm | None
+    runs: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    advice: str
+    arms: tuple[str, ...]
+    verdict: str
+    reason: str
+
+
+@dataclass
+class Advice:
+    """:func:`advise`'s result; ``to_dict`` is the JSON the command line prints."""
+
+    parameters: dict[str, Any]
+    cap: int
+    arms: list[Arm]
+    replay: Threshold
+    l2: Threshold
+    verdicts: list[Verdict]
+    pareto: list[str] = field(default_factory=list)
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.all_arms if a.name == name)
+
+    @property
+    def all_arms(self) -> list[Arm]:
+        found = [t.arm for t in (self.replay, self.l2) if t.arm is not None]
+        return self.arms + [a for a in found if a.name not in {b.name for b in self.arms}]
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"parameters": self.parameters, "cap": self.cap,
+                         "arms": [dataclasses.asdict(a) for a in self.all_arms],
+                         "thresholds": {t.intervention: dataclasses.asdict(t)
+                                        for t in (self.replay, self.l2)},
+                         "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
+                         "pareto": self.pareto})
+
+
+def advise(setting: Setting, *, tolerance: float = TOLERANCE,
+           progress: Callable[[str], None] | None = None) -> Advice:
+    """Every intervention's outcome for ``setting``'s geometry and protocol (which must
+    be plain fine-tuning: advise varies the interventions itself).
+
+    Parameters
+    ----------
+    setting : Setting
+        The geometry and the protocol (ε, η, η_ft; stopping rule, not ``ft_steps``).
+    tolerance : float
+        Width to which λ* and μ* are bracketed (> 0, at most 0.01).
+    progress : callable, optional
+        Called with the name of each run as it starts.
+
+    Returns
+    -------
+    Advice
+        ``arms`` (plain, the query weights, the projections) and the runs at λ* and μ*
+        (``all_arms``), the thresholds ``replay`` and ``l2``, one ``verdicts`` entry per
+        piece of the paper's advice and the ``pareto`` front; ``to_dict()`` is the JSON.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.9])))
+    >>> f"{advice.replay.value:.4f}", advice.verdicts[2].verdict
+    ('0.0124', 'removes forgetting exactly')
+    >>> advice.arm("project key").F, advice.arm("project key").steps
+    (0.0, 3802)
+    """
+    setting = check_setting(setting)
+    protocol = setting.protocol
+    if protocol.interventions:
+        asked = ", ".join(f"{k} = {v}" for k, v in protocol.interventions.items())
+        raise InputError(param(next(iter(protocol.interventions))), asked,
+                         "advise compares every intervention itself; give a plain protocol")
+    if protocol.ft_steps is not None:
+        raise InputError(param("ft_steps"), protocol.ft_steps, "advise compares runs to the "
+                         "stopping rule; give no fixed number of fine-tuning steps")
+    if not (isinstance(tolerance, (int, float)) and 0 < tolerance <= 0.01):
+        raise InputError(param("tolerance"), tolerance, "expected a width 0 < w <= 0.01")
+    say = progress or (lambda name: None)
+
+    say("plain")
+    plain_report = predict(setting)
+    cap = max(CAP_FACTOR * plain_report.finetune.T2, 2 * plain_report.pretrain.T1, MIN_CAP)
+
+    def run(name: str, interventions: dict[str, Any]) -> Arm:
+        say(name)
+        try:
+            return _run(setting, name, interventions, cap)
+        except InputError as refused:      # e.g. a weight rule that keeps no feature
+            return Arm(name, dict(interventions), math.nan, (), math.nan, 0, False,
+                       f"not run: {refused.accepted}")
+
+    arms = [_arm("plain", {}, plain_report, True)]
+    arms += [run(name, fields) for name, fields in FIXED_ARMS.items() if name != "plain"]
+    plain = arms[0]
+    replay = _threshold("replay", REPLAY_GRID, plain, run, tolerance)
+    pull = _threshold("l2", PULL_GRID, plain, run, tolerance)
+    advice = Advice(setting.describe(), cap, arms, replay, pull, [])
+    advice.verdicts = [_judge(text, names, advice) for text, names in PAPER_ADVICE]
+    advice.pareto = pareto_front(advice.all_arms)
+    return advice
+
+
+def _run(setting: Setting, name: str, interventions: dict[str, Any], cap: int) -> Arm:
+    protocol = dataclasses.replace(setting.protocol, max_steps=cap, **interventions)
+    try:
+        report = predict(Setting(setting.geometry, protocol))
+    except ComputationError:           # the rule not met within the cap: its state there
+        fixed = dataclasses.replace(protocol, ft_steps=cap, eps_ft=None)
+        report = predict(Setting(setting.geometry, fixed))
+        return _arm(name, interventions, report, False,
+                    f"the rule on U is not met within {cap} steps (the cap)")
+    reached = report.finetune.reached is not False
+    note = None if reached else "; ".join(report.warnings) or "the rule on U is not met"
+    return _arm(name, interventions, report, reached, note)
+
+
+def _arm(name, interventions, report, reached, note=None) -> Arm:
+    p = report.parameters
+    errors = np.asarray(report.finetune.error_ood)
+    return Arm(name, dict(interventions), float(report.F),
+               tuple(float(f.F_k) for f in report.forgetting),
+               float(errors.sum() / p["K"]), int(report.finetune.T2), bool(reached), note,
+               tuple(int(k) + 1 for k in np.flatnonzero(errors > p["eps_ft"])))
+
+
+def _threshold(intervention: str, grid, plain: Arm, run, tolerance: float) -> Threshold:
+    """The first grid value whose run prevents forgetting, then Brent's method on F
+    between it and the grid value before (whose run does not) to ``tolerance``."""
+    label = "λ" if intervention == "replay" else "μ"
+
+    def arm_at(x: float) -> Arm:
+        return run(f"{intervention} {x:.9g}", {intervention: x})
+
+    if plain.prevents_forgetting:
+        return Threshold(intervention, 0.0, None, tolerance, None, 0,
+                         "plain fine-tuning does not forget: no " + intervention + " needed")
+    tried: dict[float, Arm] = {}
+    low = 0.0
+    for x in grid:
+        tried[x] = arm_at(x)
+        if tried[x].prevents_forgetting:
+            break
+        if not tried[x].reached:
+            break                   # a stronger one would reach the rule even less
+        low = x
+    else:
+        x = None
+    if x is None or not tried[x].prevents_forgetting:
+        last = tried[max(tried)]
+        stop = (f"; at {label} = {max(tried):g} the rule on U is no longer met"
+                if not last.reached else "")
+        return Threshold(intervention, None, None, tolerance, None, len(tried),
+                         f"no {label} on the grid {grid[0]:g} … {max(tried):g} both meets the "
+                         f"rule and gives F <= 0 (F from {tried[min(tried)].F:+.3g} to "
+                         f"{last.F:+.3g}){stop}")
+    high = x
+    # bisection on "prevents forgetting", each step placed by the secant of F (Illinois
+    # regula falsi: a step kept on one side halves that end's weight): F is smooth in λ
+    # between the jumps where T2 changes by a step
+    f_low = plain.F if low == 0.0 else tried[low].F
+    f_high = tried[high].F
+    runs = len(tried)
+    side = 0
+    while high - low > tolerance:
+        guess = high - f_high * (high - low) / (f_high - f_low) if f_high < f_low else math.nan
+        inner = low + 0.05 * (high - low), high - 0.05 * (high - low)
+        # every third step halves the bracket whatever the secant says: F jumps where
+        # T2 changes by a step, and a secant across a jump can crawl
+        bisect = (runs % 3 == 2) or not inner[0] <= guess <= inner[1]
+        x = 0.5 * (low + high) if bisect else guess
+        arm = tried[x] = arm_at(x)
+        runs += 1
+        if arm.prevents_forgetting:
+            high, f_high = x, arm.F
+            if side == 1:
+                f_low /= 2
+            side = 1
+        else:                        # F > 0, or the rule not met (F then says nothing)
+            low = x
+            f_low = arm.F if arm.reached else f_low
+            if side == -1:
+                f_high /= 2
+            side = -1
+    best = dataclasses.replace(tried[high], name=f"{intervention} {label}*")
+    return Threshold(intervention, high, low, tolerance, best, runs,
+                     f"smallest {label} with F <= 0 and the rule met, bracketed to "
+                     f"({low:.9g}, {high:.9g}] after {runs} runs")
+
+
+def _judge(advice: str, names: tuple[str, ...], result: Advice) -> Verdict:
+    plain = result.arm("plain")
+    arms = [result.arm(n) for n in names]
+    if names[0].startswith("project"):
+        zero = all(a.F == 0 for a in arms)
+        reached = [a.name for a in arms if a.reached]
+        cost = ", ".join(f"{a.name}: {a.steps} steps" + ("" if a.reached else " (rule not met)")
+                         for a in arms)
+        lost = (f"; plain fine-tuning's backward transfer (F = {plain.F:+.3g}) is lost too"
+                if plain.F < 0 else "")
+        if zero:
+            return Verdict(advice, names, "removes forgetting exactly",
+                           f"F = 0 in every projected run (plain {plain.steps} steps; {cost})"
+                           + lost + ("" if reached else "; no projected run meets the rule on U"))
+        return Verdict(advice, names, "does not remove forgetting",
+                       f"F = {', '.join(f'{a.F:+.3g}' for a in arms)} ({cost})")
+    arm = arms[0]
+    if math.isnan(arm.F):
+        return Verdict(advice, names, "not applicable here", arm.note or "")
+    if abs(arm.F - plain.F) <= SAME_LOSS and arm.steps == plain.steps:
+        return Verdict(advice, names, "no effect here",
+                       f"every weight is 1 (F = {arm.F:+.3g}, as plain fine-tuning)")
+    change = f"F {plain.F:+.3g} → {arm.F:+.3g}"
+    if arm.unlearned:
+        left = ", ".join(f"u{k}" for k in arm.unlearned)
+        change += (f", but {left} not learned (final OOD loss {plain.loss_ood:.3g} → "
+                   f"{arm.loss_ood:.3g})")
+    if arm.F < plain.F - SAME_LOSS:
+        verdict = "helps here" if not arm.unlearned else "helps here only by not learning U"
+    elif arm.F > plain.F + SAME_LOSS:
+        verdict = "backfires here"
+    else:
+        verdict = "no effect here"
+    return Verdict(advice, names, verdict, change)
+
+
+def pareto_front(arms: list[Arm]) -> list[str]:
+    """The arms no other arm beats on every one of (F, final OOD loss, steps), each
+    smaller being better; losses within SAME_LOSS tie (a tie on all three keeps both)."""
+    def beats(a: Arm, b: Arm) -> bool:
+        no_worse = (a.F <= b.F + SAME_LOSS and a.loss_ood <= b.loss_ood + SAME_LOSS
+                    and a.steps <= b.steps)
+        better = (a.F < b.F - SAME_LOSS or a.loss_ood < b.loss_ood - SAME_LOSS
+                  or a.steps < b.steps)
+        return no_worse and better
+
+    ran = [a for a in arms if not math.isnan(a.F)]
+    return [b.name for b in ran if not any(beats(a, b) for a in ran if a is not b)]
