@@ -581,3 +581,75 @@ def phase_k3_slices(gamma1=(0.25,), n: int = 201, protocol: Protocol | None = No
     limits.check_k3_figure(len(check_gamma1(gamma1)))    # the figure's cost, before the sweep
     maps = slices(gamma1, n, protocol, **sweep_options)
     return phase_k3(maps), maps
+
+
+# --- what to do about forgetting: every intervention side by side ----------------------
+
+def advice_figure(advice):
+    """Three panels from :func:`oodcalc.advise`: every arm's forgetting F against its
+    fine-tuning steps (colour: the final OOD loss; filled: on the Pareto front; ×: the
+    rule on U not met), and F against the replay share λ and the pull μ along each
+    search, with λ* and μ* marked."""
+    plt = _pyplot()
+    p = advice.parameters
+    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.4), width_ratios=(1.5, 1, 1))
+    ax = axes[0]
+    arms = [a for a in advice.all_arms if math.isfinite(a.F)]
+    losses = np.array([a.loss_ood for a in arms])
+    norm = plt.matplotlib.colors.LogNorm(vmin=max(losses.min(), 1e-6),
+                                         vmax=max(losses.max(), losses.min() * 10, 1e-5))
+    cmap = plt.get_cmap("viridis")
+    front = set(advice.pareto)
+    # one marker shape per arm, named in the legend: arms with equal F (the
+    # projections' F = 0) sit side by side, where labels beside them would collide
+    shapes = "osD^vP*hX<>p"
+    for i, a in enumerate(arms):
+        colour = cmap(norm(max(a.loss_ood, 1e-6)))
+        ax.scatter(a.steps, a.F, s=80, marker=shapes[i % len(shapes)], edgecolors=colour,
+                   linewidths=1.8, facecolors=colour if a.name in front else "none", zorder=3,
+                   label=a.name + ("" if a.reached else " (rule on U not met)"))
+    ax.axhline(0, color="grey", lw=1, ls="--")
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(plt.matplotlib.ticker.NullFormatter())
+    ax.margins(x=0.1, y=0.12)
+    _outside_below(ax, markerscale=0.8)
+    ax.set_xlabel("fine-tuning steps")
+    ax.set_ylabel(r"forgetting $F = \Sigma_k F_k$")
+    ax.set_title("every intervention (filled: on the Pareto front)", fontsize=9)
+    bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01)
+    bar.set_label(r"final OOD loss $L_U$", fontsize=8)
+    ax.grid(alpha=0.3)
+    plain = advice.arm("plain")
+    for ax, t, symbol, scale in ((axes[1], advice.replay, "λ", "linear"),
+                                 (axes[2], advice.l2, "μ", "log")):
+        if not t.tried:
+            ax.axis("off")
+            ax.text(0.5, 0.5, f"{symbol}* = 0: {t.why}", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=8, wrap=True)
+            continue
+        ax.axhline(0, color="grey", lw=1, ls="--")
+        ax.set_xlabel(f"{'replay share' if symbol == 'λ' else 'pull'} {symbol}")
+        ax.set_xscale(scale)
+        ax.grid(alpha=0.3)
+        values = [(x, F, met) for x, F, _, met in t.tried]
+        if scale == "linear":
+            values = [(0.0, plain.F, True)] + values
+        xs, Fs, met = (np.array(v) for v in zip(*values))
+        ax.plot(xs, Fs, color="C0", lw=1)
+        ax.scatter(xs[met.astype(bool)], Fs[met.astype(bool)], s=14, color="C0", zorder=3,
+                   label="rule on U met")
+        if (~met.astype(bool)).any():
+            ax.scatter(xs[~met.astype(bool)], Fs[~met.astype(bool)], s=30, marker="x",
+                       color="C3", zorder=3, label="rule on U not met")
+        if t.value:
+            ax.axvline(t.value, color="C2", lw=1)
+            ax.set_title(f"{symbol}* = {t.value:.6g} ({t.runs} runs)", fontsize=9)
+        else:
+            ax.set_title(f"no {symbol} meets the rule with F ≤ 0", fontsize=9)
+        ax.legend(fontsize=7, frameon=False)
+    axes[1].set_ylabel("F")
+    fig.suptitle(f"What to do about forgetting: {_plain(geo.describe_text(p['geometry']))}, "
+                 f"K = {p['K']} ({protocol_text(p)}); exact gradient descent, every arm",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig

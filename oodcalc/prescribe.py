@@ -82,7 +82,8 @@ class Arm:
 class Threshold:
     """The smallest value of one intervention (``replay`` or ``l2``) whose run reaches
     the rule with ``F <= 0``: ``value`` (None when none on the grid does, ``why``), the
-    bracket ``(low, value)`` it was narrowed to (``low`` fails), and the run at it."""
+    bracket ``(low, value)`` it was narrowed to (``low`` fails), the run at it, and every
+    run the search made (``tried``, by value)."""
 
     intervention: str
     value: float | None
@@ -91,6 +92,7 @@ class Threshold:
     arm: Arm | None
     runs: int
     why: str
+    tried: tuple[tuple[float, float, int, bool], ...] = ()   # (value, F, steps, rule met)
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,8 @@ def _threshold(intervention: str, grid, plain: Arm, run, tolerance: float) -> Th
 
     if plain.prevents_forgetting:
         return Threshold(intervention, 0.0, None, tolerance, None, 0,
-                         "plain fine-tuning does not forget: no " + intervention + " needed")
+                         "plain fine-tuning does not forget: no "
+                         + ("replay" if intervention == "replay" else "pull") + " needed")
     tried: dict[float, Arm] = {}
     low = 0.0
     for x in grid:
@@ -248,7 +251,7 @@ def _threshold(intervention: str, grid, plain: Arm, run, tolerance: float) -> Th
         return Threshold(intervention, None, None, tolerance, None, len(tried),
                          f"no {label} on the grid {grid[0]:g} … {max(tried):g} both meets the "
                          f"rule and gives F <= 0 (F from {tried[min(tried)].F:+.3g} to "
-                         f"{last.F:+.3g}){stop}")
+                         f"{last.F:+.3g}){stop}", _tried(tried))
     high = x
     # bisection on "prevents forgetting", each step placed by the secant of F (Illinois
     # regula falsi: a step kept on one side halves that end's weight): F is smooth in λ
@@ -280,7 +283,11 @@ def _threshold(intervention: str, grid, plain: Arm, run, tolerance: float) -> Th
     best = dataclasses.replace(tried[high], name=f"{intervention} {label}*")
     return Threshold(intervention, high, low, tolerance, best, runs,
                      f"smallest {label} with F <= 0 and the rule met, bracketed to "
-                     f"({low:.9g}, {high:.9g}] after {runs} runs")
+                     f"({low:.9g}, {high:.9g}] after {runs} runs", _tried(tried))
+
+
+def _tried(tried: dict[float, Arm]) -> tuple[tuple[float, float, int, bool], ...]:
+    return tuple((x, a.F, a.steps, a.reached) for x, a in sorted(tried.items()))
 
 
 def _judge(advice: str, names: tuple[str, ...], result: Advice) -> Verdict:

@@ -30,6 +30,9 @@ WEIGHT_RULES = ("cosine", "drop-negative")
 STALL_STEP = 1e-12
 #: A stopping level no error meets (every e_k >= 0): fine-tuning for ``ft_steps`` steps.
 NEVER = -1.0
+#: No verdict (a PASS/FAIL mark, a ✓/✗, a shape) from fewer seeds than this: an interval
+#: from 3 or 4 seeds says too little, whatever its width.
+VERDICT_SEEDS = 5
 
 
 def check_positive(value: Any, name: str) -> float:

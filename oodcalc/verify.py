@@ -56,10 +56,9 @@ import numpy as np
 
 from . import geometry as geo
 from .claims import CLAIMS, Claim
-from .depth.statistics import VERDICT_SEEDS
 from .predict import predict
 from .report import jsonable
-from .setting import Protocol, Setting
+from .setting import VERDICT_SEEDS, Protocol, Setting
 from .simulate.population import logit_path, simulate_population, train
 from .simulate.prompts import pretrain_prompts, simulate_prompts
 

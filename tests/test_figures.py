@@ -45,6 +45,8 @@ FIGURES = {
     "phase-k3": lambda: __import__("oodcalc.plots").plots.phase_k3_slices((0.25, 0.5), 15)[0],
     "real-rotation": lambda: _real("rotation"),
     "real-shift": lambda: _real("shift"),
+    "advise": lambda: __import__("oodcalc.plots").plots.advice_figure(
+        oc.advise(oc.Setting(oc.parallel_shift([1, -0.9])))),
 }
 
 
@@ -325,3 +327,16 @@ def test_ood_vs_theta_without_pretraining_says_why_its_line_is_flat():
     assert any("pretraining takes no step" in t for t in texts(flat))
     trained = plots.ood_error_vs_theta(2, simulators={})
     assert not any("pretraining takes no step" in t for t in texts(trained))
+
+
+def test_the_advice_figure_names_every_arm_and_the_thresholds(figure):
+    name, fig = figure
+    if name != "advise":
+        pytest.skip("the advice figure only")
+    shown = texts(fig)
+    for arm in ("plain", "weights cosine", "project key", "project query (rule on U not met)",
+                "replay λ*"):
+        assert arm in shown, (arm, shown)
+    # λ* to 4 digits: the bracket (1e-6 wide) may end elsewhere on another machine
+    assert any(t.startswith("λ* = 0.01241") for t in shown)
+    assert "no μ meets the rule with F ≤ 0" in shown

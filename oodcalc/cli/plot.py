@@ -224,3 +224,20 @@ def real_figure(kind, output, input_file, quick, seeds, cache_dir, threads) -> N
     result = obtain(input_file, quick, seeds, cache_dir, threads)
     figure = shown(input_file, lambda: getattr(real_plots, kind)(result))
     print(plots.save(figure, output))
+
+
+@plot_app.command("advise")
+def advise(
+    output: Output,
+    gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
+    orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
+    K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+) -> None:
+    """Every fine-tuning intervention's F against its steps, and F along the replay and
+    pull searches (oodcalc advise as a picture)."""
+    from .. import plots
+    from ..prescribe import advise as run_advise
+    setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
+                            eps, eta, eta_ft, max_steps, checks=[limits.check_predict])
+    draw(lambda: plots.advice_figure(run_advise(setting)), output)

@@ -12,12 +12,11 @@ from typing import Sequence
 
 import numpy as np
 
+from ..setting import VERDICT_SEEDS  # noqa: F401  (the tables' and records' rule)
+
 RESAMPLES = 10_000
 LEVEL = 0.95
 BOOTSTRAP_SEED = 20260413
-#: fewer seeds than this get no verdict (a mark, a shape, a sign): intervals from 3 or 4
-#: seeds say too little, whatever their width
-VERDICT_SEEDS = 5
 
 
 def _resample_indices(n: int, resamples: int = RESAMPLES) -> np.ndarray:
