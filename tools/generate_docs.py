@@ -140,6 +140,15 @@ def predict_example() -> str:
     return f"```text\n$ {command}\n{run_cli(PREDICT_EXAMPLE)}\n```"
 
 
+ADVISE_EXAMPLE = ["advise", "--gamma", "1,-0.9", "--format", "markdown"]
+
+
+def advise_example() -> str:
+    """``oodcalc advise`` in Markdown, its heading one level below the README's section."""
+    text = run_cli(ADVISE_EXAMPLE).replace("## oodcalc advise", "#### oodcalc advise", 1)
+    return f"`oodcalc {' '.join(ADVISE_EXAMPLE)}` prints:\n\n{text}"
+
+
 # --- measured times (tools/measure_readme_times.py writes tools/readme_times.json) ---------
 
 def format_seconds(seconds: float) -> str:
@@ -548,6 +557,7 @@ def performance_summary() -> str:
 
 BLOCKS: list[Block] = [
     Block("README.md", "predict-example", predict_example),
+    Block("README.md", "advise-example", advise_example),
     Block("README.md", "claims", claims_table(README_CLAIM_COLUMNS)),
     Block("README.md", "reproduce", reproduce_markdown),
     Block("README.md", "times", times_table),
