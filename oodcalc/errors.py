@@ -26,6 +26,8 @@ API_NAMES = {
     "eps_ft": "Protocol.eps_ft", "ft_steps": "Protocol.ft_steps",
     "replay": "Protocol.replay", "l2": "Protocol.l2", "project": "Protocol.project",
     "weights": "Protocol.weights", "tolerance": "advise's tolerance",
+    "predict": "oodcalc.predict", "simulate_population": "oodcalc.simulate.simulate_population",
+    "simulate_prompts": "oodcalc.simulate.simulate_prompts",
 }
 
 _PLACEHOLDER = re.compile("⟦([^⟦⟧]+)⟧")

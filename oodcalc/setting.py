@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, param, shorten
+from .errors import API_NAMES, InputError, param, shorten
 from .geometry import Geometry
 
 DEFAULT_EPS = 0.01
@@ -273,9 +273,10 @@ def require_plain(protocol: Protocol, where: str) -> None:
     fine-tuning only (rather than ignore them)."""
     if protocol.interventions:
         asked = ", ".join(f"{k} = {v}" for k, v in protocol.interventions.items())
+        place = param(where) if where in API_NAMES else where    # a caller may rename it
         raise InputError(param(next(iter(protocol.interventions))), asked,
-                         f"{where} runs plain fine-tuning only; oodcalc.predict and "
-                         "oodcalc.simulate.simulate_population run the interventions")
+                         f"{place} runs plain fine-tuning only; {param('predict')} and "
+                         f"{param('simulate_population')} run the interventions")
 
 
 def check_setting(setting: Any, name: str = "setting") -> Setting:

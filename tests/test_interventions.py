@@ -14,7 +14,7 @@ from oodcalc.errors import InputError
 from oodcalc.predict import pretrain_logits
 from oodcalc.simulate import simulate_population
 
-from cli_run import run
+from cli_run import one_line, run
 
 
 def _random_geometry(K: int, d: int, seed: int) -> oc.Geometry:
@@ -186,3 +186,24 @@ def test_what_runs_plain_fine_tuning_only_refuses_interventions():
         simulate_prompts(setting)
     with pytest.raises(InputError, match="plain fine-tuning only"):
         agreement(3, 2, 0, oc.Protocol(project="key"))
+
+
+def test_simulate_does_the_interventions_on_q_on_the_command_line(capsys):
+    import json
+    code, out, _ = run(capsys, "simulate", "--gamma", "1,-0.9", "--replay", "0.5",
+                       "--project", "key", "--json")
+    assert code == 0
+    simulated = json.loads(out)
+    theory = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]),
+                                   oc.Protocol(replay=0.5, project="key")))
+    assert simulated["parameters"]["replay"] == 0.5
+    assert simulated["finetune"]["T2"] == theory.finetune.T2
+    assert abs(simulated["forgetting"]["F"] - theory.F) <= 1e-12
+    code, out, _ = run(capsys, "simulate", "--gamma", "1,-0.9", "--l2", "0.01")
+    assert code == 0 and "fine-tuning with" in out and "done on Q" in out
+    # the finite-prompt simulator runs plain fine-tuning only, and says so in CLI words
+    code, _, err = run(capsys, "simulate", "--gamma", "1,-0.9", "-s", "prompts",
+                       "--replay", "0.5")
+    assert code == 2 and one_line(err) == (
+        "oodcalc: error: --replay: got replay = 0.5; simulate -s prompts runs plain "
+        "fine-tuning only; predict and simulate run the interventions")

@@ -15,9 +15,9 @@ from .. import limits
 from ..errors import InputError
 from . import options
 from .app import app
-from .setting_options import (Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
-                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Theta,
-                              Tolerance, build_setting)
+from .setting_options import (L2, Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
+                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Project,
+                              Replay, Theta, Tolerance, Weights, build_setting, interventions)
 
 SIM_PANEL = "Simulator"
 Text = Optional[str]
@@ -48,7 +48,7 @@ def render(report, rows: int, comparison=None) -> None:
 
     from ..geometry import describe_text as describe_geometry
     from ..console import make_console, say
-    from .render import fmt
+    from .render import describe_interventions, fmt, intervened
 
     from rich.markup import escape
 
@@ -58,6 +58,8 @@ def render(report, rows: int, comparison=None) -> None:
     say(console, f"[bold]oodcalc simulate[/bold] · {escape(describe_geometry(p['geometry']))}")
     say(console, f"{escape(report.source)}; K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, "
                  f"η = {fmt(p['eta'])}, η_ft = {fmt(p['eta_ft'])}")
+    if intervened(p):
+        say(console, f"fine-tuning with {escape(describe_interventions(p))}, done on Q")
     say(console, f"T1 = {report.pretrain.T1}: α = {fmt(report.pretrain.alpha)}, "
                  f"β = {fmt(report.pretrain.beta)}, max e_k = "
                  f"{fmt(float(report.pretrain.error.max()))}; OOD loss at T1 = "
@@ -166,6 +168,7 @@ def simulate(
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
     eps_ft: EpsFt = None, ft_steps: FtSteps = None,
+    replay: Replay = None, l2: L2 = None, project: Project = None, weights: Weights = None,
     simulator: Annotated[Simulator, typer.Option("--simulator", "-s",
         help="population: GD on the full Q with the population loss (ground truth); "
              "prompts: GD on sampled prompts of N tokens.", rich_help_panel=SIM_PANEL)]
@@ -202,6 +205,7 @@ def simulate(
     """Train a simulator (no closed forms inside) and report in the theory's schema.
 
     Examples: oodcalc simulate --gamma 1,-0.9 --compare;
+    oodcalc simulate --gamma 1,-0.9 --replay 0.5 --compare;
     oodcalc simulate --gamma 1,-0.9 -s prompts --N 64 --seed 3 --json
     """
     n_rows = options.integer("--rows", rows, 2) or 8
@@ -212,6 +216,7 @@ def simulate(
     geometry = (gamma, theta, K, mean_query, orthogonal, features, ood, d, tol, eps, eta, eta_ft,
                 max_steps)
     also = [limits.check_predict] if compare else []     # the theory runs after it
+    finetuning = interventions(replay, l2, project, weights)   # the simulator does them on Q
     if simulator is Simulator.population:
         given = [(name, repr(v)) for name, v in prompt_options.items() if v is not None]
         given += [("--fixed-sample", "the flag")] if fixed_sample else []
@@ -221,7 +226,7 @@ def simulate(
                              "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
         from ..simulate import simulate_population
         setting = build_setting(*geometry, checks=[limits.check_population, *also],
-                                eps_ft=eps_ft, ft_steps=ft_steps)
+                                eps_ft=eps_ft, ft_steps=ft_steps, finetuning=finetuning)
         announce_simulation(setting)
         report = simulate_population(setting)
     else:
@@ -234,7 +239,8 @@ def simulate(
 
         setting = build_setting(*geometry, checks=[
             partial(limits.check_prompts, N=n_tokens, batch=n_batch, holdout=n_holdout,
-                    heldout=stop is Stop.heldout), *also], eps_ft=eps_ft, ft_steps=ft_steps)
+                    heldout=stop is Stop.heldout), *also], eps_ft=eps_ft, ft_steps=ft_steps,
+            finetuning=finetuning)
         if n_holdout < setting.K:
             raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts
