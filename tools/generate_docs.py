@@ -419,6 +419,60 @@ def long_finetuning_table() -> str:
     return reachable_markdown()
 
 
+# --- interventions: advise's thresholds, and the open question on the total F --------------
+
+#: γ1 = 1 and these γ2, then the K = 4 geometry where the paper's advice (1)–(2) backfires
+ADVISE_GEOMETRIES = ((1, -0.9), (1, -0.5), (1, -0.2), (-0.44, -0.55, 0.05, -0.14))
+
+
+def advise_table() -> str:
+    """``oodcalc advise --gamma 1,γ2`` for each γ2: λ*, μ*, the projections' price, the
+    verdicts on the paper's advice (λ* to 5 decimals: its bracket is 1e-6 wide)."""
+    import oodcalc as oc
+    rows = ["| γ | plain F (steps) | λ* (steps) | μ* | key projection F (steps) | "
+            "advice (1) cosine | (2) drop negative | (3) project |",
+            "|---|---|---|---|---|---|---|---|"]
+    for gamma in ADVISE_GEOMETRIES:
+        a = oc.advise(oc.Setting(oc.parallel_shift(list(gamma))))
+        plain, key = a.arm("plain"), a.arm("project key")
+        lam = ("0 (not needed)" if a.replay.arm is None and a.replay.value == 0 else
+               "none" if a.replay.value is None else
+               f"{a.replay.value:.5f} ({a.replay.arm.steps})")
+        mu = ("0 (not needed)" if a.l2.arm is None and a.l2.value == 0 else
+              "none" if a.l2.value is None else f"{a.l2.value:.5f} ({a.l2.arm.steps})")
+        rows.append(f"| ({', '.join(f'{g:g}' for g in gamma)}) | {plain.F:+.3g} "
+                    f"({plain.steps}) | {lam} | {mu} | "
+                    f"{key.F:g} ({key.steps}) | "
+                    + " | ".join(v.verdict for v in a.verdicts) + " |")
+    return ("\n".join(rows) + "\n\nε = 0.01, η = η_ft = 0.1; every entry a run of "
+            "`oodcalc advise --gamma γ` (λ* and μ*: the smallest share and pull whose run "
+            "meets the rule on U with F <= 0, bracketed to 1e-6; \"none\": no value on the "
+            "search grid does, and a stronger pull stops short of the rule).")
+
+
+TOTAL_FORGETTING_RECORD = ROOT / "docs" / "total_forgetting.json"
+
+
+def total_forgetting_block() -> str:
+    """The scan for a positive total F at K >= 3 (tools/scan_total_forgetting.py)."""
+    data = json.loads(TOTAL_FORGETTING_RECORD.read_text(encoding="utf-8"))
+    r = data["random"]
+    top = r["largest"][0]
+    lines = [f"- **Random search** ({r['runs']} parallel shifts, K = 3..6, ε ∈ "
+             "{0.2, 0.1, 0.05, 0.01, 0.002}, η ∈ {0.02, 0.1, 0.5, 1, 2}, seed "
+             f"{data['seed']}; {r['refused']} out of reach, not run): F > 0 in "
+             f"{r['positive'] or 'none'} of them. The largest F is {top['F']:+.2g} (K = {top['K']}, ε = "
+             f"{top['eps']:g}, η = {top['eta']:g}, γ = ({', '.join(f'{g:g}' for g in top['gamma'])})).",
+             "- **Ascent** (Nelder–Mead on F over γ ∈ [−1, 1]^K, "
+             f"{data['ascent'][0]['starts']} starts of {data['ascent'][0]['evaluations']} "
+             "evaluations each): the largest F found, and where:"]
+    for a in data["ascent"]:
+        lines.append(f"  - K = {a['K']}, ε = {a['eps']:g}, η = {a['eta']:g}: F = {a['F']:+.2g} "
+                     f"at γ = ({', '.join(f'{g:.2g}' for g in a['gamma'])})")
+    lines.append(f"\nRecipe: `{data['recipe']}` (oodcalc {data['oodcalc']}).")
+    return "\n".join(lines)
+
+
 # --- benchmark figures (python benchmarks/all.py writes docs/performance.md) --------------
 
 PERFORMANCE_FILE = ROOT / "docs" / "performance.md"
@@ -566,6 +620,8 @@ BLOCKS: list[Block] = [
     Block("docs/theory.md", "claims", claims_table(THEORY_CLAIM_COLUMNS)),
     Block("docs/theory.md", "figures", figures_table),
     Block("docs/theory.md", "long-finetuning", long_finetuning_table),
+    Block("docs/theory.md", "advise", advise_table),
+    Block("docs/theory.md", "total-forgetting", total_forgetting_block),
     *(Block(file, name, depth_block(file, name)) for file, name in DEPTH_BLOCKS),
     Block("docs/real.md", "real", real_block("docs/real.json")),
     Block("docs/real.md", "real-layer3", real_block("docs/real_layer3.json")),
