@@ -34,16 +34,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import estimates, limits, theory
+from . import estimates, finetune, limits, theory
 from .dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
     source_errors
-from .errors import InputError, item_name, shorten
+from .errors import InputError, item_name, param, shorten
 from .geometry import Geometry, check_K, check_sequence
 from .io import open_input, write_atomic
 from .model import conditional_errors, feature_sum, features_first, loss
 from .report import directions
-from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, NEVER, Protocol, \
-    check_positive
+from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, INTERVENTIONS, NEVER, \
+    Protocol, check_positive
 
 #: Rows per chunk when no executor is given (bounds memory; one chunk is one batch).
 SERIAL_CHUNK = 1 << 17
@@ -291,6 +291,7 @@ class Chunk:
     seed: np.random.SeedSequence
     gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and its sign
     compiled: bool = False            # general columns by the Numba kernel (whole sweep)
+    interventions: Protocol | None = None   # fine-tuning's terms (oodcalc.finetune)
 
 
 def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
@@ -302,6 +303,8 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     """
     K = chunk.M.shape[-1]
     z_ood0 = ood_start(chunk.z1, chunk.M)
+    if chunk.interventions is not None:
+        return chunk.start, chunk.stop, _finetune_terms(chunk, z_ood0)
     ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
                          compiled=chunk.compiled)
     errors = _errors_of_rows(chunk.z1)
@@ -316,6 +319,24 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
                 columns[name] = np.empty((B,) + values.shape[1:], dtype=values.dtype)
             columns[name][rows] = values
     return chunk.start, chunk.stop, columns
+
+
+def _finetune_terms(chunk: Chunk, z_ood0: np.ndarray) -> dict[str, np.ndarray]:
+    """A chunk with interventions: the terms engine on both logits (the source errors read
+    off z_V), its first step by the same engine. Claim 8c's D_k is for plain fine-tuning:
+    not computed."""
+    K = z_ood0.shape[-1]
+    recipe = finetune.recipe(chunk.interventions, chunk.M, z_ood0, chunk.z1)
+    fixed = bool((chunk.eps < 0).all())              # every row runs its fixed steps
+    run = finetune.finetune(z_ood0, chunk.z1, recipe, chunk.eta_ft, chunk.eps,
+                            chunk.max_steps, fixed=fixed)
+    one = finetune.finetune(z_ood0, chunk.z1, recipe, chunk.eta_ft, chunk.eps, 1, fixed=True)
+    before = finetune.column_errors(chunk.z1) / K
+    first = np.where(run.steps[:, None] > 0,
+                     finetune.column_errors(one.z_V) / K - before, 0.0)
+    return {"T2": run.steps, "converged_finetune": run.reached | fixed,
+            "ood_loss": loss(z_ood0), "F_k": finetune.column_errors(run.z_V) / K - before,
+            "first_step_k": first, "initial_direction_k": directions(first)}
 
 
 def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, z_ood: np.ndarray,
@@ -584,7 +605,8 @@ def _chunks(n: int, size: int) -> list[tuple[int, int]]:
 def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
           executor: cf.Executor | None = None, chunk_size: int | None = None,
           seed: int = 0, progress: Callable[[int, int], None] | None = None,
-          eps_ft: float | None = None, ft_steps: int | None = None) -> SweepResult:
+          eps_ft: float | None = None, ft_steps: int | None = None,
+          interventions: dict[str, Any] | None = None) -> SweepResult:
     """Run every configuration of ``grids`` to the stopping rule, batched and exact.
 
     Each row is what :func:`oodcalc.predict` computes for one configuration (T1, T2, OOD
@@ -614,6 +636,13 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     ft_steps : int, keyword-only, optional
         Fine-tune every row exactly this many steps, with no stopping rule (not with
         ``eps_ft``); ``max_steps`` then caps pretraining only.
+    interventions : dict, keyword-only, optional
+        Fine-tuning interventions for every row, as :class:`~oodcalc.setting.Protocol`'s
+        fields: ``{"replay": 0.1}``, ``{"project": "key", "l2": 0.01}``... They run on the
+        terms engine (:mod:`oodcalc.finetune`), as in :func:`oodcalc.predict`; each row
+        records them, and ``converged_finetune`` says whether its rule on U was reached.
+        The paper's regimes and claim 8c's ``D_k`` describe plain fine-tuning: those
+        columns are left out.
 
     Raises
     ------
@@ -650,7 +679,15 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError("seed", seed, "expected an integer >= 0")
     max_steps, seed = int(max_steps), int(seed)
-    rule = Protocol(eps_ft=eps_ft, ft_steps=ft_steps)    # validates the pair
+    rule = Protocol(eps_ft=eps_ft, ft_steps=ft_steps,    # validates the pair, and
+                    **_intervention_fields(interventions))   # the interventions
+    terms = rule if rule.interventions else None
+    if isinstance(rule.weights, tuple):
+        for g in grids:
+            if len(rule.weights) != g.K:
+                raise InputError(param("weights"), shorten(rule.weights),
+                                 f"expected {g.K} weights, one per feature of the K = {g.K} "
+                                 "grid")
     ft_cap = rule.finetune_cap if ft_steps is not None else max_steps
     total = sum(len(g) for g in grids)
     by_K: dict[int, int] = {}
@@ -677,7 +714,8 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
                     _finetune_eps(grids[gi].eps[start:stop], eps_ft, ft_steps),
                     grids[gi].eta_ft[start:stop], ft_cap, s,
-                    None if grids[gi].gamma is None else grids[gi].gamma[start:stop], fast)
+                    None if grids[gi].gamma is None or terms else grids[gi].gamma[start:stop],
+                    fast, terms)
               for (gi, start, stop, z1), s in zip(tasks, seeds)]
     owner = [gi for gi, *_ in tasks]
 
@@ -718,12 +756,13 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
                 future.cancel()
 
     tables = [_table(grid, T1, ok, part, max_steps, seed, rule.ft_steps,
-                     None if eps_ft is None else rule.eps_ft)
+                     None if eps_ft is None else rule.eps_ft, rule.interventions)
               for grid, (T1, ok), part in zip(grids, pretrained, parts)]
     meta = {"seed": seed, "max_steps": max_steps, "eps_ft": eps_ft, "ft_steps": ft_steps,
+            "interventions": rule.interventions,
             "chunks": len(chunks),
-            "engine": "compiled per-column kernel (Numba) for general columns" if fast
-            else "NumPy",
+            "engine": finetune.ENGINE if terms else
+            "compiled per-column kernel (Numba) for general columns" if fast else "NumPy",
             "chunk_size": chunk_size, "rows": total,
             "shape": list(grids[0].shape) if len(grids) == 1 else None,
             "axes": [name for name, _ in grids[0].axes] if len(grids) == 1 else None,
@@ -733,8 +772,18 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     return SweepResult(_concat(tables), meta)
 
 
+def _intervention_fields(interventions: Any) -> dict[str, Any]:
+    if interventions is None:
+        return {}
+    if not isinstance(interventions, dict) or not set(interventions) <= set(INTERVENTIONS):
+        raise InputError("interventions", shorten(interventions), "expected a dict of "
+                         f"Protocol fields among {', '.join(INTERVENTIONS)}")
+    return dict(interventions)
+
+
 def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
-           ft_steps: int | None, eps_ft: float | None) -> dict[str, np.ndarray]:
+           ft_steps: int | None, eps_ft: float | None,
+           interventions: dict[str, Any]) -> dict[str, np.ndarray]:
     B, K = len(grid), grid.K
     cols: dict[str, np.ndarray] = {
         "geometry": np.full(B, None, dtype=object),   # filled below: one str for all
@@ -751,6 +800,10 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
         cols["ft_steps"] = np.full(B, ft_steps, dtype=np.int64)
     else:   # fine-tuning's ε: each row's eps unless eps_ft was given
         cols["eps_ft"] = grid.eps if eps_ft is None else np.full(B, eps_ft)
+    for name, value in interventions.items():     # each row names its fine-tuning
+        text = value if isinstance(value, str) else \
+            ",".join(f"{c:g}" for c in value) if isinstance(value, list) else None
+        cols[name] = np.full(B, text, dtype=object) if text is not None else np.full(B, value)
     cols |= {
              "seed": np.full(B, seed, dtype=np.int64),
              "T1": T1, "T2": part["T2"],
@@ -763,7 +816,7 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
     cols |= {f"first_step_{k + 1}": part["first_step_k"][:, k] for k in range(K)}
     cols |= {f"initial_direction_{k + 1}": part["initial_direction_k"][:, k]
              for k in range(K)}
-    if grid.gamma is not None:
+    if grid.gamma is not None and not interventions:
         r = regimes(grid.gamma)
         cols |= {f"regime_{k + 1}": r[:, k] for k in range(K)}
         r = theory.regime_names(grid.gamma, corrected=True)
@@ -774,7 +827,8 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
 
 
 _ORDER = ("geometry", "K", "d", "gamma_", "theta", "geometry_index", "eps", "eta",
-          "eta_ft", "max_steps", "eps_ft", "ft_steps", "seed", "T1", "T2", "converged", "converged_pretrain",
+          "eta_ft", "max_steps", "eps_ft", "ft_steps", "replay", "l2", "project", "weights",
+          "seed", "T1", "T2", "converged", "converged_pretrain",
           "converged_finetune", "ood_loss", "F", "F_", "first_step_", "initial_direction_",
           "regime_", "corrected_regime_", "D_", "D_direction_")
 

@@ -207,3 +207,35 @@ def test_simulate_does_the_interventions_on_q_on_the_command_line(capsys):
     assert code == 2 and one_line(err) == (
         "oodcalc: error: --replay: got replay = 0.5; simulate -s prompts runs plain "
         "fine-tuning only; predict and simulate run the interventions")
+
+
+@pytest.mark.parametrize("recipe", [dict(replay=0.3), dict(project="key", l2=0.01),
+                                    dict(weights="drop-negative"), dict(project="query")],
+                         ids=lambda r: ",".join(f"{k}={v}" for k, v in r.items()))
+def test_sweep_runs_the_interventions_row_by_row_as_predict_does(recipe, tmp_path):
+    from oodcalc.sweep import gamma_grid, read_result, sweep
+    gammas = [-0.9, -0.2, 0.6]
+    result = sweep(gamma_grid([1.0, np.array(gammas)]), interventions=recipe)
+    for i, g2 in enumerate(gammas):
+        report = oc.predict(oc.Setting(oc.parallel_shift([1, g2]), oc.Protocol(**recipe)))
+        assert result["T2"][i] == report.finetune.T2
+        assert abs(result["F"][i] - report.F) <= 1e-12
+        assert bool(result["converged_finetune"][i]) == (report.finetune.reached is not False)
+    assert all(k in result.columns for k in recipe) and "regime_1" not in result.columns
+    assert result.meta["interventions"] == recipe
+    path = tmp_path / "rows.npz"
+    result.write(path)
+    again = read_result(path)
+    assert all(str(again[k][0]) == str(result[k][0]) for k in recipe)
+    assert again.meta["interventions"] == recipe
+
+
+def test_sweep_refuses_interventions_it_cannot_run():
+    from oodcalc.sweep import gamma_grid, sweep
+    grid = gamma_grid([1.0, np.array([-0.9])])
+    with pytest.raises(InputError, match="expected 2 weights"):
+        sweep(grid, interventions={"weights": (1, 2, 3)})
+    with pytest.raises(InputError, match="Protocol fields among replay, l2, project"):
+        sweep(grid, interventions={"ewc": 1})
+    with pytest.raises(InputError, match="Protocol.replay"):
+        sweep(grid, interventions={"replay": 1.5})

@@ -29,7 +29,7 @@ from ..errors import InputError
 from ..setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS
 from . import options
 from .app import app
-from .setting_options import build_protocol
+from .setting_options import L2, Project, Replay, Weights, build_protocol, interventions
 
 Text = Optional[str]
 #: Show a progress bar (on a terminal) from this many configurations on.
@@ -227,6 +227,7 @@ def sweep(
         help="Fine-tune every row exactly INT steps, with no stopping rule (not with "
              "--eps-ft).", show_default="off: until the stopping rule",
         rich_help_panel="Protocol")] = None,
+    replay: Replay = None, l2: L2 = None, project: Project = None, weights: Weights = None,
     fmt: Annotated[Optional[Format], typer.Option("--format",
         help="Output format.", show_default="from the file's extension; csv for -",
         case_sensitive=False)] = None,
@@ -250,7 +251,8 @@ def sweep(
 ) -> None:
     """Sweep γ, θ, ε and η: T1, T2, OOD loss, forgetting F and F_k, regimes per row.
 
-    Example: oodcalc sweep --gamma=-1:1:201,-1:1:201 -o phase.csv
+    Examples: oodcalc sweep --gamma=-1:1:201,-1:1:201 -o phase.csv;
+    oodcalc sweep --gamma=1,-1:1:21 --replay 0.1 -o replay.csv (interventions for every row)
     """
     from ..io import check_output
     from ..sweep import FORMATS, sweep as run_sweep
@@ -258,7 +260,8 @@ def sweep(
     steps = options.integer("--max-steps", max_steps, 1, limits.MAX_STEPS, "steps per phase") \
         or DEFAULT_MAX_STEPS
     rule = build_protocol(None, None, None, None, eps_ft, ft_steps)   # checks the pair
-    finetune = {"eps_ft": None if eps_ft is None else rule.eps_ft, "ft_steps": rule.ft_steps}
+    finetune = {"eps_ft": None if eps_ft is None else rule.eps_ft, "ft_steps": rule.ft_steps,
+                "interventions": interventions(replay, l2, project, weights) or None}
     chunk = options.integer("--chunk-size", chunk_size, 1)
     root_seed = options.integer("--seed", seed, 0) or 0
     n_workers = options.integer("--workers", workers, 1)

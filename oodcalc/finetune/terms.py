@@ -132,13 +132,15 @@ def query_weights(protocol: Protocol, M: np.ndarray) -> np.ndarray:
         return np.ones(K)
     if not isinstance(rule, str):
         return np.array(rule, dtype=np.float64)
-    cos = centre_cosines(M)
+    cos = centre_cosines(M)                        # (..., K): one row per geometry
     kept = np.maximum(cos, 0.0) if rule == "cosine" else (cos >= 0).astype(np.float64)
-    if not kept.any():
+    empty = ~kept.any(axis=-1)
+    if empty.any():
+        first = cos[np.argmax(empty)] if cos.ndim > 1 else cos
         raise InputError(param("weights"), rule, f"every OOD feature has a negative cosine to the "
-                         f"pretraining centre ({', '.join(f'{c:.3g}' for c in cos)}): "
+                         f"pretraining centre ({', '.join(f'{c:.3g}' for c in first)}): "
                          "nothing would be fine-tuned; give explicit weights")
-    return kept * (K / kept.sum()) if rule == "cosine" else kept
+    return kept * (K / kept.sum(axis=-1, keepdims=True)) if rule == "cosine" else kept
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,8 @@ class Recipe:
 
 
 def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray) -> Recipe:
-    """The terms ``protocol`` asks for, built for ``M = VᵀU`` and the logits at T1."""
+    """The terms ``protocol`` asks for, built for ``M = VᵀU`` and the logits at T1 (one
+    geometry, ``(K, K)``, or a stack ``(B, K, K)``: then per row)."""
     K = M.shape[-1]
     weights = query_weights(protocol, M)
     left = protocol.project in ("key", "both")
@@ -179,7 +182,7 @@ def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray
 
 
 def frozen_columns(terms: tuple[Term, ...] | list[Term], K: int) -> np.ndarray:
-    """The OOD columns no step can move, ``(K,)``: the fit's share of column ``k`` is
+    """The OOD columns no step can move, ``(K,)`` (``(B, K)`` for a stack): the fit's share of column ``k`` is
     ``Σ_j (g c)_j A_r[j, k]``, zero for every gradient when ``c_j A_r[j, k] = 0`` for all
     ``j`` (``A_r = I``: when ``c_k = 0``); replay moves every column, and the pull moves
     none that has not moved."""
@@ -187,4 +190,4 @@ def frozen_columns(terms: tuple[Term, ...] | list[Term], K: int) -> np.ndarray:
         return np.zeros(K, dtype=bool)
     fit = next(term for term in terms if isinstance(term, Fit))
     right = np.eye(K) if fit.A_right is None else fit.A_right
-    return ~(fit.weights[:, None] * right).any(axis=0)
+    return ~(fit.weights[..., :, None] * right).any(axis=-2)
