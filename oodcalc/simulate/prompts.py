@@ -43,10 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import limits
-from ..errors import ComputationError, InputError
+from ..errors import ComputationError, InputError, param
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
-from ..setting import Setting, check_setting, require_plain
-from .population import errors_and_gradient, logit_path
+from ..setting import Setting, check_setting
+from .population import errors_and_gradient, logit_path, query_weights
 
 STOP_RULES = ("population", "heldout")
 
@@ -111,9 +111,11 @@ def _attention(Q: np.ndarray, P: Prompts) -> np.ndarray:
     return a
 
 
-def sampled_loss_and_gradient(Q: np.ndarray, P: Prompts) -> tuple[float, np.ndarray, np.ndarray]:
+def sampled_loss_and_gradient(Q: np.ndarray, P: Prompts, query_weights: np.ndarray | None = None
+                              ) -> tuple[float, np.ndarray, np.ndarray]:
     """Sampled loss ``½ mean_b r_b²`` (``r = ŷ − y_query``), its gradient in Q, and the
-    per-prompt squared errors ``½ r_b²``.
+    per-prompt squared errors ``½ r_b²``. With ``query_weights`` (one per feature), the
+    gradient is that of ``½ mean_b c_(q_b) r_b²`` (the loss returned stays unweighted).
 
     ``∂(½r²)/∂s_i = r · a_i (y_i − ŷ)`` for the logit ``s_i = x_iᵀ Q x_query`` and
     ``∂s_i/∂Q = x_i x_queryᵀ``.
@@ -123,7 +125,7 @@ def sampled_loss_and_gradient(Q: np.ndarray, P: Prompts) -> tuple[float, np.ndar
     r = y_hat - P.yq
     g = np.subtract(y, y_hat)
     g *= a
-    g *= r                                                     # ∂(½r²)/∂s_i
+    g *= r if query_weights is None else r * query_weights[P.q]   # ∂(½ c r²)/∂s_i
     token_sum = np.einsum("nb,dnb->db", g, P.X_last)           # Σ_i g_i x_i, (d, B)
     grad = token_sum @ P.xq / len(r)
     half_sq = 0.5 * r**2
@@ -171,6 +173,69 @@ def train_on_prompts(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_s
         f"{phase} (finite-prompt simulator, N = {N}, batch = {batch}) did not meet the "
         f"stopping rule on the {rule} within max_steps = {max_steps} (eps = {eps:g}, "
         f"eta = {eta:g}); raise N, --eps or --max-steps")
+
+
+def finetune_on_prompts(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
+                        rng: np.random.Generator, N: int, batch: int, resample: bool,
+                        heldout: Prompts | None) -> Phase:
+    """Fine-tuning with the protocol's interventions, each done to the sampled gradient
+    on Q: a share λ of every batch's prompts comes from V (replay: ``λ·batch`` of them,
+    the rest from U), the U prompts' gradient is weighted by their query's ``c_k`` and
+    projected (``P_l ∇ P_r``, ``P = I − VVᵀ`` on a projected side), and the pull adds
+    ``μ(Q − Q1)``. Its expectation is the population step of
+    :func:`oodcalc.simulate.population.finetune`; it stops as that one does (the weighted
+    queries within ε, or only queries no update reaches left above it), except that a
+    stochastic step never settles exactly: a pull that holds fine-tuning short of its rule
+    runs to the cap."""
+    p = protocol
+    K = U.shape[1]
+    from_v = round(p.replay * batch)
+    weights = query_weights(p, U, V)
+    covered = weights > 0
+    P = np.eye(V.shape[0]) - V @ V.T
+    reach = U.T @ (P if p.project in ("query", "both") else np.eye(V.shape[0])) @ U
+    frozen = ~(weights[:, None] * reach).any(axis=0) & (from_v == 0)
+    c = None if p.weights is None else weights
+    fixed = None if resample else (sample_prompts(U, N, batch - from_v, rng),
+                                   sample_prompts(V, N, from_v, rng) if from_v else None)
+    Q, path, losses = Q1.copy(), [], []
+    for t in range(p.finetune_cap + 1):
+        path.append(Q.copy())
+        errors = (errors_and_gradient(Q, U)[0] if heldout is None
+                  else heldout_errors(Q, heldout, K))
+        on_u, on_v = fixed if fixed is not None else (
+            sample_prompts(U, N, batch - from_v, rng),
+            sample_prompts(V, N, from_v, rng) if from_v else None)
+        loss, grad, _ = sampled_loss_and_gradient(Q, on_u, c)
+        losses.append(loss)
+        within = (errors <= p.eps_ft) | ~covered
+        if (p.ft_steps is None and (within | frozen).all()) or t == p.finetune_cap:
+            break
+        step = grad * ((batch - from_v) / batch)
+        if p.project in ("key", "both"):
+            step = P @ step
+        if p.project in ("query", "both"):
+            step = step @ P
+        if on_v is not None:
+            step = step + sampled_loss_and_gradient(Q, on_v)[1] * (from_v / batch)
+        if p.l2:
+            step = step + p.l2 * (Q - Q1)
+        Q = Q - p.eta_ft * step
+    if p.ft_steps is None and not (within | frozen).all():
+        raise ComputationError(
+            f"fine-tuning (finite-prompt simulator, N = {N}, batch = {batch}, with "
+            f"{', '.join(f'{k} = {v}' for k, v in p.interventions.items())}) did not meet "
+            f"the stopping rule within max_steps = {p.finetune_cap} (eps = {p.eps_ft:g}, "
+            f"eta = {p.eta_ft:g}); raise N, --eps or --max-steps")
+    return Phase(Q, t, path, losses)
+
+
+def check_replay_batch(protocol, batch: int) -> None:
+    """Replay takes a whole number of each batch's prompts from V."""
+    share = protocol.replay * batch
+    if protocol.replay and abs(share - round(share)) > 1e-9:
+        raise InputError(param("replay"), protocol.replay, f"expected a share λ with λ × batch "
+                         f"a whole number of prompts (batch = {batch}: λ = k/{batch})")
 
 
 def check_simulation_inputs(N: int, batch: int, stop: str, holdout: int, K: int) -> None:
@@ -243,9 +308,9 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     True
     """
     geo, proto = check_setting(setting).geometry, setting.protocol
-    require_plain(proto, "simulate_prompts")
     K = geo.K
     check_simulation_inputs(N, batch, stop, holdout, K)
+    check_replay_batch(proto, batch)
     limits.check_prompts(K, geo.d, proto, N=N, batch=batch, holdout=holdout,
                          heldout=stop == "heldout")
     limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
@@ -262,8 +327,11 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
                            proto.max_steps, "pretraining", pre_rng,
                            N, batch, resample, hold_v)
     Q1 = pre.Q
-    ft = train_on_prompts(Q1, U, proto.eta_ft, proto.finetune_stop, proto.finetune_cap,
-                          "fine-tuning", ft_rng, N, batch, resample, hold_u)
+    if proto.interventions:
+        ft = finetune_on_prompts(Q1, U, V, proto, ft_rng, N, batch, resample, hold_u)
+    else:
+        ft = train_on_prompts(Q1, U, proto.eta_ft, proto.finetune_stop, proto.finetune_cap,
+                              "fine-tuning", ft_rng, N, batch, resample, hold_u)
     Q2 = ft.Q
 
 
