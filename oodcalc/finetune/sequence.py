@@ -198,9 +198,13 @@ def descend(z: np.ndarray, gram: np.ndarray, trained: Sequence[int], eta: float,
         met = bool((errors <= eps).all())
         if (met and not fixed) or t == max_steps:
             return t, met
-        step = sum(gram[:, i] @ g @ gram[i, :] for i, g in zip(trained, grads))
-        z -= rate * step
+        z -= rate * sum(_step(gram, i, g) for i, g in zip(trained, grads))
     raise AssertionError("unreachable")
+
+
+def _step(gram: np.ndarray, i: int, g: np.ndarray) -> np.ndarray:
+    """``G[j, i] g G[i, j]`` for every domain j: what ``D_i g D_iᵀ`` does to each ``z_j``."""
+    return gram[:, i] @ g @ gram[i, :]
 
 
 def losses(z: np.ndarray) -> np.ndarray:
