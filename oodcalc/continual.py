@@ -3,6 +3,8 @@ and then fine-tuning on a sequence of shifts (engine: :mod:`oodcalc.finetune.seq
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import limits
 from .finetune.sequence import SequenceResult, Shifts, check_shifts, run_sequence
 from .predict import pretrain_logits
@@ -37,7 +39,10 @@ def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult
     InputError
         For something that is not a sequence of shifts, or a protocol with interventions.
     ComputationError
-        If pretraining does not meet its rule within its cap.
+        Before any work, if pretraining or the first stage is estimated past twice its
+        cap (:func:`oodcalc.limits.check_simulation`); after, if pretraining does not
+        meet its rule within its cap. A later stage that does not is reported
+        (``reached``), and the next one starts where it stopped.
 
     Example
     -------
@@ -55,6 +60,12 @@ def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult
         from .errors import InputError, shorten
         raise InputError("protocol", shorten(repr(protocol)), "expected an oc.Protocol")
     require_plain(protocol, "sequence")
+    # what a simulator refuses for its one fine-tuning (estimated from the logits at α*),
+    # for the first stage; the later stages start elsewhere and have no such estimate
+    first = shifts.gram[0, 1]
+    diagonal = np.diag(first) if np.array_equal(first, np.diag(np.diag(first))) else None
+    limits.check_simulation(shifts.K, protocol, diagonal=diagonal,
+                            M=first if diagonal is None else None)
     run = pretrain_logits(shifts.K, protocol.eps, protocol.eta,
                           limits.pretrain_cap(shifts.K, protocol))
     return run_sequence(shifts, run.z[0], protocol, T1=int(run.steps[0]))

@@ -43,6 +43,8 @@ def sequence(
                            for i in range(1, len(texts))]
     gammas = [options.numbers(name, text) for name, text in zip(names, texts)]
     protocol = build_protocol(eps, eta, eta_ft, max_steps, eps_ft, ft_steps)
+    options.name_parameters({"K": ("--gamma", f"{len(gammas[0])} values"),
+                             "lower K": "give fewer --gamma values"})
     result = run_sequence(parallel_shifts(gammas, names=names), protocol)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
@@ -78,11 +80,11 @@ def render(result) -> None:
     for i in range(S + 1):
         label = "pretraining" if i == 0 else f"stage {i}"
         steps = str(result.T1) if i == 0 else str(result.steps[i - 1]) + (
-            "" if result.reached[i - 1] else " (not reached)")
+            "" if result.reached[i - 1] else " (rule not met)")
         table.add_row(label, *(fmt(x, 4) for x in result.R[i]), steps)
     joint = result.joint
     table.add_row("joint (reference)", *(fmt(x, 4) for x in joint.losses),
-                  str(joint.steps) + ("" if joint.reached else " (not reached)"))
+                  str(joint.steps) + ("" if joint.reached else " (rule not met)"))
     console.print(table)
     say(console, f"Untrained model (Q = 0): L = {fmt(result.reference[0], 4)} on every "
         "domain. Joint: GD on the mean loss of every domain from Q^(T1), to the rule on "
@@ -94,7 +96,7 @@ def render(result) -> None:
         say(console, f"  {metric.name}: {value}", indent=4)
         say(console, f"    {escape(metric.definition)}", indent=6, style="dim")
     for i, met in enumerate(result.reached, 1):
-        if not met:
+        if not met and not p["ft_steps"]:
             print(f"oodcalc: warning: stage {i} did not meet its rule within "
                   f"{p['max_steps']:,} steps; the next stage starts where it stopped",
                   file=sys.stderr)

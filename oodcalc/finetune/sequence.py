@@ -72,7 +72,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError, item_name, shorten
+from ..errors import InputError, item_name, param, shorten
+from ..limits import refuse_over_cap
 from ..geometry import check_dimension, check_finite, check_K, check_sequence, from_arrays, \
     ORTHONORMAL_TOL
 from ..setting import Protocol
@@ -113,8 +114,29 @@ def parallel_shifts(gammas: Sequence[Sequence[float]], d: int | None = None, *,
     [−1, 1]), ``u^(i)_k = γ^(i)_k v_k + √(1 − γ^(i)_k²) w^(i)_k`` with every ``w``
     orthonormal to the others and to span(V), so ``U_iᵀU_j = diag(γ^(i) ⊙ γ^(j))``.
 
-    ``d``: default and minimum ``K + #{(i, k) : |γ^(i)_k| < 1}``. ``names``: how the
-    message of a bad value names stage ``i``'s γ (default ``gammas[i]``)."""
+    Parameters
+    ----------
+    gammas : sequence of sequences of float
+        ``γ^(1), ..., γ^(S)``, each K >= 2 values in [−1, 1], the same K for every stage.
+    d : int, optional
+        Dimension; default and minimum ``K + #{(i, k) : |γ^(i)_k| < 1}`` (a larger ``d``
+        pads with zeros and changes no result).
+    names : sequence of str, keyword-only, optional
+        How a message names stage ``i``'s γ (default ``gammas[i]``).
+
+    Returns
+    -------
+    Shifts
+        The Gram blocks ``gram[j, i] = D_jᵀ D_i`` (diagonal, from the γ's; ``D_0 = V``)
+        and ``arrays()``, the d × K features ``[V, U_1, ..., U_S]``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> shifts = oc.parallel_shifts([[1, -0.9], [1, 0.5]])
+    >>> shifts.S, shifts.K, shifts.d, shifts.gram[1, 2].tolist()
+    (2, 2, 4, [[1.0, 0.0], [0.0, -0.45]])
+    """
     stages = check_sequence(gammas, "gammas", "one sequence of K values per stage, e.g. "
                             "[[1, -0.9], [1, 0.5]]")
     if not stages:
@@ -135,12 +157,27 @@ def parallel_shifts(gammas: Sequence[Sequence[float]], d: int | None = None, *,
         rows.append(values)
     gam = np.array(rows)                                   # (S, K)
     S, K = gam.shape
+    check_size(K, S)
     d = check_dimension(d, K + int((np.abs(gam) < 1.0).sum()))
     # D_0 = V: the cosines of D_i with V are γ^(i) (γ^(0) = 1), with each other their products
     cos = np.vstack([np.ones(K), gam])
     gram = np.einsum("ik,jk,kl->ijkl", cos, cos, np.eye(K))
     gram[np.arange(S + 1), np.arange(S + 1)] = np.eye(K)   # D_iᵀD_i = I (the w's too)
     return Shifts("parallel-shifts", K, d, gram, {"gammas": rows})
+
+
+#: Copies of the Gram blocks and the logits of every domain a run holds at once (the
+#: blocks, the logits, a step's products and their sum).
+WORKING_COPIES = 6
+
+
+def check_size(K: int, S: int) -> None:
+    """Refuse, before any array, a sequence whose ``(S+1)² K × K`` Gram blocks and
+    working copies would exceed the memory cap (naming K, the stages when fewer would fit)."""
+    need = lambda k, s: WORKING_COPIES * 8.0 * (s + 1) ** 2 * k * k   # noqa: E731
+    refuse_over_cap(need(K, S), f"the sequence's Gram blocks ({S + 1}² blocks of K × K)",
+                    [(param("K"), K, need(2, S), param("K", "lower")),
+                     ("stages", S, need(K, 1), "give fewer shifts")])
 
 
 def _parallel_arrays(gam: np.ndarray, d: int) -> list[np.ndarray]:
@@ -159,14 +196,39 @@ def _parallel_arrays(gam: np.ndarray, d: int) -> list[np.ndarray]:
 
 
 def shifts_from_arrays(V: Any, Us: Sequence[Any], *, tol: float = ORTHONORMAL_TOL) -> Shifts:
-    """A sequence from arrays: the source ``V`` and the shifts ``Us = [U_1, ..., U_S]``,
-    each ``d × K`` with orthonormal columns (checked as :func:`oodcalc.from_arrays`
-    checks them, the message naming ``Us[i]``)."""
+    """A sequence from arrays: the source ``V`` and the shifts ``Us = [U_1, ..., U_S]``.
+
+    Parameters
+    ----------
+    V : array_like
+        The training features, ``d × K`` with orthonormal columns (``d >= K >= 2``).
+    Us : sequence of array_like
+        One ``d × K`` array with orthonormal columns per stage, checked as
+        :func:`oodcalc.from_arrays` checks them (a message names ``Us[i]``).
+    tol : float, keyword-only, default 1e-6
+        Tolerance of the orthonormality check.
+
+    Returns
+    -------
+    Shifts
+        The Gram blocks ``gram[j, i] = D_jᵀ D_i`` (``D_0 = V``, ``D_i = U_i``) and the
+        arrays.
+
+    Example
+    -------
+    >>> import numpy as np, oodcalc as oc
+    >>> V = np.eye(3, 2)
+    >>> turned = np.array([[0.6, 0], [0, 1], [0.8, 0]])   # u_1 turned toward e_3
+    >>> shifts = oc.shifts_from_arrays(V, [turned, V])
+    >>> shifts.S, shifts.gram[1, 2].tolist()
+    (2, [[0.6, 0.0], [0.0, 1.0]])
+    """
     stages = check_sequence(Us, "Us", "a list of d × K arrays, one per stage")
     if not stages:
         raise InputError("Us", "an empty list", "give at least one shift (a d × K array)")
     checked = [from_arrays(V, U, tol=tol, names=("V", f"Us[{i}]")) for i, U in enumerate(stages)]
     D = [checked[0].V] + [g.U for g in checked]
+    check_size(checked[0].K, len(stages))
     gram = np.array([[a.T @ b for b in D] for a in D])
     return Shifts("arrays", checked[0].K, checked[0].d, gram, {}, tuple(D))
 
