@@ -193,6 +193,32 @@ def test_bad_input_is_refused_by_name(call, match):
         call()
 
 
+def test_a_stage_out_of_steps_is_reported_and_the_next_starts_where_it_stopped(capsys):
+    shifts, protocol = oc.parallel_shifts([[1, -0.9], [1, 0.5]]), \
+        oc.Protocol(eta_ft=0.01, max_steps=2000)
+    result = oc.sequence(shifts, protocol)
+    assert result.steps == [2000, 2000] and result.reached == [False, False]
+    assert not result.joint.reached
+    # stage 2 starts where stage 1 stopped: its row 1 is the start of stage 2's descent
+    again = engine.start_logits(shifts.gram, oc.predict(oc.Setting(
+        oc.parallel_shift([1, -0.9]))).pretrain.z)
+    engine.descend(again, shifts.gram, [1], 0.01, protocol.eps_ft, 2000)
+    assert np.array_equal(engine.losses(again), result.R[1])
+    code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", "1,0.5",
+                         "--eta-ft", "0.01", "--max-steps", "2000")
+    assert code == 0 and "2000 (rule not met)" in out
+    assert err.count("did not meet its rule") == 2 and "joint reference did not" in err
+
+
+def test_a_sequence_too_large_for_memory_is_refused_before_any_array(capsys):
+    with pytest.raises(InputError, match="the geometry's K: got 20000; the sequence's Gram"):
+        oc.parallel_shifts([[0.5] * 20000] * 2)
+    gamma = ",".join(["0.5"] * 20000)
+    code, _, err = run(capsys, "sequence", "--gamma", gamma, "--then", gamma)
+    assert code == 2 and one_line(err).startswith(
+        "oodcalc: error: --gamma: got 20000 values; the sequence's Gram blocks")
+
+
 # --- the command ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("columns", ["80", None])

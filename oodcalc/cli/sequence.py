@@ -100,3 +100,6 @@ def render(result) -> None:
             print(f"oodcalc: warning: stage {i} did not meet its rule within "
                   f"{p['max_steps']:,} steps; the next stage starts where it stopped",
                   file=sys.stderr)
+    if not joint.reached:
+        print(f"oodcalc: warning: the joint reference did not meet the rule on every domain "
+              f"within {p['max_steps']:,} steps", file=sys.stderr)
