@@ -90,7 +90,7 @@ def test_a_wrong_gram_block_of_the_parallel_constructor_is_caught():
 def test_the_parallel_gram_blocks_are_those_of_the_arrays():
     shifts = CASES["K=3 three shifts"][0]
     D = shifts.arrays()
-    assert all(F.shape == (shifts.d, 3) for F in D) and shifts.d == 3 + 9   # every |γ| < 1: nine w's
+    assert all(F.shape == (shifts.d, 3) for F in D) and shifts.d == 3 + 9   # nine |γ| < 1
     gram = np.array([[a.T @ b for b in D] for a in D])
     assert np.abs(gram - shifts.gram).max() <= 1e-15
     gam = np.array(shifts.params["gammas"])

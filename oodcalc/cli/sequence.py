@@ -63,10 +63,11 @@ def render(result) -> None:
 
     console = make_console()
     S, p = result.S, result.parameters
+    rule = (f"exactly {p['ft_steps']} steps" if p["ft_steps"]
+            else f"every e_k <= {p['eps_ft']:g}")
     say(console, f"Pretraining on V: T1 = {result.T1} steps; then fine-tuning on "
-        f"{S} shift{'s' if S > 1 else ''} in turn, each stage until "
-        f"{'exactly ' + str(p['ft_steps']) + ' steps' if p['ft_steps'] else 'every e_k <= ' + format(p['eps_ft'], 'g')}"
-        f" on its own domain (eta_ft = {p['eta_ft']:g}).")
+        f"{S} shift{'s' if S > 1 else ''} in turn, each stage until {rule} on its own "
+        f"domain (eta_ft = {p['eta_ft']:g}).")
     for i, gamma in enumerate(p["gammas"], 1):
         say(console, f"  U{i}: γ = {', '.join(f'{g:g}' for g in gamma)}")
     console.print()
