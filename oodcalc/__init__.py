@@ -5,6 +5,8 @@ from .errors import ComputationError, InputError, OodcalcError
 from .geometry import (Geometry, from_arrays, from_files, mean_query, orthogonal,
                        parallel_shift, rotation)
 from .predict import expected_seconds, predict
+from .continual import sequence
+from .finetune.sequence import parallel_shifts, shifts_from_arrays
 from .prescribe import advise
 from .report import Report
 from .setting import Protocol, Setting
@@ -14,5 +16,5 @@ from ._version import __version__
 __all__ = [
     "ComputationError", "Geometry", "InputError", "OodcalcError", "Protocol", "Report",
     "Setting", "advise", "expected_seconds", "from_arrays", "from_files", "mean_query", "orthogonal", "parallel_shift",
-    "predict", "rotation",
+    "parallel_shifts", "predict", "rotation", "sequence", "shifts_from_arrays",
 ]

@@ -27,7 +27,7 @@ API_NAMES = {
     "replay": "Protocol.replay", "l2": "Protocol.l2", "project": "Protocol.project",
     "weights": "Protocol.weights", "tolerance": "advise's tolerance",
     "predict": "oodcalc.predict", "simulate_population": "oodcalc.simulate.simulate_population",
-    "simulate_prompts": "oodcalc.simulate.simulate_prompts",
+    "simulate_prompts": "oodcalc.simulate.simulate_prompts", "sequence": "oodcalc.sequence",
 }
 
 _PLACEHOLDER = re.compile("⟦([^⟦⟧]+)⟧")

@@ -19,6 +19,8 @@ DOCUMENTED = {
     "orthogonal": oc.orthogonal, "from_arrays": oc.from_arrays, "from_files": oc.from_files,
     "Report": oc.Report, "sweep": sweep_module.sweep,
     "simulate_population": simulate_population, "simulate_prompts": simulate_prompts,
+    "sequence": oc.sequence, "parallel_shifts": oc.parallel_shifts,
+    "shifts_from_arrays": oc.shifts_from_arrays,
 }
 
 

@@ -32,11 +32,12 @@ from .app import CONTEXT, START, SUMMARY, app  # noqa: F401  (the root app)
 
 #: The modules that register commands (the groups' subcommands in this order).
 COMMAND_MODULES = ("predict", "advise", "reproduce", "reproduce_real", "sweep", "plot", "simulate",
-                   "verify", "derive", "reproduce_depth", "reproduce_ladder", "explore")
+                   "verify", "derive", "reproduce_depth", "reproduce_ladder", "explore",
+                   "sequence")
 #: The commands one module holds whole. The groups (``reproduce``, ``plot``) gather their
 #: subcommands from several modules.
 SINGLE = {name: name for name in ("predict", "advise", "sweep", "simulate", "verify",
-                                  "derive", "explore")}
+                                  "derive", "explore", "sequence")}
 #: The order ``oodcalc -h`` lists the commands in (typer's: commands, then groups).
 LISTED = (*SINGLE, "reproduce", "plot")
 

@@ -1,0 +1,71 @@
+"""``oodcalc.sequence``: continual learning in the theory's exact model, pretraining on V
+and then fine-tuning on a sequence of shifts (engine: :mod:`oodcalc.finetune.sequence`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import limits
+from .finetune.sequence import SequenceResult, Shifts, check_shifts, run_sequence
+from .predict import pretrain_logits
+from .setting import Protocol, require_plain
+
+
+def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult:
+    """Pretrain on V, then fine-tune on U_1, ..., U_S in turn, exactly (K×K logits of
+    every domain), and measure what each stage did to every domain.
+
+    Parameters
+    ----------
+    shifts : Shifts
+        :func:`oodcalc.parallel_shifts` (one γ per feature per stage) or
+        :func:`oodcalc.shifts_from_arrays` (V and a list of U's).
+    protocol : Protocol, optional
+        ε, η (pretraining), η_ft, ε_ft or ft_steps and the step cap of each stage
+        (``finetune_cap``; not raised by an estimate, as predict's ``auto`` cap is).
+        Plain fine-tuning only: interventions are refused.
+
+    Returns
+    -------
+    SequenceResult
+        ``R[i][j]``: the loss on domain j (0 = source V) after stage i (0 = after
+        pretraining); ``steps``/``reached`` per stage; ``metrics`` (backward transfer,
+        forgetting, forward transfer, in loss; definitions and sources in
+        :mod:`oodcalc.finetune.sequence`); ``joint`` (GD on every domain at once from
+        ``Q^(T1)``); ``to_dict()`` is ``oodcalc sequence --json``.
+
+    Raises
+    ------
+    InputError
+        For something that is not a sequence of shifts, or a protocol with interventions.
+    ComputationError
+        Before any work, if pretraining or the first stage is estimated past twice its
+        cap (:func:`oodcalc.limits.check_simulation`); after, if pretraining does not
+        meet its rule within its cap. A later stage that does not is reported
+        (``reached``), and the next one starts where it stopped.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> result = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]))
+    >>> result.T1, result.R.shape, all(result.reached)
+    (357, (3, 3), True)
+    >>> bwt = ((result.R[0, 0] - result.R[2, 0]) + (result.R[1, 1] - result.R[2, 1])) / 2
+    >>> bool(abs(result.metrics["bwt"].value - bwt) < 1e-15), result.steps
+    (True, [360, 331])
+    """
+    shifts = check_shifts(shifts)
+    protocol = Protocol() if protocol is None else protocol
+    if not isinstance(protocol, Protocol):
+        from .errors import InputError, shorten
+        raise InputError("protocol", shorten(repr(protocol)), "expected an oc.Protocol")
+    require_plain(protocol, "sequence")
+    # what a simulator refuses for its one fine-tuning (estimated from the logits at α*),
+    # for the first stage; the later stages start elsewhere and have no such estimate
+    first = shifts.gram[0, 1]
+    diagonal = np.diag(first) if np.array_equal(first, np.diag(np.diag(first))) else None
+    limits.check_simulation(shifts.K, protocol, diagonal=diagonal,
+                            M=first if diagonal is None else None)
+    run = pretrain_logits(shifts.K, protocol.eps, protocol.eta,
+                          limits.pretrain_cap(shifts.K, protocol))
+    return run_sequence(shifts, run.z[0], protocol, T1=int(run.steps[0]))
