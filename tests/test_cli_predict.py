@@ -306,7 +306,7 @@ def test_a_small_predict_does_not_import_numba():
 
 
 def test_a_command_loads_only_its_own_module():
-    """A run imports its command's module alone (all eleven and their click tree cost
+    """A run imports its command's module alone (all thirteen and their click tree cost
     about a fifth of `oodcalc predict --gamma 1,-0.9`); a run of one command, then the
     full listing, still lists the commands in the usual order."""
     code = ("import sys; from oodcalc import cli; cli.main(['predict', '--gamma', '1,-0.9']);"
@@ -317,7 +317,8 @@ def test_a_command_loads_only_its_own_module():
     assert out[-2] == "['predict']"
     from oodcalc import cli
     assert out[-1] == str(list(cli.LISTED))
-    assert out[-1].startswith("['predict', 'sweep', 'simulate'") and "'plot']" in out[-1]
+    assert out[-1].startswith("['predict', 'advise', 'sequence', 'sweep'") and \
+        "'plot']" in out[-1]
 
 
 def test_every_command_module_loads():

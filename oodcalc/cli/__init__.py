@@ -31,13 +31,13 @@ from . import options
 from .app import CONTEXT, START, SUMMARY, app  # noqa: F401  (the root app)
 
 #: The modules that register commands (the groups' subcommands in this order).
-COMMAND_MODULES = ("predict", "advise", "reproduce", "reproduce_real", "sweep", "plot", "simulate",
-                   "verify", "derive", "reproduce_depth", "reproduce_ladder", "explore",
-                   "sequence")
+COMMAND_MODULES = ("predict", "advise", "sequence", "reproduce", "reproduce_real", "sweep",
+                   "plot", "simulate", "verify", "derive", "reproduce_depth",
+                   "reproduce_ladder", "explore")
 #: The commands one module holds whole. The groups (``reproduce``, ``plot``) gather their
 #: subcommands from several modules.
-SINGLE = {name: name for name in ("predict", "advise", "sweep", "simulate", "verify",
-                                  "derive", "explore", "sequence")}
+SINGLE = {name: name for name in ("predict", "advise", "sequence", "sweep", "simulate",
+                                  "verify", "derive", "explore")}
 #: The order ``oodcalc -h`` lists the commands in (typer's: commands, then groups).
 LISTED = (*SINGLE, "reproduce", "plot")
 
