@@ -620,9 +620,10 @@ def advice_figure(advice):
     bar.set_label(r"final OOD loss $L_U$", fontsize=8)
     ax.grid(alpha=0.3)
     plain = advice.arm("plain")
-    for ax, t, symbol, scale in ((axes[1], advice.replay, "λ", "linear"),
-                                 (axes[2], advice.l2, "μ", "log")):
-        if not t.tried:
+    for ax, t, each, symbol, scale in (
+            (axes[1], advice.replay, advice.replay_each, "λ", "linear"),
+            (axes[2], advice.l2, advice.l2_each, "μ", "log")):
+        if not (t.tried or each.tried):
             ax.axis("off")
             ax.text(0.5, 0.5, f"{symbol}* = 0: {t.why}", transform=ax.transAxes,
                     ha="center", va="center", fontsize=8, wrap=True)
@@ -631,23 +632,30 @@ def advice_figure(advice):
         ax.set_xlabel(f"{'replay share' if symbol == 'λ' else 'pull'} {symbol}")
         ax.set_xscale(scale)
         ax.grid(alpha=0.3)
-        values = [(x, F, met) for x, F, _, met in t.tried]
+        # both searches' runs: the total F and the worst feature's F_k along the value
+        runs = {row[0]: row for row in t.tried + each.tried}
         if scale == "linear":
-            values = [(0.0, plain.F, True)] + values
-        xs, Fs, met = (np.array(v) for v in zip(*values))
-        ax.plot(xs, Fs, color="C0", lw=1)
-        ax.scatter(xs[met.astype(bool)], Fs[met.astype(bool)], s=14, color="C0", zorder=3,
-                   label="rule on U met")
-        if (~met.astype(bool)).any():
-            ax.scatter(xs[~met.astype(bool)], Fs[~met.astype(bool)], s=30, marker="x",
-                       color="C3", zorder=3, label="rule on U not met")
+            runs[0.0] = (0.0, plain.F, max(plain.F_k), plain.steps, True)
+        xs, Fs, worst, _, met = (np.array(v) for v in zip(*sorted(runs.values())))
+        met = met.astype(bool)
+        for values, colour, name in ((Fs, "C0", "F"), (worst, "C1", "worst $F_k$")):
+            ax.plot(xs, values, color=colour, lw=1, label=name)
+            ax.scatter(xs[met], values[met], s=12, color=colour, zorder=3)
+            if (~met).any():
+                ax.scatter(xs[~met], values[~met], s=30, marker="x", color="C3", zorder=3)
+        if (~met).any():
+            ax.scatter([], [], s=30, marker="x", color="C3", label="rule on U not met")
+        if each.value:
+            ax.axvline(each.value, color="C1", lw=1, ls=":",
+                       label=f"{symbol}ₖ* = {each.value:.6g} (every $F_k$ ≤ 0)")
         if t.value:
-            ax.axvline(t.value, color="C2", lw=1)
+            ax.axvline(t.value, color="C0", lw=1, ls=":",
+                       label=f"{symbol}* = {t.value:.6g} (F ≤ 0)")
             ax.set_title(f"{symbol}* = {t.value:.6g} ({t.runs} runs)", fontsize=9)
         else:
             ax.set_title(f"no {symbol} meets the rule with F ≤ 0", fontsize=9)
         ax.legend(fontsize=7, frameon=False)
-    axes[1].set_ylabel("F")
+    axes[1].set_ylabel(r"F and the worst $F_k$")
     fig.suptitle(f"What to do about forgetting: {_plain(geo.describe_text(p['geometry']))}, "
                  f"K = {p['K']} ({protocol_text(p)}); exact gradient descent, every arm",
                  fontsize=10)

@@ -10,8 +10,10 @@ and marks the outcomes no other arm beats on every one of (F, final OOD loss, st
 
 Every number is a run of gradient descent; nothing here is a closed form. λ* and μ*
 are bracketed to ``tolerance``: ``F`` is not proven monotone in λ or μ, so the bracket
-is the first sign change on a doubling grid, narrowed by Brent's method; a test checks
-a grid below λ* on the geometries it covers.
+is the first sign change on a doubling grid, narrowed by regula falsi; a test checks a
+grid below λ* on the geometries it covers. Each is found twice: for the total ``F`` and
+for every feature's ``F_k`` (λₖ*, μₖ*): at K >= 3 the total rarely forgets while single
+features do.
 """
 
 from __future__ import annotations
@@ -77,22 +79,32 @@ class Arm:
     def prevents_forgetting(self) -> bool:
         return self.reached and self.F <= 0
 
+    def forgets(self, criterion: str) -> float:
+        """What a threshold drives to <= 0: ``F`` ("total") or the worst ``F_k`` ("each")."""
+        return self.F if criterion == "total" else max(self.F_k)
+
+    def meets(self, criterion: str) -> bool:
+        return self.reached and self.forgets(criterion) <= 0
+
 
 @dataclass(frozen=True)
 class Threshold:
     """The smallest value of one intervention (``replay`` or ``l2``) whose run reaches
-    the rule with ``F <= 0``: ``value`` (None when none on the grid does, ``why``), the
-    bracket ``(low, value)`` it was narrowed to (``low`` fails), the run at it, and every
-    run the search made (``tried``, by value)."""
+    the rule with ``F <= 0`` (``criterion`` "total") or with every ``F_k <= 0`` ("each"):
+    ``value`` (None when none on the grid does, ``why``), the bracket ``(low, value)`` it
+    was narrowed to (``low`` fails), the run at it, and every run the search made
+    (``tried``, by value: the value, F, the worst F_k, steps and whether the rule on U
+    was met)."""
 
     intervention: str
+    criterion: str
     value: float | None
     low: float | None
     tolerance: float
     arm: Arm | None
     runs: int
     why: str
-    tried: tuple[tuple[float, float, int, bool], ...] = ()   # (value, F, steps, rule met)
+    tried: tuple[tuple[float, float, float, int, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,8 @@ class Advice:
     arms: list[Arm]
     replay: Threshold
     l2: Threshold
+    replay_each: Threshold
+    l2_each: Threshold
     verdicts: list[Verdict]
     pareto: list[str] = field(default_factory=list)
 
@@ -119,15 +133,20 @@ class Advice:
         return next(a for a in self.all_arms if a.name == name)
 
     @property
+    def thresholds(self) -> tuple[Threshold, ...]:
+        return (self.replay, self.l2, self.replay_each, self.l2_each)
+
+    @property
     def all_arms(self) -> list[Arm]:
-        found = [t.arm for t in (self.replay, self.l2) if t.arm is not None]
+        found = [t.arm for t in self.thresholds if t.arm is not None]
         return self.arms + [a for a in found if a.name not in {b.name for b in self.arms}]
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"parameters": self.parameters, "cap": self.cap,
                          "arms": [dataclasses.asdict(a) for a in self.all_arms],
-                         "thresholds": {t.intervention: dataclasses.asdict(t)
-                                        for t in (self.replay, self.l2)},
+                         "thresholds": {t.intervention + ("" if t.criterion == "total"
+                                                          else "_each"): dataclasses.asdict(t)
+                                        for t in self.thresholds},
                          "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
                          "pareto": self.pareto})
 
@@ -179,20 +198,27 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
     plain_report = predict(setting)
     cap = max(CAP_FACTOR * plain_report.finetune.T2, 2 * plain_report.pretrain.T1, MIN_CAP)
 
+    done: dict[tuple, Arm] = {}              # the searches share their grid runs
+
     def run(name: str, interventions: dict[str, Any]) -> Arm:
+        key = tuple(sorted(interventions.items()))
+        if key in done:
+            return dataclasses.replace(done[key], name=name)
         say(name)
         try:
-            return _run(setting, name, interventions, cap)
+            done[key] = _run(setting, name, interventions, cap)
         except InputError as refused:      # e.g. a weight rule that keeps no feature
-            return Arm(name, dict(interventions), math.nan, (), math.nan, 0, False,
-                       f"not run: {refused.accepted}")
+            done[key] = Arm(name, dict(interventions), math.nan, (), math.nan, 0, False,
+                            f"not run: {refused.accepted}")
+        return done[key]
 
     arms = [_arm("plain", {}, plain_report, True)]
     arms += [run(name, fields) for name, fields in FIXED_ARMS.items() if name != "plain"]
     plain = arms[0]
-    replay = _threshold("replay", REPLAY_GRID, plain, run, tolerance)
-    pull = _threshold("l2", PULL_GRID, plain, run, tolerance)
-    advice = Advice(setting.describe(), cap, arms, replay, pull, [])
+    searches = [_threshold(name, grid, criterion, plain, run, tolerance)
+                for criterion in ("total", "each")
+                for name, grid in (("replay", REPLAY_GRID), ("l2", PULL_GRID))]
+    advice = Advice(setting.describe(), cap, arms, *searches, [])
     advice.verdicts = [_judge(text, names, advice) for text, names in PAPER_ADVICE]
     advice.pareto = pareto_front(advice.all_arms)
     return advice
@@ -221,43 +247,52 @@ def _arm(name, interventions, report, reached, note=None) -> Arm:
                tuple(int(k) + 1 for k in np.flatnonzero(errors > p["eps_ft"])))
 
 
-def _threshold(intervention: str, grid, plain: Arm, run, tolerance: float) -> Threshold:
-    """The first grid value whose run prevents forgetting, then Brent's method on F
-    between it and the grid value before (whose run does not) to ``tolerance``."""
-    label = "λ" if intervention == "replay" else "μ"
+#: What each threshold's run must bring to <= 0, in words.
+CRITERIA = {"total": "F <= 0", "each": "every F_k <= 0"}
+
+
+def _threshold(intervention: str, grid, criterion: str, plain: Arm, run,
+               tolerance: float) -> Threshold:
+    """The first grid value whose run meets ``criterion`` (and the rule on U), then
+    regula falsi on the criterion's measure between it and the grid value before (whose
+    run does not), to ``tolerance``."""
+    label = ("λ" if intervention == "replay" else "μ") + ("" if criterion == "total" else "ₖ")
+    goal = CRITERIA[criterion]
 
     def arm_at(x: float) -> Arm:
         return run(f"{intervention} {x:.9g}", {intervention: x})
 
-    if plain.prevents_forgetting:
-        return Threshold(intervention, 0.0, None, tolerance, None, 0,
-                         "plain fine-tuning does not forget: no "
+    if plain.meets(criterion):
+        return Threshold(intervention, criterion, 0.0, None, tolerance, None, 0,
+                         f"plain fine-tuning has {goal}: no "
                          + ("replay" if intervention == "replay" else "pull") + " needed")
     tried: dict[float, Arm] = {}
     low = 0.0
     for x in grid:
         tried[x] = arm_at(x)
-        if tried[x].prevents_forgetting:
+        if tried[x].meets(criterion):
             break
         if not tried[x].reached:
             break                   # a stronger one would reach the rule even less
         low = x
     else:
         x = None
-    if x is None or not tried[x].prevents_forgetting:
+    measure = "F" if criterion == "total" else "the worst F_k"
+    if x is None or not tried[x].meets(criterion):
         last = tried[max(tried)]
         stop = (f"; at {label} = {max(tried):g} the rule on U is no longer met"
                 if not last.reached else "")
-        return Threshold(intervention, None, None, tolerance, None, len(tried),
+        return Threshold(intervention, criterion, None, None, tolerance, None, len(tried),
                          f"no {label} on the grid {grid[0]:g} … {max(tried):g} both meets the "
-                         f"rule and gives F <= 0 (F from {tried[min(tried)].F:+.3g} to "
-                         f"{last.F:+.3g}){stop}", _tried(tried))
+                         f"rule and gives {goal} ({measure} from "
+                         f"{tried[min(tried)].forgets(criterion):+.3g} to "
+                         f"{last.forgets(criterion):+.3g}){stop}", _tried(tried))
     high = x
-    # bisection on "prevents forgetting", each step placed by the secant of F (Illinois
+    # bisection on the criterion, each step placed by the secant of its measure (Illinois
     # regula falsi: a step kept on one side halves that end's weight): F is smooth in λ
     # between the jumps where T2 changes by a step
-    f_low = plain.F if low == 0.0 else tried[low].F
-    f_high = tried[high].F
+    f_low = (plain if low == 0.0 else tried[low]).forgets(criterion)
+    f_high = tried[high].forgets(criterion)
     runs = len(tried)
     side = 0
     while high - low > tolerance:
@@ -269,25 +304,25 @@ def _threshold(intervention: str, grid, plain: Arm, run, tolerance: float) -> Th
         x = 0.5 * (low + high) if bisect else guess
         arm = tried[x] = arm_at(x)
         runs += 1
-        if arm.prevents_forgetting:
-            high, f_high = x, arm.F
+        if arm.meets(criterion):
+            high, f_high = x, arm.forgets(criterion)
             if side == 1:
                 f_low /= 2
             side = 1
         else:                        # F > 0, or the rule not met (F then says nothing)
             low = x
-            f_low = arm.F if arm.reached else f_low
+            f_low = arm.forgets(criterion) if arm.reached else f_low
             if side == -1:
                 f_high /= 2
             side = -1
     best = dataclasses.replace(tried[high], name=f"{intervention} {label}*")
-    return Threshold(intervention, high, low, tolerance, best, runs,
-                     f"smallest {label} with F <= 0 and the rule met, bracketed to "
+    return Threshold(intervention, criterion, high, low, tolerance, best, runs,
+                     f"smallest {label} with {goal} and the rule met, bracketed to "
                      f"({low:.9g}, {high:.9g}] after {runs} runs", _tried(tried))
 
 
-def _tried(tried: dict[float, Arm]) -> tuple[tuple[float, float, int, bool], ...]:
-    return tuple((x, a.F, a.steps, a.reached) for x, a in sorted(tried.items()))
+def _tried(tried: dict[float, Arm]) -> tuple[tuple[float, float, float, int, bool], ...]:
+    return tuple((x, a.F, max(a.F_k), a.steps, a.reached) for x, a in sorted(tried.items()))
 
 
 def _judge(advice: str, names: tuple[str, ...], result: Advice) -> Verdict:

@@ -55,6 +55,19 @@ def test_the_smallest_replay_prevents_forgetting_and_a_smaller_one_does_not(shif
         assert report.F > 0, lam
 
 
+def test_every_features_replay_threshold_keeps_each_source_feature(shift):
+    """λₖ*: the smallest share with every F_k <= 0, checked by full-Q GD at both ends of
+    its bracket; it lies above λ* (the total hides feature 2's forgetting below it)."""
+    t = shift.replay_each
+    assert t.criterion == "each" and 0 < t.value - t.low <= 1e-6
+    assert t.value > shift.replay.value
+    at, below = _simulated([1, -0.9], replay=t.value), _simulated([1, -0.9], replay=t.low)
+    # at λₖ* the worst F_k is the search's residual (here ~1e-14): full-Q GD agrees with
+    # the engine to 1e-12, so that is the resolution of this check
+    assert max(f.F_k for f in at.forgetting) <= 1e-12 < max(f.F_k for f in below.forgetting)
+    assert "every F_k <= 0" in t.why
+
+
 def test_no_pull_prevents_forgetting_while_the_rule_is_met(shift):
     t = shift.l2
     assert t.value is None and "no μ on the grid" in t.why and "no longer met" in t.why
@@ -114,9 +127,10 @@ def test_advise_refuses_what_it_would_override():
 
 def test_the_json_carries_every_arm_and_threshold(shift):
     data = shift.to_dict()
-    assert [a["name"] for a in data["arms"]][-1] == "replay λ*"
+    assert [a["name"] for a in data["arms"]][-2:] == ["replay λ*", "replay λₖ*"]
     assert data["thresholds"]["replay"]["value"] == shift.replay.value
     assert data["thresholds"]["l2"]["value"] is None and len(data["verdicts"]) == 3
+    assert set(data["thresholds"]) == {"replay", "l2", "replay_each", "l2_each"}
     json.dumps(data, allow_nan=False)
 
 

@@ -71,13 +71,24 @@ def advise(
         render(advice)
 
 
+#: A threshold's run ends its search within the bracket's width of F = 0 (or F_k = 0): what
+#: is left there is the search's residual, shown as a bound, not as digits.
+RESIDUAL = 1e-9
+
+
+def _change(x: float, digits: int) -> str:
+    if x != 0 and abs(x) < RESIDUAL:
+        return f"{'+' if x > 0 else '-'}<{RESIDUAL:g}"
+    return "0" if x == 0 else fmt(x, digits, "+")
+
+
 def _rows(advice: Advice) -> list[list[str]]:
     rows = []
     for arm in advice.all_arms:
         if math.isnan(arm.F):
             rows.append([arm.name, "not run", "", "", "", ""])
             continue
-        rows.append([arm.name, fmt(arm.F, 4, "+"), fmt(max(arm.F_k), 3, "+"),
+        rows.append([arm.name, _change(arm.F, 4), _change(max(arm.F_k), 3),
                      fmt(arm.loss_ood, 3), str(arm.steps), "yes" if arm.reached else "no"])
     return rows
 
@@ -87,22 +98,24 @@ HEADERS = ("arm", "F", "worst F_k", "final L_U", "steps", "rule met")
 
 def _threshold_lines(advice: Advice) -> list[str]:
     lines = []
-    for t, label in ((advice.replay, "λ* (replay)"), (advice.l2, "μ* (pull)")):
+    for t, label in ((advice.replay, "λ* (replay)"), (advice.l2, "μ* (pull)"),
+                     (advice.replay_each, "λₖ* (replay, every F_k)"),
+                     (advice.l2_each, "μₖ* (pull, every F_k)")):
         if t.value is None:
             lines.append(f"{label}: none. {t.why}")
         elif t.arm is None:
             lines.append(f"{label} = 0: {t.why}")
         else:
-            lines.append(f"{label} = {t.value:.7g}: F = {t.arm.F:+.3g} in {t.arm.steps} "
-                         f"steps (plain: {advice.arm('plain').steps}); {t.why}")
+            lines.append(f"{label} = {t.value:.7g}: F = {_change(t.arm.F, 3)} in "
+                         f"{t.arm.steps} steps (plain: {advice.arm('plain').steps}); {t.why}")
     return lines
 
 
 def _footer(advice: Advice) -> str:
     return (f"Every arm is exact gradient descent on the population loss; an arm runs at most "
             f"{advice.cap} steps ({CAP_FACTOR} × plain fine-tuning's, at least {MIN_CAP} and "
-            "twice pretraining's). F = Σ_k F_k, the source loss's change; L_U = (1/K) Σ_k e_k "
-            "on U at the end. Pareto: no other arm has F, L_U and steps all no larger (one "
+            "twice pretraining's). F = Σ_k F_k, the source loss's change (±<1e-9: a search's "
+            "residual at its threshold); L_U = (1/K) Σ_k e_k on U at the end. Pareto: no other arm has F, L_U and steps all no larger (one "
             "smaller).")
 
 
