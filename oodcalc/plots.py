@@ -654,7 +654,7 @@ def advice_figure(advice):
             ax.set_title(f"{symbol}* = {t.value:.6g} ({t.runs} runs)", fontsize=9)
         else:
             ax.set_title(f"no {symbol} meets the rule with F ≤ 0", fontsize=9)
-        ax.legend(fontsize=7, frameon=False)
+        _outside_below(ax, ncol=1)
     axes[1].set_ylabel(r"F and the worst $F_k$")
     fig.suptitle(f"What to do about forgetting: {_plain(geo.describe_text(p['geometry']))}, "
                  f"K = {p['K']} ({protocol_text(p)}); exact gradient descent, every arm",
