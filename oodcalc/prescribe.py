@@ -161,16 +161,17 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
     setting : Setting
         The geometry and the protocol (ε, η, η_ft; stopping rule, not ``ft_steps``).
     tolerance : float
-        Width to which λ* and μ* are bracketed (> 0, at most 0.01).
+        Width to which the thresholds are bracketed (> 0, at most 0.01).
     progress : callable, optional
         Called with the name of each run as it starts.
 
     Returns
     -------
     Advice
-        ``arms`` (plain, the query weights, the projections) and the runs at λ* and μ*
-        (``all_arms``), the thresholds ``replay`` and ``l2``, one ``verdicts`` entry per
-        piece of the paper's advice and the ``pareto`` front; ``to_dict()`` is the JSON.
+        ``arms`` (plain, the query weights, the projections) and the runs at the
+        thresholds (``all_arms``); the thresholds ``replay`` and ``l2`` (F <= 0) and
+        ``replay_each`` and ``l2_each`` (every F_k <= 0); one ``verdicts`` entry per piece
+        of the paper's advice and the ``pareto`` front; ``to_dict()`` is the JSON.
 
     Example
     -------
