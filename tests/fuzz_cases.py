@@ -227,6 +227,15 @@ class Entry:
 
 
 PROTOCOL = {"--eps": EPS, "--eta": ETA, "--eta-ft": ETA, "--max-steps": STEPS}
+REPLAY = Pool(("0", "0.1", "0.5", "0.25"), JUNK + ("1", "-0.1", "1.5", "0.999999999999999999"))
+L2 = Pool(("0", "0.01", "0.1"), JUNK + ("-1", "1e308"))
+PROJECT = Pool(("none", "key", "query", "both", "KEY"), ("side", "", "key,query", "0"))
+WEIGHTS = Pool(("cosine", "drop-negative", "1,1", "1,0", "2,0.5"),
+               ("0,0", "-1,1", "abc", "1,nan", "Cosine ", "", ","))
+#: The interventions every fine-tuning command takes.
+INTERVENTIONS = {"--replay": REPLAY, "--l2": L2, "--project": PROJECT, "--weights": WEIGHTS}
+SEARCH_TOL = Pool(("1e-6", "0.01", "1e-3"), JUNK + ("0", "-1e-6", "0.5", "1"))
+FORMAT_ADVISE = Pool(("text", "markdown", "json"), ("table", "", "TEXT "))
 GEOMETRY_EXTRA = {"--d": D_INT, "--tol": TOL}
 
 DEPTH_OPTIONS = {"--arch": ARCH, "--optimizer": OPTIMIZER, "--layers": LAYERS,
@@ -241,14 +250,23 @@ REAL_OPTIONS = {"--input": REAL_INPUT, "--quick": None, "--seeds": SEEDS,
                 "--cache-dir": REAL_CACHE, "--threads": THREADS}
 
 ENTRIES: tuple[Entry, ...] = (
-    Entry(("predict",), {**PROTOCOL, **GEOMETRY_EXTRA, "--json": None,
+    Entry(("predict",), {**PROTOCOL, **GEOMETRY_EXTRA, **INTERVENTIONS, "--json": None,
                          "--precision": PRECISION}, geometry=True, weight=2),
-    Entry(("simulate",), {**PROTOCOL, **GEOMETRY_EXTRA, "-s": SIMULATOR, "--N": SMALL_INT,
+    # every valid advise runs dozens of fine-tunings: CI gives it a refused --search-tol
+    # (the campaign in tools/ runs the valid ones)
+    Entry(("advise",), {**PROTOCOL, **GEOMETRY_EXTRA, "--search-tol": SEARCH_TOL,
+                        "--format": FORMAT_ADVISE}, geometry=True, must=("--search-tol",),
+          weight=0.5),
+    Entry(("sequence",), {"--gamma": GAMMA, "--then": GAMMA, **PROTOCOL, "--eps-ft": EPS,
+                          "--ft-steps": STEPS, "--json": None}, weight=0.5),
+    Entry(("simulate",), {**PROTOCOL, **GEOMETRY_EXTRA, **INTERVENTIONS, "-s": SIMULATOR,
+                          "--N": SMALL_INT,
                           "--batch": SMALL_INT, "--fixed-sample": None, "--seed": SMALL_INT,
                           "--stop": STOP, "--holdout": SMALL_INT, "--compare": None,
                           "--rows": SMALL_INT, "--trajectories": None, "--json": None},
           geometry=True, weight=1.5),
-    Entry(("sweep",), {"-o": OUT_SWEEP, "--gamma": SWEEP_GAMMA, "--theta": SWEEP_THETA,
+    Entry(("sweep",), {"-o": OUT_SWEEP, **INTERVENTIONS, "--gamma": SWEEP_GAMMA,
+                       "--theta": SWEEP_THETA,
                        "--K": SWEEP_K, "--eps": SWEEP_PROTO, "--eta": SWEEP_PROTO,
                        "--eta-ft": SWEEP_PROTO, "--max-steps": STEPS,
                        "--format": FORMAT_SWEEP, "--workers": SMALL_INT,
