@@ -157,3 +157,21 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, args, says):
     gamma = [] if "--gamma" in args else ["--gamma", "1,-0.9"]
     code, _, err = run(capsys, "advise", *gamma, *args)
     assert code == 2 and says in one_line(err)
+
+
+def _documented_keys(heading: str) -> set[str]:
+    """The keys of the table under ``heading`` in docs/report.md."""
+    from pathlib import Path
+    text = (Path(__file__).parents[1] / "docs" / "report.md").read_text(encoding="utf-8")
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    keys = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            keys |= {k.strip("` ") for k in line.split("|")[1].split(",")}
+    return keys
+
+
+def test_the_json_is_the_documented_schema(shift):
+    assert set(shift.to_dict()) == _documented_keys("## `oodcalc advise --format json`")
+    sequence = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]))
+    assert set(sequence.to_dict()) == _documented_keys("## `oodcalc sequence --json`")
