@@ -164,13 +164,18 @@ CLAIMS: tuple[Claim, ...] = (
           "every GD step with η < 2K lowers L (descent lemma). Loose by a factor 3.25: "
           "sup ‖∇²e_k‖ = (39 + 55√33)/1152 ≈ 0.3081 for K = 2 (derived), the largest value "
           "found for K = 3..8 (measured).",
-          "symbolic K",
+          "symbolic K + lemma in prose",
           "the second derivative of e_k along v is Σ_n a_n c_n (v_n − ⟨a,v⟩)²; |c_n| ≤ 2 on "
           "the simplex (Polya certificates, with Σ_rest a_m² ≤ (Σ_rest a_m)² by induction) "
           "and Σ_n a_n (v_n − ⟨a,v⟩)² ≤ ‖v‖²/2 (the mean and the spread, by certificates); "
           "the chain to ‖v‖² ∓ vᵀ∇²e_k v ≥ 0 is one certificate with the sums over n symbolic, "
           "and the descent step −η‖∇L‖²(1 − η/(2K)) is Taylor's remainder integrated by sympy",
-          _M + "claim9_step_size", "derive_smoothness", "check_smoothness"),
+          _M + "claim9_step_size", "derive_smoothness", "check_smoothness",
+          lemmas=("∇²L is block-diagonal with blocks ∇²e_k/K: e_k is a function of column k "
+                  "of z alone (the softmax of that column), so the mixed second derivatives "
+                  "across columns vanish",
+                  "Taylor's theorem with integral remainder, g(1) = g(0) + g'(0) + "
+                  "∫₀¹(1 − t)g''(t) dt, for g(t) = L(z − tη∇L), which is smooth in t")),
 )
 
 

@@ -254,6 +254,12 @@ def derive_smoothness(claimed: dict = CLAIMED):
            "g'(0) = −η‖∇L‖² = −ηG and g''(t) ≤ η²(λ/K)G, so by Taylor's theorem with "
            "integral remainder g(1) − g(0) ≤ −ηG + ∫₀¹(1 − t)η²(λ/K)G dt, which sympy "
            "integrates and factors:", eq(sp.Symbol("g(1) - g(0)"), sp.factor(change)))
+    # Two steps the chain above and the integral below rest on, argued, not derived:
+    r.lemma("block-diagonal", "∇²L is block-diagonal with blocks ∇²e_k/K: e_k is a function "
+            "of column k of z alone (the softmax of that column), so the mixed second "
+            "derivatives across columns vanish")
+    r.lemma("taylor", "Taylor's theorem with integral remainder, g(1) = g(0) + g'(0) + "
+            "∫₀¹(1 − t)g''(t) dt, for g(t) = L(z − tη∇L), which is smooth in t")
     r.check("descent", f"the bound on L(z − η∇L) − L(z) is −η‖∇L‖²(1 − η/η_max) with η_max = "
             f"{eta_text}: every step with 0 < η < {eta_text} lowers L (sympy: "
             "the integral of the remainder, then an exact identity)", SYMBOLIC,
