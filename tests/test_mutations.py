@@ -72,6 +72,7 @@ C1, C2, C3, C4 = ("claim1_attention", "claim2_conservation", "claim3_convergence
 C5, C6, C7, C8, C9 = ("claim5_ood_weights", "claim6_failure_cases",
                       "claim7_finetune_projection", "claim8_forgetting", "claim9_step_size")
 C8E = "claim8e_long_finetuning"
+C10 = "claim10_interventions"
 
 #: claim id → {mutation name: (apply, checks that must fail)}
 SYMBOLIC_MUTATIONS = {
@@ -310,6 +311,22 @@ SYMBOLIC_MUTATIONS = {
         "c_n + 1": (claimed(C9, weight=lambda an, ak, S, own: 2 * an - (1 if own else 0) - S
                             + ak + 1), {"weights", "hessian"}),
     },
+    "10": {
+        "B = M under a projection": (claimed(C10, B=lambda M, K, projected: M),
+                                     {"dz-V", "projection-fixes-source"}),
+        "rotation (1 − γ²) both sides": (claimed(C10, rotation=lambda g, sides: 1 - g ** 2),
+                                        {"rotation"}),
+        "dropped μ term": (claimed(C10, dz_U=lambda lam, mu, Al, G, Ar, M, gV, dz:
+                                   (1 - lam) * Al * G * Ar + lam * M.T * gV * M), {"dz-U"}),
+        "replay M g_V Mᵀ": (claimed(C10, dz_U=lambda lam, mu, Al, G, Ar, M, gV, dz:
+                                    (1 - lam) * Al * G * Ar + lam * M * gV * M.T + mu * dz),
+                            {"dz-U"}),
+        "replay sign flipped": (claimed(C10, dz_V=lambda lam, mu, Bl, G, Br, gV, dz:
+                                        (1 - lam) * Bl * G * Br.T - lam * gV + mu * dz),
+                                {"dz-V"}),
+        "A = I − MMᵀ": (claimed(C10, A=lambda M, K, projected: sp.Identity(K) - M * M.T
+                                if projected else sp.Identity(K)), {"dz-U", "rotation"}),
+    },
 }
 
 _SYMBOLIC_CASES = [(cid, name) for cid, table in SYMBOLIC_MUTATIONS.items() for name in table]
@@ -438,6 +455,8 @@ NUMERIC_MUTATIONS = {
     "9a": (numeric(C9, step_size_bounds=lambda z: 1.05 * theory.step_size_bounds(z)),
            ("population", "prompts")),
     "9b": (numeric(C9, smoothness=0.2), ("population",)),
+    # the rotation's step factor with one power on both sides: T2 or the logits differ
+    "10": (numeric(C10, rotation=lambda g, sides: 1 - g ** 2), ("population",)),
 }
 
 

@@ -97,7 +97,8 @@ def test_registry_lookup():
     with pytest.raises(InputError):
         get_claim("8")                     # names several parts
     with pytest.raises(InputError):
-        get_claims("10")
+        get_claims("11")
+    assert [c.key for c in get_claims("10")] == ["interventions"]
 
 
 def test_zero_tests_detect_non_identities():

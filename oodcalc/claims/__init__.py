@@ -176,6 +176,18 @@ CLAIMS: tuple[Claim, ...] = (
                   "across columns vanish",
                   "Taylor's theorem with integral remainder, g(1) = g(0) + g'(0) + "
                   "∫₀¹(1 − t)g''(t) dt, for g(t) = L(z − tη∇L), which is smooth in t")),
+    Claim("10", "interventions", "Interventions in the logits",
+          "Fine-tuning with replay λ, an L2 pull μ toward Q^(T1), key/query projections off "
+          "span(V) and query weights c moves (z_U, z_V) = (UᵀQU, VᵀQV) by the closed system "
+          "Δz_U = −η[(1−λ)A_l(g_U c)A_r + λMᵀg_V M + μ(z_U − z_U1)], Δz_V = −η[(1−λ)B_l(g_U c)"
+          "B_rᵀ + λg_V + μ(z_V − z_V1)] (A = I or I − MᵀM, B = M or 0); any projection leaves "
+          "z_V fixed (F = 0 exactly, every geometry); under a rotation (M = γI) projected "
+          "fine-tuning is plain fine-tuning with step η(1 − γ²) (one side) or η(1 − γ²)² "
+          "(both sides).",
+          "symbolic K",
+          "ΔQ's terms read in UᵀΔQU and VᵀΔQV with VᵀV = UᵀU = I as rewriting rules (matrix "
+          "symbols); Vᵀ(I − VVᵀ) = 0 removes the fit from Δz_V; M = γI gives A = (1 − γ²)I",
+          _M + "claim10_interventions"),
 )
 
 
@@ -187,7 +199,7 @@ def get_claims(name: str | int) -> list[Claim]:
     chosen = chosen or [c for c in CLAIMS if text == str(c.number)]
     if not chosen:
         accepted = ", ".join(f"{c.id} ({c.key})" for c in CLAIMS)
-        raise InputError("claim", repr(name), f"expected a number 1–9 or one of {accepted}")
+        raise InputError("claim", repr(name), f"expected a number 1–10 or one of {accepted}")
     return chosen
 
 

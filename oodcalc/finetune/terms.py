@@ -15,9 +15,9 @@ the query side). Reading ``z_U = UᵀQU`` and ``z_V = VᵀQV`` off it with ``M =
 with ``A = UᵀPU`` (``I``, or ``I − MᵀM`` projected) and ``B = VᵀPU`` (``M``, or 0
 projected). Each bracket is a :class:`Term`; the engine (:mod:`oodcalc.finetune.engine`)
 sums the ones a recipe asks for. The pair ``(z_U, z_V)`` is a closed system: the
-gradients read only ``z_U`` and ``z_V``, and the pull is linear in ``Q``. Checked
-against full-Q gradient descent doing each term on Q (tests/test_interventions.py); the
-symbolic derivation is not written yet.
+gradients read only ``z_U`` and ``z_V``, and the pull is linear in ``Q``. Derived by
+sympy with K a Symbol (claim 10: ``oodcalc derive interventions``) and checked against
+full-Q gradient descent doing each term on Q (its ledger row, tests/test_interventions.py).
 """
 
 from __future__ import annotations
