@@ -40,7 +40,8 @@ def cells(row, narrow: bool = False, title: str | None = None) -> tuple[str, ...
             f"N^{-row.prompts.rate:+.2f}±{row.prompts.rate_se:.2f}"
         if not row.prompts.passed:
             mc = f"[red]{mc} ✗[/red]"
-    level = escape(row.symbolic)
+    # a level's qualifier goes on a line of its own: the column stays as narrow as its base
+    level = escape(row.symbolic).replace(" + ", "\n+ ")
     if row.derivation is not None and not row.derivation.passed:
         level = f"[red]{level} ✗[/red]"
     verdict = {"PASS": "[green]PASS[/green]", "REFUTED": "[yellow]REFUTED[/yellow]",
