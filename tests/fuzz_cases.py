@@ -96,8 +96,8 @@ FORMAT_REPRO = Pool(("table", "markdown", "json", "MARKDOWN"), ("latex", ""))
 FORMAT_DERIVE = Pool(("text", "markdown", "latex", "TEXT"), ("html", ""))
 SIMULATOR = Pool(("population", "prompts"), ("theory", ""))
 STOP = Pool(("population", "heldout"), ("never", ""))
-CLAIM = Pool((), ("0", "10", "-1", "abc", "", "99999999999999999999", "conservation ", "1.0"),
-             slow=("1", "2", "3", "conservation", "9", "step-size"))
+CLAIM = Pool((), ("0", "11", "-1", "abc", "", "99999999999999999999", "conservation ", "1.0"),
+             slow=("1", "2", "3", "conservation", "9", "step-size", "10", "interventions"))
 SCHEDULER = Pool((), ("abc", "", "tcp://", "tcp://[::1", "unix://"))
 
 #: Output paths relative to the case directory (see make_outputs).
