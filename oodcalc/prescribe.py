@@ -75,10 +75,6 @@ class Arm:
     note: str | None = None
     unlearned: tuple[int, ...] = ()      # features k (from 1) with e_k(z_U) > ε_ft at the end
 
-    @property
-    def prevents_forgetting(self) -> bool:
-        return self.reached and self.F <= 0
-
     def forgets(self, criterion: str) -> float:
         """What a threshold drives to <= 0: ``F`` ("total") or the worst ``F_k`` ("each")."""
         return self.F if criterion == "total" else max(self.F_k)

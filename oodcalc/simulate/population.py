@@ -7,6 +7,9 @@ form. This is the ground truth the theory is checked against.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from .. import limits
@@ -92,6 +95,36 @@ def query_weights(protocol, U: np.ndarray, V: np.ndarray) -> np.ndarray:
     return (cos >= 0).astype(np.float64)
 
 
+@dataclass(frozen=True)
+class Interventions:
+    """What fine-tuning with a protocol's interventions needs from the vectors: the query
+    weights ``c_k`` and the features the rule covers (``c_k > 0``), ``P = I − VVᵀ``, and
+    the OOD queries no update reaches (without replay: ``c_j (UᵀP_rU)[j, k] = 0`` for
+    all ``j``)."""
+
+    protocol: Any
+    weights: np.ndarray
+    covered: np.ndarray
+    P: np.ndarray
+    frozen: np.ndarray
+
+    @staticmethod
+    def of(protocol, U: np.ndarray, V: np.ndarray) -> "Interventions":
+        weights = query_weights(protocol, U, V)
+        P = np.eye(V.shape[0]) - V @ V.T
+        right = P if protocol.project in ("query", "both") else np.eye(V.shape[0])
+        frozen = ~(weights[:, None] * (U.T @ right @ U)).any(axis=0) & (protocol.replay == 0)
+        return Interventions(protocol, weights, weights > 0, P, frozen)
+
+    def projected(self, step: np.ndarray) -> np.ndarray:
+        """``P_l step P_r``: the update off span(V) on the sides the protocol projects."""
+        if self.protocol.project in ("key", "both"):
+            step = self.P @ step
+        if self.protocol.project in ("query", "both"):
+            step = step @ self.P
+        return step
+
+
 def finetune(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
              snapshots: list | None = None) -> tuple[np.ndarray, int, list, bool]:
     """Fine-tuning GD on ``Q`` from ``Q1`` with the protocol's interventions, each done
@@ -103,11 +136,8 @@ def finetune(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
     ``ft_steps``, after exactly that many steps. Returns the final Q, the steps, the
     source errors at every step and whether the rule held at the end."""
     p = protocol
-    weights = query_weights(p, U, V)
-    covered = weights > 0
-    P = np.eye(V.shape[0]) - V @ V.T
-    reach = U.T @ (P if p.project in ("query", "both") else np.eye(V.shape[0])) @ U
-    frozen = ~(weights[:, None] * reach).any(axis=0) & (p.replay == 0)
+    plan = Interventions.of(p, U, V)
+    weights, covered, frozen = plan.weights, plan.covered, plan.frozen
     fixed = p.ft_steps is not None
     Q, watched = Q1.copy(), []
     for t in range(p.finetune_cap + 1):
@@ -120,11 +150,7 @@ def finetune(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
         reached = bool(within.all())
         if (not fixed and (within | frozen).all()) or t == p.finetune_cap:
             break
-        step = (1.0 - p.replay) * grad if p.replay else grad
-        if p.project in ("key", "both"):
-            step = P @ step
-        if p.project in ("query", "both"):
-            step = step @ P
+        step = plan.projected((1.0 - p.replay) * grad if p.replay else grad)
         if p.replay:
             step = step + p.replay * source_grad
         if p.l2:

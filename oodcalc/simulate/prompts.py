@@ -46,7 +46,7 @@ from .. import limits
 from ..errors import ComputationError, InputError, param
 from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
 from ..setting import Setting, check_setting
-from .population import errors_and_gradient, logit_path, query_weights
+from .population import Interventions, errors_and_gradient, logit_path
 
 STOP_RULES = ("population", "heldout")
 
@@ -189,13 +189,10 @@ def finetune_on_prompts(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
     runs to the cap."""
     p = protocol
     K = U.shape[1]
-    from_v = round(p.replay * batch)
-    weights = query_weights(p, U, V)
-    covered = weights > 0
-    P = np.eye(V.shape[0]) - V @ V.T
-    reach = U.T @ (P if p.project in ("query", "both") else np.eye(V.shape[0])) @ U
-    frozen = ~(weights[:, None] * reach).any(axis=0) & (from_v == 0)
-    c = None if p.weights is None else weights
+    from_v = round(p.replay * batch)          # a whole number (check_replay_batch)
+    plan = Interventions.of(p, U, V)
+    covered, frozen = plan.covered, plan.frozen
+    c = None if p.weights is None else plan.weights
     fixed = None if resample else (sample_prompts(U, N, batch - from_v, rng),
                                    sample_prompts(V, N, from_v, rng) if from_v else None)
     Q, path, losses = Q1.copy(), [], []
@@ -211,11 +208,7 @@ def finetune_on_prompts(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
         within = (errors <= p.eps_ft) | ~covered
         if (p.ft_steps is None and (within | frozen).all()) or t == p.finetune_cap:
             break
-        step = grad * ((batch - from_v) / batch)
-        if p.project in ("key", "both"):
-            step = P @ step
-        if p.project in ("query", "both"):
-            step = step @ P
+        step = plan.projected(grad * ((batch - from_v) / batch))
         if on_v is not None:
             step = step + sampled_loss_and_gradient(Q, on_v)[1] * (from_v / batch)
         if p.l2:
