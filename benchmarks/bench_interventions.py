@@ -22,8 +22,8 @@ import numpy as np
 from _common import load, machine, table, verdict
 
 import oodcalc as oc
-from oodcalc import finetune
-from oodcalc.dynamics import ood_start
+from oodcalc.finetune import engine, terms
+from oodcalc.finetune.dynamics import ood_start
 from oodcalc.predict import pretrain_logits
 
 #: Replay and a projection: the terms that need the source logits as state. (A pull runs
@@ -43,8 +43,8 @@ def workload(K: int, B: int, seed: int = 0):
 
 
 def engine(protocol, M, zU, zV):
-    recipe = finetune.recipe(protocol, M, zU, zV)
-    return finetune.finetune(zU, zV, recipe, protocol.eta_ft, protocol.eps_ft, 10**6)
+    recipe = terms.recipe(protocol, M, zU, zV)
+    return engine.finetune(zU, zV, recipe, protocol.eta_ft, protocol.eps_ft, 10**6)
 
 
 def fused_peer(protocol, M, zU0, zV0):

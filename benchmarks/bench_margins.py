@@ -35,7 +35,7 @@ import numpy as np
 from _common import load, machine, table, verdict
 from bench_peers import buffered_peer, check, margin_peer, numpy_peer, oodcalc_dynamics
 
-from oodcalc.dynamics import descend_columns, ood_start
+from oodcalc.finetune.dynamics import descend_columns, ood_start
 from oodcalc.sweep import _pretrain, gamma_grid, sweep
 
 TARGET = 0.15

@@ -28,7 +28,7 @@ import numpy as np
 
 from _common import load, machine, table
 
-from oodcalc.dynamics import descend_columns, ood_start, source_logits
+from oodcalc.finetune.dynamics import descend_columns, ood_start, source_logits
 from oodcalc.model import conditional_errors
 from oodcalc.sweep import gamma_grid, sweep, theta_grid
 

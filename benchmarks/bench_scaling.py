@@ -27,7 +27,7 @@ import numpy as np
 from _common import machine, table, timed
 
 import oodcalc as oc
-from oodcalc.dynamics import descend
+from oodcalc.finetune.dynamics import descend
 from oodcalc.predict import pretrain_logits
 from oodcalc.simulate import simulate_population
 from oodcalc.simulate.population import errors_and_gradient

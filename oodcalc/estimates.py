@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import compiled
+from .finetune import compiled
 from .model import features_last, matrices_first
 from .theory import alpha_star, stopping_margin
 

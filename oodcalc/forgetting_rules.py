@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import theory
-from .dynamics import descend, first_step_change, ood_start, source_logits
+from .finetune.dynamics import descend, first_step_change, ood_start, source_logits
 from .errors import InputError
 from .geometry import check_K
 from .model import attention, conditional_errors, loss_gradient_from_attention

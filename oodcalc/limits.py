@@ -26,7 +26,8 @@ import math
 import os
 import re
 
-from . import compiled, estimates
+from . import estimates
+from .finetune import compiled
 from .console import duration
 from .errors import ComputationError, InputError, param
 

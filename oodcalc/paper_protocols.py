@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from . import paper
-from .dynamics import descend, ood_start, source_logits
+from .finetune.dynamics import descend, ood_start, source_logits
 from .geometry import parallel_shift
 from .model import conditional_errors
 from .predict import predict, pretrain_logits

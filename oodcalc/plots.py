@@ -13,7 +13,7 @@ import numpy as np
 
 from . import geometry as geo
 from . import estimates, limits, theory
-from .dynamics import ood_start
+from .finetune.dynamics import ood_start
 from .errors import InputError, NothingToDraw, param
 from .io import check_output as check_file, write_atomic
 from .model import conditional_errors

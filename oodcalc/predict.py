@@ -1,7 +1,7 @@
 """What the theory predicts for one setting: closed forms plus the exact population
 dynamics, gathered into a :class:`~oodcalc.report.Report`.
 
-The dynamics use the structure of the problem (``oodcalc.dynamics``): pretraining from
+The dynamics use the structure of the problem (``oodcalc.finetune.dynamics``): pretraining from
 ``Q = 0`` is the scalar recurrence of the symmetric ray, fine-tuning is the same
 recurrence when ``M = cI`` (rotations, equal γ, orthogonal subspaces) and the K×K descent
 otherwise. Memory does not grow with K² × steps: the per-feature trend is computed from
@@ -19,8 +19,9 @@ from typing import Callable
 
 import numpy as np
 
-from . import compiled, estimates, finetune, limits, theory
-from .dynamics import Descent, _is_diagonal, descend, descend_ray, first_step_change, \
+from . import estimates, limits, theory
+from .finetune import compiled, engine, terms
+from .finetune.dynamics import Descent, _is_diagonal, descend, descend_ray, first_step_change, \
     ood_start, ray_logits, require_converged, source_logits
 from .errors import ComputationError, param
 from .estimates import ENGINES, SECONDS_PER_UPDATE, TRAJECTORY_BYTES  # noqa: F401
@@ -407,7 +408,7 @@ class _Finetuned:
 def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetuned:
     """Fine-tuning with interventions: the terms engine on both logits
     (:mod:`oodcalc.finetune`), the source losses read off ``z_V`` at every step."""
-    recipe = finetune.recipe(proto, M, z_ood0, z1)
+    recipe = terms.recipe(proto, M, z_ood0, z1)
     fixed = proto.ft_steps is not None
     trend = _Trend(K)
     snaps = _snapshot_store(K, expected)
@@ -417,7 +418,7 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
 
     def observe(t: int, z_U: np.ndarray, z_V: np.ndarray) -> None:
         z_U, z_V = z_U[0].copy(), z_V[0].copy()
-        loss = finetune.column_errors(z_V) / K
+        loss = terms.column_errors(z_V) / K
         if t < 2:
             losses.append(loss)
         trend.add(loss)
@@ -426,7 +427,7 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
         if t % every == 0:
             _report(progress, "fine-tuning", t, expected)
 
-    run = finetune.finetune(z_ood0[None], z1[None], recipe, proto.eta_ft, proto.eps_ft, cap,
+    run = engine.finetune(z_ood0[None], z1[None], recipe, proto.eta_ft, proto.eps_ft, cap,
                             fixed=fixed, observe=observe)
     reached = bool(run.reached[0])
     if not (reached or fixed or run.blocked[0] or run.stalled[0]):
@@ -435,7 +436,7 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
     _report(progress, "fine-tuning", T2, T2)
     snaps.close(T2, lambda: (last["z"], last["source"], last["loss"]))
     out = _finetuned(snaps, T2, run.z_U[0], run.z_V[0], trend.names(), trend.first,
-                     trend.prev, finetune.ENGINE)
+                     trend.prev, engine.ENGINE)
     first = losses[1] - losses[0] if len(losses) > 1 else np.zeros(K)
     return dataclasses.replace(out, reached=reached, first_step=first,
                                note=None if reached else _not_reached(run, recipe, proto,

@@ -34,8 +34,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import estimates, finetune, limits, theory
-from .dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
+from . import estimates, limits, theory
+from .finetune import engine, terms
+from .finetune.dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
     source_errors
 from .errors import InputError, item_name, param, shorten
 from .geometry import Geometry, check_K, check_sequence
@@ -326,16 +327,16 @@ def _finetune_terms(chunk: Chunk, z_ood0: np.ndarray) -> dict[str, np.ndarray]:
     off z_V), its first step by the same engine. Claim 8c's D_k is for plain fine-tuning:
     not computed."""
     K = z_ood0.shape[-1]
-    recipe = finetune.recipe(chunk.interventions, chunk.M, z_ood0, chunk.z1)
+    recipe = terms.recipe(chunk.interventions, chunk.M, z_ood0, chunk.z1)
     fixed = bool((chunk.eps < 0).all())              # every row runs its fixed steps
-    run = finetune.finetune(z_ood0, chunk.z1, recipe, chunk.eta_ft, chunk.eps,
+    run = engine.finetune(z_ood0, chunk.z1, recipe, chunk.eta_ft, chunk.eps,
                             chunk.max_steps, fixed=fixed)
-    one = finetune.finetune(z_ood0, chunk.z1, recipe, chunk.eta_ft, chunk.eps, 1, fixed=True)
-    before = finetune.column_errors(chunk.z1) / K
+    one = engine.finetune(z_ood0, chunk.z1, recipe, chunk.eta_ft, chunk.eps, 1, fixed=True)
+    before = terms.column_errors(chunk.z1) / K
     first = np.where(run.steps[:, None] > 0,
-                     finetune.column_errors(one.z_V) / K - before, 0.0)
+                     terms.column_errors(one.z_V) / K - before, 0.0)
     return {"T2": run.steps, "converged_finetune": run.reached | fixed,
-            "ood_loss": loss(z_ood0), "F_k": finetune.column_errors(run.z_V) / K - before,
+            "ood_loss": loss(z_ood0), "F_k": terms.column_errors(run.z_V) / K - before,
             "first_step_k": first, "initial_direction_k": directions(first)}
 
 
@@ -584,7 +585,7 @@ def _compiled_pays(grids: list[Grid], pretrained) -> bool:
     compiled kernel: Numba is installed and the K×K work, estimated as rows × K² × T1,
     pays for loading it. Decided once per sweep, so that every chunk computes a
     configuration the same way (results do not depend on the split)."""
-    from . import compiled
+    from .finetune import compiled
     work = sum(len(g) * g.K**2 * float(np.mean(T1)) for g, (T1, _) in zip(grids, pretrained)
                if g.K > 2 and g.geometry != "rotation")
     return work >= compiled.PAYS_FROM_WORK and compiled.column_kernels() is not None
@@ -681,7 +682,7 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     max_steps, seed = int(max_steps), int(seed)
     rule = Protocol(eps_ft=eps_ft, ft_steps=ft_steps,    # validates the pair, and
                     **_intervention_fields(interventions))   # the interventions
-    terms = rule if rule.interventions else None
+    intervened = rule if rule.interventions else None
     if isinstance(rule.weights, tuple):
         for g in grids:
             if len(rule.weights) != g.K:
@@ -714,8 +715,8 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
                     _finetune_eps(grids[gi].eps[start:stop], eps_ft, ft_steps),
                     grids[gi].eta_ft[start:stop], ft_cap, s,
-                    None if grids[gi].gamma is None or terms else grids[gi].gamma[start:stop],
-                    fast, terms)
+                    None if grids[gi].gamma is None or intervened else grids[gi].gamma[start:stop],
+                    fast, intervened)
               for (gi, start, stop, z1), s in zip(tasks, seeds)]
     owner = [gi for gi, *_ in tasks]
 
@@ -761,7 +762,7 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     meta = {"seed": seed, "max_steps": max_steps, "eps_ft": eps_ft, "ft_steps": ft_steps,
             "interventions": rule.interventions,
             "chunks": len(chunks),
-            "engine": finetune.ENGINE if terms else
+            "engine": engine.ENGINE if intervened else
             "compiled per-column kernel (Numba) for general columns" if fast else "NumPy",
             "chunk_size": chunk_size, "rows": total,
             "shape": list(grids[0].shape) if len(grids) == 1 else None,

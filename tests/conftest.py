@@ -43,12 +43,12 @@ def quick_context():
     """One verification context (quick budget) for the whole session: the ledger test and
     the numeric mutation tests share its simulations (the mutations change only what the
     simulations are compared with)."""
-    from oodcalc import verify
-    return verify.Context.shared(verify.QUICK)
+    from oodcalc import checks
+    return checks.Context.shared(checks.QUICK)
 
 
 @pytest.fixture(scope="session")
 def quick_ledger(quick_context):
-    from oodcalc import verify
+    from oodcalc import checks, verify
     from oodcalc.claims import CLAIMS
-    return verify.Ledger(verify.QUICK, [verify.run_claim(c, quick_context) for c in CLAIMS], 0.0)
+    return verify.Ledger(checks.QUICK, [verify.run_claim(c, quick_context) for c in CLAIMS], 0.0)

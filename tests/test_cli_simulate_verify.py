@@ -7,7 +7,7 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from oodcalc import verify
+from oodcalc import checks
 from oodcalc.claims import CLAIMS
 from oodcalc.cli import main
 from oodcalc.predict import pretrain_logits
@@ -81,14 +81,14 @@ def test_verify_one_claim(capsys):
     code, out, _ = run(capsys, "verify", "--quick", "--claim", "aggregated-attention", "--json")
     data = json.loads(out)
     assert code == 0 and data["passed"] and data["rows"][0]["verdict"] == "PASS"
-    assert data["rows"][0]["population"]["max_abs"] <= verify.EXACT_TOL
+    assert data["rows"][0]["population"]["max_abs"] <= checks.EXACT_TOL
 
 
 def test_verify_fail_exits_1(capsys, monkeypatch):
     from oodcalc.claims import claim1_attention
 
     def failing(ctx):
-        return (verify.PopulationCheck("forced", 1.0, 1.0, "<= 0", False), None, ["forced"])
+        return (checks.PopulationCheck("forced", 1.0, 1.0, "<= 0", False), None, ["forced"])
     monkeypatch.setattr(claim1_attention, "check", failing)
     code, out, _ = run(capsys, "verify", "--quick", "--claim", "1")
     assert code == 1 and "FAIL" in out

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import oodcalc as oc
-from oodcalc.dynamics import descend, require_converged
+from oodcalc.finetune.dynamics import descend, require_converged
 from oodcalc.model import attention, conditional_errors
 from oodcalc.simulate import simulate_population
 
@@ -89,7 +89,7 @@ def test_first_step_change_is_one_step_of_descend_and_leaves_its_inputs(B):
     """first_step_change takes descend's step (its arithmetic, to the bit) and carries it
     to the source; it must not move the OOD logits it was given (with one configuration
     the batch layout aliases them)."""
-    from oodcalc.dynamics import first_step_change, ood_start, source_errors, source_logits
+    from oodcalc.finetune.dynamics import first_step_change, ood_start, source_errors, source_logits
     rng = np.random.default_rng(B)
     z1 = rng.standard_normal((B, 3, 3))
     M = np.stack([np.diag(rng.uniform(-1, 1, 3)) for _ in range(B)])

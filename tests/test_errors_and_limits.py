@@ -31,7 +31,7 @@ def no_engines(monkeypatch):
     import importlib
     dynamics, predict, population, prompts, sweep = (
         importlib.import_module(f"oodcalc.{name}") for name in
-        ("dynamics", "predict", "simulate.population", "simulate.prompts", "sweep"))
+        ("finetune.dynamics", "predict", "simulate.population", "simulate.prompts", "sweep"))
 
     def engine(*args, **kwargs):
         raise AssertionError("an engine ran before the input was refused")
@@ -712,7 +712,8 @@ def test_the_ray_estimate_follows_the_engine_the_run_takes(monkeypatch):
     compiled loop, 6-11 s plain (bench_predict.py). The estimate said 67 s either way and
     the CLI announced "this run will take about 67 s" before a 1.5 s run."""
     import oodcalc as oc
-    from oodcalc import compiled, estimates
+    from oodcalc import estimates
+    from oodcalc.finetune import compiled
     from oodcalc.cli.progress import LONG_RUN_SECONDS
     from oodcalc.predict import expected_seconds
     setting = oc.Setting(oc.rotation(0.5, 1024))
@@ -751,7 +752,8 @@ def test_reproduce_says_how_long_before_it_starts(capsys, monkeypatch, numba):
     """At eta = 1000 the estimate is about 97 s with the NumPy engine and 49 s with the
     compiled one (which the fast extra installs): only the first passes LONG_RUN_SECONDS.
     The engine is pinned, so the test says the same with and without the extra."""
-    from oodcalc import compiled, experiments
+    from oodcalc import experiments
+    from oodcalc.finetune import compiled
 
     def refuse(*args, **kwargs):
         raise KeyboardInterrupt

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import oodcalc as oc
-from oodcalc import compiled, dynamics, estimates, limits
+from oodcalc import estimates, limits
+from oodcalc.finetune import compiled, dynamics
 import importlib
 predict_module = importlib.import_module("oodcalc.predict")
-from oodcalc.dynamics import (descend, descend_columns, descend_ray, ood_start, ray_logits,
+from oodcalc.finetune.dynamics import (descend, descend_columns, descend_ray, ood_start, ray_logits,
                               ray_step_loop)
 from oodcalc.simulate import simulate_population
 from oodcalc.sweep import gamma_grid, sweep
@@ -313,7 +314,7 @@ def test_compiled_columns_stop_at_the_cap(monkeypatch):
 
 @needs_numba
 def test_vectorised_exp_is_within_one_ulp():
-    from oodcalc import _kernels
+    from oodcalc.finetune import _kernels
     x = -np.concatenate([np.linspace(0, 745, 200_001), np.random.default_rng(0).
                          uniform(0, 40, 100_000), [0.0, 1e-300, 708.0]])
     ours = np.array([_kernels.exp_neg(v) for v in x[::37]])
@@ -423,7 +424,7 @@ def test_compiled_sweep_tiles_and_splits(monkeypatch):
     """More columns than a tile, and any chunking: the same bits; the same T2 and F_k
     (to rounding) as the NumPy sweep."""
     from oodcalc import sweep as sweep_module
-    from oodcalc.dynamics import _CompiledColumns
+    from oodcalc.finetune.dynamics import _CompiledColumns
     monkeypatch.setattr(_CompiledColumns, "TILE", 64)
     grid = sweep_module.gamma_rows(np.random.default_rng(4).uniform(-1, 1, (40, 5)))
     monkeypatch.setattr(compiled, "PAYS_FROM_WORK", 0.0)

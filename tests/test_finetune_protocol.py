@@ -12,7 +12,7 @@ import pytest
 import oodcalc as oc
 from oodcalc import sweep as sw
 from oodcalc.cli import main
-from oodcalc.dynamics import descend, ood_start, source_logits
+from oodcalc.finetune.dynamics import descend, ood_start, source_logits
 from oodcalc.errors import InputError
 from oodcalc.model import conditional_errors
 from oodcalc.predict import pretrain_logits

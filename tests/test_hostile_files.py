@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from oodcalc import compiled, limits
+from oodcalc import limits
+from oodcalc.finetune import compiled
 from cli_run import one_line, run
 from oodcalc.cli import main
 from oodcalc.errors import InputError
@@ -47,7 +48,7 @@ def test_numba_threads_in_range_pass(value, threads, monkeypatch):
 def test_numba_threads_refused_before_numba_is_imported():
     """In a fresh process: the refusal comes first, Numba is never imported."""
     pytest.importorskip("numba")
-    code = ("import sys; from oodcalc import compiled\n"
+    code = ("import sys; from oodcalc.finetune import compiled\n"
             "try:\n    compiled.numba()\nexcept Exception as err:\n"
             "    print(type(err).__name__, 'numba' in sys.modules)\n")
     env = {**os.environ, "NUMBA_NUM_THREADS": "0"}

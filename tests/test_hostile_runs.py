@@ -167,7 +167,7 @@ def test_simulators_do_not_contract_paths_with_einsum(monkeypatch):
     import numpy as np
 
     import oodcalc as oc
-    from oodcalc import verify
+    from oodcalc import checks
     from oodcalc.simulate import population, prompts, simulate_population, simulate_prompts
     real = np.einsum
 
@@ -178,7 +178,7 @@ def test_simulators_do_not_contract_paths_with_einsum(monkeypatch):
     setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(eps=0.05))
     simulate_population(setting)
     simulate_prompts(setting, N=4, batch=16)
-    verify.z_path(np.eye(2), [np.eye(2)] * 3)
+    checks.z_path(np.eye(2), [np.eye(2)] * 3)
 
 
 def test_a_long_simulation_says_so_before_it_starts(capsys, monkeypatch):
@@ -277,7 +277,7 @@ def test_a_long_small_fine_tuning_goes_to_the_compiled_kernel():
 
 def test_the_fast_extra_is_advised_only_without_numba(monkeypatch):
     import oodcalc as oc
-    from oodcalc import compiled
+    from oodcalc.finetune import compiled
     from oodcalc.predict import expected_seconds
     setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(ft_steps=10**6))
     monkeypatch.setattr(compiled, "available", lambda: True)

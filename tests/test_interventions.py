@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import oodcalc as oc
-from oodcalc import finetune
-from oodcalc.dynamics import descend, ood_start
+from oodcalc.finetune import engine, terms
+from oodcalc.finetune.dynamics import descend, ood_start
 from oodcalc.errors import InputError
 from oodcalc.predict import pretrain_logits
 from oodcalc.simulate import simulate_population
@@ -74,8 +74,8 @@ def test_under_a_rotation_projection_is_plain_fine_tuning_with_a_smaller_step(si
     z1 = pretrain_logits(K, 0.01, 0.1, 10**6).z[0]
     M = geometry.M
     z_U = ood_start(z1, M)
-    recipe = finetune.recipe(oc.Protocol(project=side), M, z_U, z1)
-    projected = finetune.finetune(z_U[None], z1[None], recipe, eta, 0.01, 10**6)
+    recipe = terms.recipe(oc.Protocol(project=side), M, z_U, z1)
+    projected = engine.finetune(z_U[None], z1[None], recipe, eta, 0.01, 10**6)
     plain = descend(z_U[None], eta * (1 - gamma**2) ** power, 0.01, 10**6)
     assert projected.steps[0] == plain.steps[0]
     assert np.abs(projected.z_U - plain.z).max() <= 1e-10
@@ -101,14 +101,14 @@ def test_a_rule_no_step_can_meet_is_reported_not_reached():
 
 # --- perturbed terms: each must break the agreement with full-Q GD ---------------------
 
-class _NoTranspose(finetune.Replay):
+class _NoTranspose(terms.Replay):
     def add(self, z_U, z_V, g_U, g_V, dU, dV):            # M g M instead of Mᵀ g M
         g = self.share * g_V
         dU += self.M @ g @ self.M
         dV += g
 
 
-class _FlippedPull(finetune.Pull):
+class _FlippedPull(terms.Pull):
     def add(self, z_U, z_V, g_U, g_V, dU, dV):
         dU -= self.strength * (z_U - self.z_U1)
         dV += self.strength * (z_V - self.z_V1)
@@ -117,21 +117,21 @@ class _FlippedPull(finetune.Pull):
 def _perturbed_recipe(original):
     def build(protocol, M, z_U1, z_V1):
         made = original(protocol, M, z_U1, z_V1)
-        terms = []
+        swapped = []
         for term in made.terms:
-            if isinstance(term, finetune.Replay):
+            if isinstance(term, terms.Replay):
                 term = _NoTranspose(term.share, term.M)
-            elif isinstance(term, finetune.Pull):
+            elif isinstance(term, terms.Pull):
                 term = _FlippedPull(term.strength, term.z_U1, term.z_V1)
-            elif isinstance(term, finetune.Fit) and term.A_left is not None:
+            elif isinstance(term, terms.Fit) and term.A_left is not None:
                 wrong = np.eye(M.shape[0]) - M @ M.T       # M Mᵀ for Mᵀ M
-                term = finetune.Fit(term.scale, term.weights, wrong, term.A_right,
+                term = terms.Fit(term.scale, term.weights, wrong, term.A_right,
                                     term.B_left, term.B_right)
-            elif isinstance(term, finetune.Fit):
-                term = finetune.Fit(1.0, term.weights, term.A_left, term.A_right,
+            elif isinstance(term, terms.Fit):
+                term = terms.Fit(1.0, term.weights, term.A_left, term.A_right,
                                     term.B_left, term.B_right)   # (1 − λ) dropped
-            terms.append(term)
-        return finetune.Recipe(tuple(terms), made.covered, made.weights, made.frozen)
+            swapped.append(term)
+        return terms.Recipe(tuple(swapped), made.covered, made.weights, made.frozen)
     return build
 
 
@@ -140,7 +140,7 @@ def _perturbed_recipe(original):
                          ids=["replay: M g M", "pull: sign", "key projection: M Mᵀ"])
 def test_a_perturbed_term_is_caught(monkeypatch, recipe):
     geometry = GEOMETRIES["random K=3"]
-    monkeypatch.setattr(finetune, "recipe", _perturbed_recipe(finetune.recipe))
+    monkeypatch.setattr(terms, "recipe", _perturbed_recipe(terms.recipe))
     assert _agree(*_both(geometry, **recipe)) is False
 
 

@@ -30,13 +30,14 @@ ROOT = Path(oodcalc.__file__).parent
 #: Bottom first. Patterns are module names (fnmatch); an exact name wins over a pattern.
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["oodcalc.errors", "oodcalc.model", "oodcalc.paper", "oodcalc.io",
-                     "oodcalc.extras", "oodcalc.ray_loop", "oodcalc._kernels", "oodcalc.console",
-                     "oodcalc._version"]),
-    ("closed forms, compiled plug-ins", ["oodcalc.theory", "oodcalc.compiled"]),
+                     "oodcalc.extras", "oodcalc.console", "oodcalc._version",
+                     "oodcalc.finetune", "oodcalc.finetune.ray_loop",
+                     "oodcalc.finetune._kernels"]),
+    ("closed forms, compiled plug-ins", ["oodcalc.theory", "oodcalc.finetune.compiled"]),
     ("cost model", ["oodcalc.estimates"]),
     ("refusal", ["oodcalc.limits"]),
     ("inputs", ["oodcalc.geometry", "oodcalc.setting"]),
-    ("engines and results", ["oodcalc.dynamics", "oodcalc.finetune", "oodcalc.finetune.*",
+    ("engines and results", ["oodcalc.finetune.*",
                              "oodcalc.display", "oodcalc.report"]),
     ("entry points", ["oodcalc.predict", "oodcalc.simulate", "oodcalc.simulate.*",
                       "oodcalc.sweep", "oodcalc.compare", "oodcalc.symbolic.highprec",
@@ -47,8 +48,9 @@ LAYERS: list[tuple[str, list[str]]] = [
                       "oodcalc.depth", "oodcalc.depth.*", "oodcalc.real", "oodcalc.real.*",
                       "oodcalc.k3maps", "oodcalc.explore"]),
     ("symbolic engine", ["oodcalc.claims", "oodcalc.symbolic", "oodcalc.symbolic.*"]),
-    ("ledger", ["oodcalc.verify"]),
+    ("checks", ["oodcalc.checks"]),
     ("claims", ["oodcalc.claims.*"]),
+    ("ledger", ["oodcalc.verify"]),
     ("API", ["oodcalc"]),
     ("command line: shared", ["oodcalc.cli.app", "oodcalc.cli.options",
                               "oodcalc.cli.progress", "oodcalc.cli.render",
@@ -252,7 +254,7 @@ def test_the_walk_of_gamma_from_predict_goes_down(values, capsys):
     rooms = {m for pair in calls for m in pair}
     assert {"oodcalc.cli.setting_options", "oodcalc.limits", "oodcalc.estimates"} <= rooms
     if len(values) > 2:   # refused by the library's own guard, before a geometry exists
-        assert "oodcalc.dynamics" not in rooms and "oodcalc.geometry" not in rooms
+        assert "oodcalc.finetune.dynamics" not in rooms and "oodcalc.geometry" not in rooms
 
 
 def test_the_readme_shows_the_layers():

@@ -7,7 +7,7 @@ import pytest
 
 import oodcalc as oc
 from oodcalc import paper, theory
-from oodcalc.dynamics import ood_start
+from oodcalc.finetune.dynamics import ood_start
 from oodcalc.model import conditional_errors
 from oodcalc.predict import pretrain_logits
 

@@ -5,7 +5,7 @@ each check can fail, are in test_mutations.py."""
 import numpy as np
 import pytest
 
-from oodcalc import verify
+from oodcalc import checks, verify
 from oodcalc.claims import CLAIMS, get_claim
 
 
@@ -22,7 +22,7 @@ def test_claim_passes_against_simulation(quick_ledger, claim):
     assert row.population.passed, row.population.details
     assert row.prompts is None or row.prompts.passed, row.prompts.details
     if row.prompts is not None:
-        Ns = verify.QUICK.attention_Ns if claim.id == "1" else verify.QUICK.Ns
+        Ns = checks.QUICK.attention_Ns if claim.id == "1" else checks.QUICK.Ns
         assert [p.N for p in row.prompts.points] == list(Ns)
     assert row.verdict == "PASS" and row.symbolic == claim.level
 
@@ -49,7 +49,7 @@ def test_exact_identities_hold_to_rounding(quick_ledger):
     """Claims 1, 2, 6, 7 are identities: simulator (a) agrees to float64 rounding."""
     rows = {r.claim: r for r in quick_ledger.rows}
     for claim_id in ("1", "2", "6", "7"):
-        assert rows[claim_id].population.max_abs <= verify.EXACT_TOL
+        assert rows[claim_id].population.max_abs <= checks.EXACT_TOL
     for claim_id in ("2", "7"):   # and they stay exact for finite prompts and mini-batches
         assert rows[claim_id].prompts.kind == "exact"
 
@@ -57,26 +57,26 @@ def test_exact_identities_hold_to_rounding(quick_ledger):
 # --- statistics -----------------------------------------------------------------------
 
 def test_fit_rate_recovers_a_power_law():
-    pts = [verify.Point(N, 3.0 * N ** -0.5, 0.01 * N ** -0.5, 8) for N in (8, 16, 32, 64)]
-    p, se = verify.fit_rate(pts)
+    pts = [checks.Point(N, 3.0 * N ** -0.5, 0.01 * N ** -0.5, 8) for N in (8, 16, 32, 64)]
+    p, se = checks.fit_rate(pts)
     assert p == pytest.approx(0.5, abs=1e-9) and se < 0.05
 
 
 def test_monte_carlo_check_fails_a_persistent_bias():
-    pts = [verify.Point(N, 0.1, 0.001, 8) for N in (8, 16, 32)]
-    assert not verify.monte_carlo_check("constant bias", pts).passed
-    shrinking = [verify.Point(N, 1.0 / N, 0.001, 8) for N in (8, 16, 32)]
-    assert verify.monte_carlo_check("1/N bias", shrinking).passed
-    noise = [verify.Point(N, 0.001, 0.002, 8) for N in (8, 16, 32)]
-    assert verify.monte_carlo_check("within error", noise).passed
-    levelling = [verify.Point(N, 0.01 + 1.0 / N, 0.0001, 8) for N in (8, 32, 128, 512)]
-    assert verify.fit_rate(levelling)[0] > 0             # it shrinks, but to an offset
-    assert not verify.monte_carlo_check("offset", levelling).passed
+    pts = [checks.Point(N, 0.1, 0.001, 8) for N in (8, 16, 32)]
+    assert not checks.monte_carlo_check("constant bias", pts).passed
+    shrinking = [checks.Point(N, 1.0 / N, 0.001, 8) for N in (8, 16, 32)]
+    assert checks.monte_carlo_check("1/N bias", shrinking).passed
+    noise = [checks.Point(N, 0.001, 0.002, 8) for N in (8, 16, 32)]
+    assert checks.monte_carlo_check("within error", noise).passed
+    levelling = [checks.Point(N, 0.01 + 1.0 / N, 0.0001, 8) for N in (8, 32, 128, 512)]
+    assert checks.fit_rate(levelling)[0] > 0             # it shrinks, but to an offset
+    assert not checks.monte_carlo_check("offset", levelling).passed
 
 
 def t_points(means, seeds, rng, Ns=(8, 16, 32, 64, 128), sd=1.0):
     """Points as the ledger makes them: ``seeds`` normal draws around each mean."""
-    return [verify.Point(N, *verify.mean_se(m + sd * rng.standard_normal(seeds)), seeds)
+    return [checks.Point(N, *checks.mean_se(m + sd * rng.standard_normal(seeds)), seeds)
             for N, m in zip(Ns, means)]
 
 
@@ -85,16 +85,16 @@ def test_a_synthetic_error_that_does_not_shrink_fails():
     through, as the ledger's own rows showed them: a constant offset of 2 SE at every N
     (each N alone 'consistent'; 9a had all five N on one side, ≈ 4.9σ combined), and a
     7 SE deviation shrinking like N^−0.27 (row 5), slower than MIN_RATE."""
-    offset = [verify.Point(N, -2.0, 1.0, 6) for N in (8, 16, 32, 64, 128)]
-    assert abs(offset[-1].mean) <= verify.K_SIGMA * offset[-1].se     # the old pass
-    check = verify.monte_carlo_check("offset", offset)
+    offset = [checks.Point(N, -2.0, 1.0, 6) for N in (8, 16, 32, 64, 128)]
+    assert abs(offset[-1].mean) <= checks.K_SIGMA * offset[-1].se     # the old pass
+    check = checks.monte_carlo_check("offset", offset)
     assert not check.passed and "does not shrink" in check.details[-1 - (check.rate is not None)]
-    slow = [verify.Point(N, -7.0 * (N / 128) ** -0.27, 1.0, 6) for N in (8, 16, 32, 64, 128)]
-    rate, rate_se = verify.fit_rate(slow)
-    assert rate == pytest.approx(0.27, abs=1e-9) and rate > verify.K_SIGMA * rate_se
-    assert not verify.monte_carlo_check("N^-0.27", slow).passed
-    at_rate = [verify.Point(N, -7.0 * (N / 128) ** -0.5, 1.0, 6) for N in (8, 16, 32, 64, 128)]
-    assert verify.monte_carlo_check("N^-0.5", at_rate).passed
+    slow = [checks.Point(N, -7.0 * (N / 128) ** -0.27, 1.0, 6) for N in (8, 16, 32, 64, 128)]
+    rate, rate_se = checks.fit_rate(slow)
+    assert rate == pytest.approx(0.27, abs=1e-9) and rate > checks.K_SIGMA * rate_se
+    assert not checks.monte_carlo_check("N^-0.27", slow).passed
+    at_rate = [checks.Point(N, -7.0 * (N / 128) ** -0.5, 1.0, 6) for N in (8, 16, 32, 64, 128)]
+    assert checks.monte_carlo_check("N^-0.5", at_rate).passed
 
 
 def test_monte_carlo_false_alarms_and_power_by_simulation():
@@ -104,31 +104,31 @@ def test_monte_carlo_false_alarms_and_power_by_simulation():
     rng = np.random.default_rng(7)
     runs = 1000
     for seeds in (4, 6):
-        false = sum(not verify.monte_carlo_check("0", t_points([0] * 5, seeds, rng)).passed
+        false = sum(not checks.monte_carlo_check("0", t_points([0] * 5, seeds, rng)).passed
                     for _ in range(runs))
-        assert false / runs < 3 * verify.ALPHA, (seeds, false)   # binomial: ~2.7 expected
+        assert false / runs < 3 * checks.ALPHA, (seeds, false)   # binomial: ~2.7 expected
         offset = 2 / np.sqrt(seeds)           # 2 SE of a seed mean at every N
-        caught = sum(not verify.monte_carlo_check("c", t_points([offset] * 5, seeds, rng)).passed
+        caught = sum(not checks.monte_carlo_check("c", t_points([offset] * 5, seeds, rng)).passed
                      for _ in range(300))
         assert caught / 300 > 0.5, (seeds, caught)
     bias = [0.5 * 8 / N for N in (8, 16, 32, 64, 128)]
-    passed = sum(verify.monte_carlo_check("1/N", t_points(bias, 6, rng, sd=0.05)).passed
+    passed = sum(checks.monte_carlo_check("1/N", t_points(bias, 6, rng, sd=0.05)).passed
                  for _ in range(300))
     assert passed / 300 > 0.95
 
 
 def test_exact_check_threshold():
-    assert verify.exact_check("x", {8: [1e-15]}, 1e-10).passed
-    assert not verify.exact_check("x", {8: [1e-15], 16: [1e-6]}, 1e-10).passed
+    assert checks.exact_check("x", {8: [1e-15]}, 1e-10).passed
+    assert not checks.exact_check("x", {8: [1e-15], 16: [1e-6]}, 1e-10).passed
 
 
 def test_get_claim_by_key_runs_one_row():
-    ledger = verify.ledger(verify.QUICK, [get_claim("aggregated-attention")])
+    ledger = verify.ledger(checks.QUICK, [get_claim("aggregated-attention")])
     assert [r.claim for r in ledger.rows] == ["1"] and ledger.passed
 
 
 def test_a_budget_gives_no_marks_from_fewer_than_five_seeds():
     import dataclasses
-    assert min(verify.QUICK.seeds, verify.FULL.seeds) >= 5
+    assert min(checks.QUICK.seeds, checks.FULL.seeds) >= 5
     with pytest.raises(ValueError, match="seeds = 4; a verdict needs at least 5"):
-        dataclasses.replace(verify.QUICK, seeds=4)
+        dataclasses.replace(checks.QUICK, seeds=4)

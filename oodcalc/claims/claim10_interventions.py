@@ -156,7 +156,7 @@ def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     from .. import geometry as geo
     from ..predict import predict
     from ..setting import Protocol, Setting
-    from ..verify import EXACT_TOL, PopulationCheck
+    from ..checks import EXACT_TOL, PopulationCheck
 
     rng = np.random.default_rng(0)
     V = np.linalg.qr(rng.standard_normal((7, 3)))[0]

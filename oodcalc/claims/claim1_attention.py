@@ -166,7 +166,7 @@ def token_softmax_by_feature(Q: np.ndarray, F: np.ndarray, tokens: np.ndarray,
 def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..setting import Setting
     from ..simulate.prompts import attention_weights, sample_prompts
-    from ..verify import (EXACT_TOL, MAIN, OOD_SETTING, Point, PopulationCheck,
+    from ..checks import (EXACT_TOL, MAIN, OOD_SETTING, Point, PopulationCheck,
                           general_position, mean_se, monte_carlo_check)
     rng = np.random.default_rng(1)
     cases = []

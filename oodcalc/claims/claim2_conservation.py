@@ -247,7 +247,7 @@ def column_residual(z: np.ndarray, claimed: dict = NUMERIC_CLAIMED) -> float:
 def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     from .. import geometry as geo
     from ..setting import Setting
-    from ..verify import (EXACT_TOL, MAIN, OOD_SETTING, PopulationCheck, exact_check,
+    from ..checks import (EXACT_TOL, MAIN, OOD_SETTING, PopulationCheck, exact_check,
                           general_position, rel)
     worst, scale = 0.0, 0.0
     settings = (MAIN, OOD_SETTING, Setting(general_position(3, 7, 3)),

@@ -191,7 +191,7 @@ def derive(claimed: dict = CLAIMED):
             decisive=True)
 
     # 5. The discrete value.
-    from ..dynamics import descend
+    from ..finetune.dynamics import descend
     rows, ok = [], True
     for Kx in (2, 3, 4, 5):
         run = descend(np.zeros((1, Kx, Kx)), 0.1, 0.01, 100_000, record=True)
@@ -218,7 +218,7 @@ def population_check(ctx, claimed: dict = NUMERIC_CLAIMED):
     """Against simulator (a): the bracket of α* by the last GD step, and the exact
     structure of β and Q^(T1) at the α reached."""
     from ..setting import Protocol
-    from ..verify import EXACT_TOL, PopulationCheck, general_position, z_path
+    from ..checks import EXACT_TOL, PopulationCheck, general_position, z_path
     cases = ((2, 0.01, 0.1, 3), (3, 0.01, 0.1, 6), (4, 0.01, 0.4, 8), (4, 0.001, 0.5, 5),
              (8, 0.02, 0.2, 11))
     bracket_ok, structure_err, overshoot_abs, overshoot_rel, lines = True, 0.0, 0.0, 0.0, []
@@ -250,7 +250,7 @@ def population_check(ctx, claimed: dict = NUMERIC_CLAIMED):
 
 
 def check(ctx, claimed: dict = NUMERIC_CLAIMED):
-    from ..verify import MAIN, Point, mean_se, monte_carlo_check, with_batch_sweep
+    from ..checks import MAIN, Point, mean_se, monte_carlo_check, with_batch_sweep
     population = population_check(ctx, claimed)
     theory_main = ctx.theory(MAIN)
     target = claimed["population_alpha"](theory_main)

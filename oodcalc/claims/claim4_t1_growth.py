@@ -119,7 +119,7 @@ def derive(claimed: dict = CLAIMED):
             and peak == claimed["peak"], decisive=True)
 
     # 4. Numbers: the exact discrete T1 inside the bracket.
-    from ..dynamics import descend
+    from ..finetune.dynamics import descend
     f = sp.lambdify((K, eta_T, eps), T_eps, "math")
     grid = [(Kx, et, ex) for Kx in (2, 3, 8) for et in (0.1, 0.4) for ex in (1e-2, 1e-3)]
     inside, ratios = True, []
@@ -150,7 +150,7 @@ def derive(claimed: dict = CLAIMED):
 def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..predict import pretrain_logits
     from ..setting import Protocol
-    from ..verify import MAIN, Point, PopulationCheck, mean_se, monte_carlo_check, rel
+    from ..checks import MAIN, Point, PopulationCheck, mean_se, monte_carlo_check, rel
     b = ctx.budget
     keys = sorted({(2, e, 0.1) for e in b.eps_grid} | {(K, 0.01, 0.1) for K in b.K_grid}
                   | {(2, 0.01, h) for h in b.eta_grid})

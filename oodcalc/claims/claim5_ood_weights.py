@@ -166,7 +166,7 @@ def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     from .. import geometry as geo
     from ..setting import Protocol, Setting
     from ..simulate.population import errors_and_gradient
-    from ..verify import (EXACT_TOL, MAIN, OOD_SETTING, Point, PopulationCheck,
+    from ..checks import (EXACT_TOL, MAIN, OOD_SETTING, Point, PopulationCheck,
                           general_position, mean_se, monte_carlo_check, rel)
     settings = {"rotation π/6, K=4": OOD_SETTING, "γ = (1, −0.9)": MAIN,
                 "general position K=3, d=7": Setting(general_position(5, 7, 3)),

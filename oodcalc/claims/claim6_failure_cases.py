@@ -121,7 +121,7 @@ def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     from .. import geometry as geo
     from ..setting import Protocol, Setting
     from ..simulate.population import errors_and_gradient
-    from ..verify import (EXACT_TOL, K_SIGMA, OOD_GEOMETRIES, OOD_SETTING, Point,
+    from ..checks import (EXACT_TOL, K_SIGMA, OOD_GEOMETRIES, OOD_SETTING, Point,
                           PopulationCheck, mean_se, monte_carlo_check, rel)
     worst, lines, flagged = 0.0, [], True
     for K in (2, 3, 4, 8):

@@ -119,7 +119,7 @@ def check(ctx, claimed: dict = NUMERIC_CLAIMED):
 
     from .. import geometry as geo
     from ..setting import Protocol, Setting
-    from ..verify import EXACT_TOL, MAIN, PopulationCheck, exact_check, rel
+    from ..checks import EXACT_TOL, MAIN, PopulationCheck, exact_check, rel
     settings = [MAIN, Setting(geo.parallel_shift([0.3, -0.7, 0.9, 0.1])),
                 Setting(geo.parallel_shift([1, -0.5, -0.6])),
                 Setting(geo.rotation(math.pi / 3, 3)),

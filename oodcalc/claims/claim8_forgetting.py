@@ -293,14 +293,14 @@ def derive_criterion(claimed: dict = CLAIMED):
 
 
 def _t1_ood_logits(gamma: np.ndarray, eps: float = 0.01) -> np.ndarray:
-    from ..dynamics import ood_start
+    from ..finetune.dynamics import ood_start
     from ..predict import pretrain_logits
     return ood_start(pretrain_logits(len(gamma), eps, 0.1, 1_000_000).z[0], np.diag(gamma))
 
 
 def _exact_first_step(gamma: np.ndarray, eta: float, eps: float = 0.01):
     """One fine-tuning step of the exact dynamics from T1: (δe_k on v_k, D_k, g_k)."""
-    from ..dynamics import descend, ood_start, source_logits
+    from ..finetune.dynamics import descend, ood_start, source_logits
     from ..model import attention, conditional_errors
     from ..predict import pretrain_logits
     K = len(gamma)
@@ -591,7 +591,7 @@ def _theorem_trends(ctx, gammas, claimed) -> tuple[list[str], list[str], float, 
 
 
 def check_k2(ctx, claimed: dict = NUMERIC_CLAIMED):
-    from ..verify import (EXACT_TOL, K_SIGMA, MAIN, Point, PopulationCheck, PromptCheck,
+    from ..checks import (EXACT_TOL, K_SIGMA, MAIN, Point, PopulationCheck, PromptCheck,
                           mean_se, rel)
     gammas = [g for g in ctx.budget.gamma_grid if len(g) == 2]
     mismatches, _, F_err, F_scale = _theorem_trends(ctx, gammas, claimed)
@@ -635,7 +635,7 @@ def check_paper_k3(ctx, claimed: dict = NUMERIC_CLAIMED):
     dynamics; a counterexample that stops reproducing fails the row."""
     from .. import geometry as geo
     from ..setting import Setting
-    from ..verify import PopulationCheck
+    from ..checks import PopulationCheck
     reproduced, lines = True, []
     for gamma in COUNTEREXAMPLES:
         setting = Setting(geo.parallel_shift(gamma))
@@ -669,7 +669,7 @@ def check_criterion(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..forgetting_rules import agreement
     from ..model import conditional_errors
     from ..setting import Setting
-    from ..verify import PopulationCheck
+    from ..checks import PopulationCheck
     from ..theory import ood_shares
     rng = np.random.default_rng(12)
     gammas = list(SEPARATING) + [g for g in ctx.budget.gamma_grid if len(g) > 2]
@@ -725,7 +725,7 @@ def check_backward_transfer(ctx, claimed: dict = NUMERIC_CLAIMED):
     full-Q GD (simulator a), K = 3..6."""
     from .. import geometry as geo
     from ..setting import Setting
-    from ..verify import PopulationCheck
+    from ..checks import PopulationCheck
     rng = np.random.default_rng(15)
     gammas = [g for g in ctx.budget.gamma_grid if len(g) > 2]
     gammas += [tuple(rng.uniform(-1, 1, K)) for K in (3, 4, 5, 6) for _ in range(3)]

@@ -657,7 +657,7 @@ def _runs(etas: tuple, steps: tuple, eps: float = 0.01):
     """The exact dynamics from T1 for every γ of GAMMAS: {(η, t): OOD logits} at t = T2
     (the stopping rule's length, recorded per γ) and each t of ``steps`` (no stopping
     rule), with z1 and the OOD start."""
-    from ..dynamics import descend, ood_start
+    from ..finetune.dynamics import descend, ood_start
     from ..predict import pretrain_logits
     out = {}
     for eta in etas:
@@ -677,7 +677,7 @@ def _runs(etas: tuple, steps: tuple, eps: float = 0.01):
 
 def _numeric_rows(etas, steps, claimed_np=NUMERIC_CLAIMED, ctx_runs=None):
     """One row per (η, γ, k, t): the exact values beside the closed forms."""
-    from ..dynamics import source_logits
+    from ..finetune.dynamics import source_logits
     from ..model import conditional_errors
     runs = ctx_runs if ctx_runs is not None else _runs(tuple(etas), tuple(steps))
     rows = []
@@ -733,7 +733,7 @@ def _numeric_rows(etas, steps, claimed_np=NUMERIC_CLAIMED, ctx_runs=None):
 # --- numeric check against gradient descent -------------------------------------------
 
 def check(ctx, claimed: dict = NUMERIC_CLAIMED):
-    from ..verify import PopulationCheck, rel
+    from ..checks import PopulationCheck, rel
     steps = (1000, 10000, 100000) if ctx.budget.name == "full" else (1000, 10000)
     rows = _numeric_rows((0.1,), steps, claimed)
     ok, lines, worst_abs, worst_rel = True, [], 0.0, 0.0

@@ -421,7 +421,7 @@ def derive_paper_bound(claimed: dict = CLAIMED):
 
 
 def _paper_bound_descends() -> tuple[bool, int]:
-    from ..dynamics import descend, ood_start
+    from ..finetune.dynamics import descend, ood_start
     from ..model import loss
     rng = np.random.default_rng(10)
     ok, count = True, 0
@@ -456,7 +456,7 @@ def check_paper_bound(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..report import trend
     from ..setting import Protocol, Setting
     from ..simulate import simulate_population
-    from ..verify import (EXACT_TOL, MAIN, OOD_SETTING, STEP_CAP_CLAIM9, Point, PopulationCheck,
+    from ..checks import (EXACT_TOL, MAIN, OOD_SETTING, STEP_CAP_CLAIM9, Point, PopulationCheck,
                           general_position, mean_se, monte_carlo_check, with_batch_sweep)
     settings = {"γ = (1, −0.9)": MAIN.geometry, "rotation π/6, K=4": OOD_SETTING.geometry,
                 "general position K=3": general_position(5, 7, 3),
@@ -517,12 +517,12 @@ def check_smoothness(ctx, claimed: dict = NUMERIC_CLAIMED):
     """GD on the full Q (simulator a) fine-tuning at η_ft = 0.99·2K, and plain K×K GD from
     random logits at the same step: the loss must fall at every step."""
     from .. import geometry as geo
-    from ..dynamics import descend
+    from ..finetune.dynamics import descend
     from ..errors import ComputationError
     from ..model import loss
     from ..report import trend
     from ..setting import Protocol, Setting
-    from ..verify import PopulationCheck, general_position
+    from ..checks import PopulationCheck, general_position
 
     def eta_of(K: int) -> float:
         return 0.99 * 2 * K / float(claimed["smoothness"])

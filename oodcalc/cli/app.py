@@ -42,5 +42,5 @@ def root(
     attention (arXiv 2609.36448). Start with: oodcalc predict --gamma 1,-0.9"""
     # before any command: a bad NUMBA_NUM_THREADS is refused whether or not this run
     # would import Numba (as a bad OODCALC_MAX_MEMORY is), not only when it does
-    from .. import compiled
+    from ..finetune import compiled
     compiled.threads_variable()

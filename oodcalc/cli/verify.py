@@ -110,7 +110,7 @@ def render(ledger, details: bool, console=None) -> None:
     width, ``$COLUMNS``, or wide and never wrapped when piped. The table has one line per
     row when that fits the width, else it stacks cells (:func:`fitting_table`): at 80
     columns nothing is cut off."""
-    from ..verify import EXACT_TOL, K_SIGMA, MAIN, OOD_SETTING
+    from ..checks import EXACT_TOL, K_SIGMA, MAIN, OOD_SETTING
     from rich.markup import escape
 
     from ..console import make_console, say
@@ -194,7 +194,8 @@ def verify(
     """
     from ..claims import get_claims
     from ..errors import InputError
-    from ..verify import FULL, QUICK, ledger
+    from ..checks import FULL, QUICK
+    from ..verify import ledger
     from .progress import count_progress
 
     try:

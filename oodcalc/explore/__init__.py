@@ -4,7 +4,7 @@ The page embeds maps computed here by the batched sweep (the K = 2 phase map of 
 the paper's regimes over (γ1, γ2), and the K = 3 slices of :mod:`oodcalc.k3maps`), and runs
 a picked point itself: ``dynamics.js`` is a port of the exact K×K logit dynamics
 (pretraining on the symmetric ray, fine-tuning by the K×K descent, claim 7's source view)
-with the floating-point operations of ``oodcalc.dynamics`` in the same order, so that its
+with the floating-point operations of ``oodcalc.finetune.dynamics`` in the same order, so that its
 T1 and T2 equal ``predict``'s and its F_k agree to rounding (the tests check both in
 headless Chromium). Everything is inlined: no network, no library, works from ``file://``.
 """

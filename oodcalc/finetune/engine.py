@@ -1,7 +1,7 @@
 """Fine-tuning as a sum of terms, on the state ``(z_U, z_V)``: the OOD and source logits.
 
 Plain fine-tuning moves ``z_V`` as a function of ``z_U`` alone (claim 7), which the fast
-engines of :mod:`oodcalc.dynamics` use; replay, the pull and projections do not, so this
+engines of :mod:`oodcalc.finetune.dynamics` use; replay, the pull and projections do not, so this
 engine carries both logits and lets each :class:`~oodcalc.finetune.terms.Term` add its
 share. Batched over configurations ``(B, K, K)``, NumPy.
 """

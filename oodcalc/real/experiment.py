@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import paper
 from ..errors import InputError
-from ..dynamics import ood_start
+from ..finetune.dynamics import ood_start
 from ..geometry import from_arrays
 from ..geometry import rotation as rotation_geometry
 from ..model import conditional_errors

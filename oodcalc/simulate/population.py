@@ -1,7 +1,7 @@
 """Simulator (a): population gradient descent on the full ``Q ∈ R^{d×d}``.
 
 Works with the explicit feature vectors in R^d, the analytic gradient, float64. It shares
-nothing with :mod:`oodcalc.dynamics` except the protocol: no K×K reduction, no closed
+nothing with :mod:`oodcalc.finetune.dynamics` except the protocol: no K×K reduction, no closed
 form. This is the ground truth the theory is checked against.
 """
 

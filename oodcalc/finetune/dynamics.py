@@ -18,9 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ComputationError
-from .estimates import ray_compiled
-from .model import attention_first, conditional_errors, errors_first, features_first, \
+from ..errors import ComputationError
+from ..estimates import ray_compiled
+from ..model import attention_first, conditional_errors, errors_first, features_first, \
     features_last, matrices_first, matrices_last
 from .ray_loop import ray_step_loop
 
@@ -727,7 +727,7 @@ class _Columns(_Engine):
 
 
 class _CompiledColumns(_Engine):
-    """:class:`_Columns` compiled by Numba (:func:`oodcalc._kernels.columns_advance`: the
+    """:class:`_Columns` compiled by Numba (:func:`oodcalc.finetune._kernels.columns_advance`: the
     arithmetic of ``_Batch`` up to rounding, a vectorised exp). Columns are held in tiles
     of ``L``: position ``i`` is ``x[i // L, :, i % L]`` (the last tile padded with copies
     of column 0, never read). ``step()`` only marks the step; the next ``evaluate()``
@@ -805,8 +805,8 @@ class _CompiledColumns(_Engine):
 # From Q = 0 the logits stay on Z = aI + b(11ᵀ − I): every column is two-valued (its own
 # logit a, K−1 others b), so a whole K×K descent is one scalar recurrence. The same holds
 # for fine-tuning when M = cI (rotations, equal γ): the OOD logits c²Z1 are on the ray.
-# The recurrence itself is :func:`oodcalc.ray_loop.ray_step_loop` (below this module, so
-# that :mod:`oodcalc.compiled` compiles it without importing the dynamics back).
+# The recurrence itself is :func:`oodcalc.finetune.ray_loop.ray_step_loop` (below this module, so
+# that :mod:`oodcalc.finetune.compiled` compiles it without importing the dynamics back).
 
 @dataclass(frozen=True)
 class Ray:

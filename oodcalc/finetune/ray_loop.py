@@ -1,5 +1,5 @@
 """The symmetric ray's scalar recurrence in plain Python: the one source that both
-:mod:`oodcalc.dynamics` runs as is and :mod:`oodcalc.compiled` hands to Numba (so both
+:mod:`oodcalc.finetune.dynamics` runs as is and :mod:`oodcalc.finetune.compiled` hands to Numba (so both
 give the same numbers bit for bit). It imports nothing of oodcalc.
 
 From Q = 0 the logits stay on Z = aI + b(11ᵀ − I): every column is two-valued (its own

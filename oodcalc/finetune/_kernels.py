@@ -1,4 +1,4 @@
-"""Numba kernels for the K×K fine-tuning (imported only through :mod:`oodcalc.compiled`,
+"""Numba kernels for the K×K fine-tuning (imported only through :mod:`oodcalc.finetune.compiled`,
 which checks that Numba is installed).
 
 Every OOD column descends on its own (the loss is ``Σ_k e_k / K`` and ``e_k`` sees column
@@ -13,7 +13,7 @@ Every OOD column descends on its own (the loss is ``Σ_k e_k / K`` and ``e_k`` s
 
 A column's arithmetic depends neither on the thread count nor on the other columns:
 results are the same however the work is split. It is the NumPy path's
-(``oodcalc.dynamics._Batch``) with two differences, both at the rounding level: ``exp``
+(``oodcalc.finetune.dynamics._Batch``) with two differences, both at the rounding level: ``exp``
 is :func:`exp_neg` below, which LLVM vectorises (this Numba has no vectorised exp: its
 llvmlite is not built with Intel's SVML, so ``pip install icc-rt`` changes nothing, and
 ``math.exp`` calls the C library once per value, several times slower); and the errors
@@ -194,7 +194,7 @@ def finetune_diagonal(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamma: np.n
 
 
 # --- distinct columns of a sweep (no source view): one step and the evaluation after it
-# per call, behind the engine interface of oodcalc.dynamics._Columns. Sweeps have many
+# per call, behind the engine interface of oodcalc.finetune.dynamics._Columns. Sweeps have many
 # short columns (K = 8: eight logits), so these loops run across columns, in tiles of
 # ``L`` columns held as C-contiguous ``(K, L)`` blocks (``X[tile, n, j]``: logit n of
 # column tile·L + j), which LLVM vectorises and which stay in cache; each column's

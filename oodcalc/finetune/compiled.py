@@ -4,14 +4,14 @@ Two kinds of kernels, both used only when a run is long enough to pay for import
 and loading the compiled code (about a second; compiled once, then cached on disk):
 
 * the symmetric ray's scalar recurrence: the plain-Python source that oodcalc also runs
-  without Numba (:func:`oodcalc.ray_loop.ray_step_loop`), compiled unchanged, so both
+  without Numba (:func:`oodcalc.finetune.ray_loop.ray_step_loop`), compiled unchanged, so both
   give the same numbers bit for bit (the tests check it);
-* the per-column K×K fine-tuning (:mod:`oodcalc._kernels`), whose fallback is the NumPy
+* the per-column K×K fine-tuning (:mod:`oodcalc.finetune._kernels`), whose fallback is the NumPy
   K×K descent: the same arithmetic up to rounding (T2 identical and F_k to 1e-12 in the
   tests).
 
 Without Numba every accessor here returns None and the caller keeps its NumPy or
-plain-Python path. This module is a plug-in of :mod:`oodcalc.dynamics` (and of ``predict``
+plain-Python path. This module is a plug-in of :mod:`oodcalc.finetune.dynamics` (and of ``predict``
 and ``sweep``): it imports the loops it compiles, never the modules that choose them.
 """
 
@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-from .errors import InputError
+from ..errors import InputError
 
 
 #: Logit updates (steps × logits) from which a sweep's compiled column kernel pays for
@@ -93,7 +93,7 @@ def expected_threads() -> int:
 
 @functools.cache
 def ray_step_loop():
-    """:func:`oodcalc.ray_loop.ray_step_loop`, compiled; None without Numba."""
+    """:func:`oodcalc.finetune.ray_loop.ray_step_loop`, compiled; None without Numba."""
     nb = numba()
     if nb is None:
         return None
@@ -103,7 +103,7 @@ def ray_step_loop():
 
 @functools.cache
 def finetune_diagonal():
-    """:func:`oodcalc._kernels.finetune_diagonal`; None without Numba."""
+    """:func:`oodcalc.finetune._kernels.finetune_diagonal`; None without Numba."""
     if numba() is None:
         return None
     from ._kernels import finetune_diagonal
@@ -112,7 +112,7 @@ def finetune_diagonal():
 
 @functools.cache
 def column_kernels():
-    """``(serial, parallel)`` :func:`oodcalc._kernels.columns_advance`; None without
+    """``(serial, parallel)`` :func:`oodcalc.finetune._kernels.columns_advance`; None without
     Numba."""
     if numba() is None:
         return None
