@@ -1,6 +1,7 @@
 """Every benchmark, one after the other, and ``docs/performance.md`` from their output.
 
     python benchmarks/all.py [--output docs/performance.md] [--quick]
+    python benchmarks/all.py --only bench_interventions.py [...]   # rerun these, keep the rest
 
 Optional baselines (PyTorch, JAX, Numba) are skipped with a message when not installed;
 the scripts whose baseline *is* PyTorch are skipped whole. Each script also runs on its own.
@@ -19,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["bench_peers.py", "bench_margins.py", "bench_predict.py", "bench_release.py",
            "bench_cli.py", "bench_dynamics.py", "bench_prompts.py", "bench_scaling.py",
-           "bench_derive.py"]
+           "bench_derive.py", "bench_interventions.py"]
 NEEDS_TORCH = {"bench_dynamics.py", "bench_prompts.py"}   # their baseline is PyTorch
 QUICK = {"bench_peers.py": ["--n", "41", "--k8", "300", "--repeat", "1"],
          "bench_margins.py": ["--n", "41", "--repeat", "1"],
@@ -28,7 +29,7 @@ QUICK = {"bench_peers.py": ["--n", "41", "--k8", "300", "--repeat", "1"],
          "bench_release.py": ["--repeat", "1"], "bench_cli.py": ["--runs", "5"],
          "bench_dynamics.py": ["--n", "41", "--torch-configs", "4"],
          "bench_scaling.py": ["--full-K", "8", "--max-d", "32"],
-         "bench_derive.py": ["--repeat", "1"]}
+         "bench_derive.py": ["--repeat", "1"], "bench_interventions.py": ["--repeat", "1"]}
 
 
 def main() -> None:
@@ -38,12 +39,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smaller workloads, for a smoke test (the document says so); "
                              "the full run took 21 minutes on 2 cores (docs/performance.md)")
+    parser.add_argument("--only", nargs="+", choices=SCRIPTS, metavar="SCRIPT",
+                        help="run only these scripts and replace their sections of the "
+                             "existing document (each says when it was measured)")
     args = parser.parse_args()
     has_torch = importlib.util.find_spec("torch") is not None
     started = datetime.datetime.now().astimezone()
     sections, failed = [], []
     load_before = os.getloadavg()
-    for script in SCRIPTS:
+    for script in args.only or SCRIPTS:
         if script in NEEDS_TORCH and not has_torch:
             message = "skipped: its baseline needs PyTorch (pip install torch==2.13.0)"
             print(f"\n=== {script} {message}")
@@ -60,7 +64,10 @@ def main() -> None:
         if proc.wait() != 0:
             failed.append(script)
         sections.append((script, extra, "".join(lines)))
-    write(Path(args.output), sections, started, load_before, args.quick)
+    if args.only:
+        replace(Path(args.output), sections, started)
+    else:
+        write(Path(args.output), sections, started, load_before, args.quick)
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")
 
@@ -79,11 +86,36 @@ def write(path: Path, sections, started, load_before, quick: bool) -> None:
     if quick:
         out += ["**Smoke test (`--quick`): smaller workloads than the defaults.**", ""]
     for script, extra, text in sections:
-        out += [f"## `python benchmarks/{script}{' ' + ' '.join(extra) if extra else ''}`",
-                "", _summary(script), "", text.strip(), ""]
+        out += _section(script, extra, text)
+    _write_atomic(path, "\n".join(out))
+
+
+def replace(path: Path, sections, started) -> None:
+    """Replace the named scripts' sections of an existing document (or add them, in
+    SCRIPTS order); every other section stays as it was measured."""
+    text = path.read_text(encoding="utf-8")
+    head, *parts = text.split("\n## `python benchmarks/")
+    kept = {part.split("`", 1)[0].split()[0]: "## `python benchmarks/" + part.rstrip("\n")
+            for part in parts}
+    for script, extra, body in sections:
+        kept[script] = "\n".join(_section(script, extra, body, when=started)).rstrip("\n")
+    order = sorted(kept, key=lambda s: SCRIPTS.index(s) if s in SCRIPTS else len(SCRIPTS))
+    _write_atomic(path, head.rstrip("\n") + "\n\n" + "\n\n".join(kept[s] for s in order) + "\n")
+
+
+def _section(script: str, extra, text: str, when=None) -> list[str]:
+    out = [f"## `python benchmarks/{script}{' ' + ' '.join(extra) if extra else ''}`", "",
+           _summary(script), ""]
+    if when is not None:
+        out += [f"Measured alone (`python benchmarks/all.py --only {script}`) on "
+                f"{when:%Y-%m-%d %H:%M %Z}.", ""]
+    return out + [text.strip(), ""]
+
+
+def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text("\n".join(out), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     print(f"\nwrote {path}")
 

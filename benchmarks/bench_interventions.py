@@ -1,5 +1,6 @@
-"""The interventions' terms engine against a fused NumPy peer, and oodcalc advise, in one
-process.
+"""The interventions' terms engine against a fused NumPy peer; oodcalc advise end to end.
+
+Both measured in one process.
 
     python benchmarks/bench_interventions.py [--repeat 3]
 
@@ -42,7 +43,7 @@ def workload(K: int, B: int, seed: int = 0):
     return protocol, M, ood_start(z1s, M), z1s
 
 
-def engine(protocol, M, zU, zV):
+def terms_engine(protocol, M, zU, zV):
     recipe = terms.recipe(protocol, M, zU, zV)
     return engine.finetune(zU, zV, recipe, protocol.eta_ft, protocol.eps_ft, 10**6)
 
@@ -108,7 +109,7 @@ def main() -> None:
     rows = []
     for K, B in ((2, 1), (2, 1024), (8, 64), (32, 4)):
         protocol, M, zU, zV = workload(K, B)
-        w_e, c_e, run = best_of(lambda: engine(protocol, M, zU, zV), args.repeat)
+        w_e, c_e, run = best_of(lambda: terms_engine(protocol, M, zU, zV), args.repeat)
         w_p, c_p, (steps, pU, pV) = best_of(lambda: fused_peer(protocol, M, zU, zV),
                                             args.repeat)
         assert (steps == run.steps).all(), "the peer's steps differ from the engine's"
