@@ -9,7 +9,10 @@
 //   - any other parallel shift: dynamics._Batch (the K×K descent: softmax down each column
 //     with the max subtracted, e_k = ½ Σ_n r², the step x -= ((r − Σ a r) a) η/K);
 //   - source logits Z1 + (γ_n (z − z0)) γ_k (claim 7), per-feature loss e_k / K;
-//   - D_k, the paper's verdict and the corrected one as in theory.py.
+//   - D_k, the paper's verdict and the corrected one as in theory.py;
+//   - with interventions (replay, the L2 pull, projections, query weights): the terms engine
+//     of finetune/terms.py and finetune/engine.py on both logits (z_U, z_V), with its
+//     stopping rule on the covered features and its blocked and stalled outcomes.
 // Only Math.exp may differ from the C library's exp in the last bit, so T1 and T2 come out
 // identical and F_k agrees to rounding (the tests compare both with `oodcalc predict`).
 "use strict";

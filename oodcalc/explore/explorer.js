@@ -1,5 +1,6 @@
-// The explorer page: maps computed by oodcalc (embedded), a point run by OOD.run
-// (dynamics.js), charts and the numbers `oodcalc predict` prints. No network, no library.
+// The explorer page: maps computed by oodcalc (embedded, plain fine-tuning), a point run by
+// OOD.run (dynamics.js) with or without interventions, charts and the numbers `oodcalc
+// predict` prints. No network, no library.
 "use strict";
 
 (function () {
