@@ -426,3 +426,33 @@ def test_a_point_with_interventions_from_the_fragment(page, tmp_path, capsys):
                         "--replay 0.2 --l2 0.05 --project query --weights drop-negative")
     assert main(exported.split()[1:]) == 0
     assert f"T2 = {report.finetune.T2} steps" in capsys.readouterr().out
+
+
+@needs_chromium
+def test_the_intervention_fields_run_the_point(page, tmp_path):
+    """The fields as a reader sets them (change events; animation frames run at once, as
+    headless Chromium draws none): the run, the fragment and the command follow them, and a
+    bad value typed afterwards is named beside its field."""
+    events = "".join(f'$$("{field}").value = "{value}"; $$("{field}").dispatchEvent('
+                     'new Event("change"));' for field, value in
+                     [("replay", "0.5"), ("weights", "list"), ("weights-list", "1,0.5"),
+                      ("project", "key")])
+    script = ('<script>window.requestAnimationFrame = (f) => f();'
+              'const $$ = (id) => document.getElementById(id);' + events +
+              '$$("test-output").textContent = JSON.stringify({hash: location.hash, '
+              'T2: document.querySelector("[data-key=T2]").dataset.value});'
+              '$$("l2").value = "-2"; $$("l2").dispatchEvent(new Event("change"));'
+              '</script></body>')
+    typed = tmp_path / "typed.html"
+    typed.write_text(page.read_text(encoding="utf-8").replace("</body>", script),
+                     encoding="utf-8")
+    dom = browse(typed, "gamma=1,-0.9", tmp_path)
+    seen = json.loads(html.unescape(re.search(r'<pre id="test-output"[^>]*>(.*?)</pre>',
+                                              dom, re.S).group(1)))
+    report = predicted([1.0, -0.9], 0.01, 0.1, 0.1,
+                       {"replay": 0.5, "project": "key", "weights": (1.0, 0.5)})
+    assert int(seen["T2"]) == report.finetune.T2
+    assert urllib.parse.unquote(seen["hash"]).endswith("&replay=0.5&project=key&weights=1,0.5")
+    assert shown_text(dom, "intervention-error") == ("L2 μ: got '-2'; expected a finite "
+                                                     "number >= 0")
+    assert 'data-ready="1"' in dom and 'data-key="T2" data-value="undefined"' in dom

@@ -357,12 +357,13 @@
     const n = s ? s.n : k2.n;
     const i = Math.round((p[0] + 1) / 2 * (n - 1)), j = Math.round((p[1] + 1) / 2 * (n - 1));
     const at = j * n + i;
+    const plain = $("map-plain").hidden ? "" : " (plain fine-tuning)";
     if (!s) {
       $("hover").textContent = `γ = (${p[1]}, ${p[0]}): F = ${k2.F[at].toPrecision(4)}, F_1 = ${k2.F_1[at].toPrecision(4)} ` +
-        `(${VERDICTS[k2.regime_1[at]]}), F_2 = ${k2.F_2[at].toPrecision(4)} (${VERDICTS[k2.regime_2[at]]})`;
+        `(${VERDICTS[k2.regime_1[at]]}), F_2 = ${k2.F_2[at].toPrecision(4)} (${VERDICTS[k2.regime_2[at]]})${plain}`;
     } else {
       $("hover").textContent = `γ = (${s.gamma1}, ${p[0]}, ${p[1]}): F_1 = ${s.F_1[at].toPrecision(4)}; paper ${VERDICTS[s.paper[at]]}, ` +
-        `corrected ${VERDICTS[s.corrected[at]]}, D_1 ${DIRECTIONS[s.D_sign[at]]}, first step ${DIRECTIONS[s.first_step[at]]}`;
+        `corrected ${VERDICTS[s.corrected[at]]}, D_1 ${DIRECTIONS[s.D_sign[at]]}, first step ${DIRECTIONS[s.first_step[at]]}${plain}`;
     }
   }
 
@@ -471,7 +472,15 @@
   }
 
   function drawCharts(res) {
-    if (!res || res.error || !res.paths) return;
+    if (res && res.error) {         // no run: no charts of an earlier point
+      for (const id of ["chart-errors", "chart-weights"]) {
+        const canvas = $(id);
+        setupCanvas(canvas).clearRect(0, 0, canvas.clientWidth, canvas.clientHeight);
+      }
+      for (const id of ["legend-errors", "legend-weights"]) $(id).textContent = "";
+      return;
+    }
+    if (!res || !res.paths) return;
     const K = res.K, { pre, ft, z1, z0, gamma } = res.paths;
     const T1 = res.T1;
     const w = new Float64Array(K);
