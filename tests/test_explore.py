@@ -185,6 +185,7 @@ def test_a_point_set_by_the_fragment_shows_predicts_numbers(page, tmp_path, caps
                         "--eta-ft 0.3")
     assert main(exported.split()[1:]) == 0          # what the page exports runs as is
     assert f"T2 = {report.finetune.T2} steps" in capsys.readouterr().out
+    assert 'id="map-plain" class="banner" hidden' in dom    # no interventions: no banner
 
 
 @needs_chromium
@@ -239,3 +240,219 @@ def test_the_F_map_saturates_each_sign_at_its_own_extreme(page, tmp_path):
     left = imread(shot)[150:700, 0:520, :3]
     red = (left[..., 0] - left[..., 2] > 0.4).mean()    # #d6604d .. #b2182b, not the pinks
     assert red > 0.01, f"strong red on {red:.2%} of the map region"   # 2.2 % (was 0)
+
+
+# --- interventions: the page's terms engine against predict's -----------------------------
+
+#: Each intervention the page offers, as its fields give it (text) and as predict takes it.
+INTERVENTIONS = [({"replay": "0.5"}, {"replay": 0.5}), ({"l2": "0.1"}, {"l2": 0.1}),
+                 ({"project": "key"}, {"project": "key"}),
+                 ({"project": "both"}, {"project": "both"}),
+                 ({"weights": "cosine"}, {"weights": "cosine"}),
+                 ({"weights": "drop-negative"}, {"weights": "drop-negative"})]
+#: γ = (1, −0.9) (u_1 = v_1: a projection on the query side freezes it) and a K = 3 point
+#: (claim 8b's counterexample).
+INTERVENTION_GAMMAS = [[1.0, -0.9], [0.5, -0.9, -0.9]]
+
+
+def intervention_points():
+    out = [(gamma, 0.01, 0.1, 0.1, page_iv, iv) for gamma in INTERVENTION_GAMMAS
+           for page_iv, iv in INTERVENTIONS]
+    out.append(([0.5, -0.9, -0.9], 0.01, 0.1, 0.1, {"weights": "1, 0.5,2"},
+                {"weights": (1.0, 0.5, 2.0)}))
+    return out
+
+
+def predicted(gamma, eps, eta, eta_ft, iv):
+    return predict(Setting(parallel_shift(gamma),
+                           Protocol(eps=eps, eta=eta, eta_ft=eta_ft, **iv)))
+
+
+@pytest.fixture(scope="module")
+def intervention_reports():
+    return [predicted(g, eps, eta, eta_ft, iv)
+            for g, eps, eta, eta_ft, _, iv in intervention_points()]
+
+
+def run_hook(path: Path, pts, tmp: Path) -> list[dict]:
+    """The page's numbers for ``[gamma, eps, eta, eta_ft, interventions]`` points."""
+    dom = browse(path, "test=" + json.dumps(pts, separators=(",", ":")), tmp)
+    found = re.search(r'<pre id="test-output"[^>]*>(.+?)</pre>', dom, re.S)
+    assert found, f"the page's scripts did not run: {dom[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def compare_interventions(js: dict, report, where: str) -> None:
+    assert "error" not in js, (where, js.get("error"))
+    assert js["engine"] == "terms on (z_U, z_V) (JavaScript)", where
+    assert js["T1"] == report.pretrain.T1, where
+    assert js["T2"] == report.finetune.T2, (where, js["T2"], report.finetune.T2)
+    assert js["reached"] == report.finetune.reached, where
+    F_k = [f.F_k for f in report.forgetting]
+    assert np.allclose(js["F_k"], F_k, rtol=0, atol=1e-12), (where, js["F_k"], F_k)
+    assert abs(js["F"] - report.F) <= 1e-12, where
+    assert js["trend"] == [f.trend for f in report.forgetting], where
+    assert js["initial_direction"] == [f.initial_direction for f in report.forgetting], where
+    assert np.allclose(js["first_step"], [f.first_step for f in report.forgetting],
+                       rtol=1e-9, atol=1e-15), where
+    # the closed forms of claims 8 and 9 are plain fine-tuning's: neither shows them
+    assert js["regime"] == [f.regime for f in report.forgetting] == [None] * len(F_k), where
+    assert js["D_k"] == [f.D_k for f in report.forgetting], where
+    assert js["note"] == (report.warnings[0] if report.warnings else None), where
+
+
+@needs_chromium
+def test_the_page_runs_predicts_interventions(page, tmp_path, intervention_reports):
+    """Each intervention at γ = (1, −0.9) and at a K = 3 point (13 runs, one browser
+    launch): T1, T2, the reached flag and predict's note identical, F and F_k within 1e-12;
+    under a projection (no replay) F = 0 exactly."""
+    pts = intervention_points()
+    results = run_hook(page, [p[:5] for p in pts], tmp_path)
+    assert len(results) == len(pts)
+    outcomes = set()
+    for (gamma, *_, iv), js, report in zip(pts, results, intervention_reports):
+        compare_interventions(js, report, f"γ = {gamma}, {iv}")
+        if "project" in iv:
+            assert js["F"] == 0 and all(f == 0 for f in js["F_k"])
+        outcomes.add("reached" if js["reached"] else "blocked" if js["blocked"] else
+                     "stalled" if js["stalled"] else "?")
+    assert outcomes == {"reached", "blocked", "stalled"}    # every way a run ends here
+
+
+#: Wrong ports the comparison must catch: (what, the line of dynamics.js, its mutation,
+#: the intervention that sees it).
+MUTATIONS = [
+    ("replay factor", "const h = replay * gV[i];", "const h = 1.001 * replay * gV[i];",
+     {"replay": 0.5}),
+    ("key and query projections swapped",
+     'const left = iv.project === "key" || iv.project === "both";',
+     'const left = iv.project === "query" || iv.project === "both";', {"project": "key"}),
+    ("pull 0.1 % too strong on the source logits", "dV[i] += l2 * (zV[i] - zV1[i]);",
+     "dV[i] += 1.001 * l2 * (zV[i] - zV1[i]);", {"l2": 0.1}),
+    ("cosine weights not scaled to mean 1", "kept[k] *= scale;", "kept[k] *= 1.0;",
+     {"weights": "cosine"}),
+    ("one step short of a stall", "if (big <= STALL_STEP) { steps = t;",
+     "if (big <= 1e3 * STALL_STEP) { steps = t;", {"l2": 0.1}),
+]
+
+
+@needs_chromium
+@pytest.mark.parametrize("what, line, mutant, iv", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_a_wrong_port_fails_the_comparison(what, line, mutant, iv, page, tmp_path,
+                                           monkeypatch):
+    """The page rebuilt (its embedded maps reused) with one line of dynamics.js mutated:
+    the comparison with predict fails."""
+    import oodcalc.explore as explore
+    source = explore._asset("dynamics.js")
+    assert source.count(line) == 1, line
+    real = explore._asset
+    monkeypatch.setattr(explore, "_asset", lambda name: source.replace(line, mutant)
+                        if name == "dynamics.js" else real(name))
+    text = page.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="oodcalc-data">(.*?)</script>', text, re.S).group(1))
+    mutated = tmp_path / "mutated.html"
+    mutated.write_text(explore.build_page(data), encoding="utf-8")
+    gamma = [1.0, -0.9]
+    js = run_hook(mutated, [[gamma, 0.01, 0.1, 0.1, iv]], tmp_path)[0]
+    report = predicted(gamma, 0.01, 0.1, 0.1, iv)
+    with pytest.raises(AssertionError):
+        compare_interventions(js, report, what)
+
+
+def shown_text(dom: str, id_: str) -> str:
+    found = re.search(rf'id="{id_}"[^>]*>(.*?)</', dom, re.S)
+    return html.unescape(found.group(1)) if found else ""
+
+
+@needs_chromium
+def test_bad_interventions_are_named_on_the_page(page, tmp_path):
+    """A bad value names its field, the value and what the field takes, beside the
+    fields; the page runs on (no exception: it finishes and marks itself ready), shows no
+    numbers for the point and exports no flag for it. OOD.run says the same to the hook."""
+    dom = browse(page, "gamma=1,-0.9&replay=1.5&project=key", tmp_path)
+    assert 'data-ready="1"' in dom
+    assert shown_text(dom, "intervention-error") == (
+        "replay λ: got '1.5'; expected a share λ with 0 <= λ < 1 (λ = 1 would not "
+        "fine-tune on U at all)")
+    assert 'data-key="T2" data-value="undefined"' in dom      # no run
+    assert "--replay" not in shown_text(dom, "command-text")
+    bad = [({"replay": "x"}, "replay λ: got 'x'; expected a share λ with 0 <= λ < 1"),
+           ({"l2": "-1"}, "L2 μ: got '-1'; expected a finite number >= 0"),
+           ({"l2": "Infinity"}, "L2 μ: got 'Infinity'; expected a finite number >= 0"),
+           ({"project": "sideways"},
+            "projection: got 'sideways'; expected one of none, key, query, both"),
+           ({"weights": "1,2,3"}, "weights: got 3 values; expected one weight per feature: "
+                                  "K = 2"),
+           ({"weights": "0,0"}, "weights: got '0,0'; expected numbers c_1,...,c_K (finite, "
+                                ">= 0, not all 0) or a rule: cosine, drop-negative"),
+           ({"weights": "1,-1"}, "weights: got '1,-1'; expected numbers"),
+           ({"weights": []}, "weights: got ''; expected numbers")]
+    pts = [[[1.0, -0.9], 0.01, 0.1, 0.1, iv] for iv, _ in bad]
+    pts.append([[-0.5, -0.9], 0.01, 0.1, 0.1, {"weights": "cosine"}])
+    results = run_hook(page, pts, tmp_path)
+    for (iv, message), js in zip(bad, results):
+        assert js["error"].startswith(message), (iv, js["error"])
+        assert "T2" not in js
+    assert results[-1]["error"] == (
+        "weights: got 'cosine'; every OOD feature has a negative cosine to the pretraining "
+        "centre (-0.354, -0.636): nothing would be fine-tuned; give explicit weights")
+    with pytest.raises(Exception, match="every OOD feature has a negative cosine"):
+        predicted([-0.5, -0.9], 0.01, 0.1, 0.1, {"weights": "cosine"})
+
+
+@needs_chromium
+def test_a_point_with_interventions_from_the_fragment(page, tmp_path, capsys):
+    """The reader's path: interventions from the URL fragment, the numbers read from the
+    tables, the banner over the maps, and the command line the page exports (it runs, and
+    prints predict's T2)."""
+    gamma = [0.5, -0.9, -0.9]
+    dom = browse(page, "gamma=0.5,-0.9,-0.9&eps=0.01&eta=0.1&replay=0.2&l2=0.05"
+                       "&project=query&weights=drop-negative", tmp_path)
+    iv = {"replay": 0.2, "l2": 0.05, "project": "query", "weights": "drop-negative"}
+    report = predicted(gamma, 0.01, 0.1, 0.1, iv)
+    values = dom_values(dom)
+    assert int(values["T2"]) == report.finetune.T2
+    assert values["reached"] == str(report.finetune.reached).lower()
+    for f in report.forgetting:
+        assert abs(float(values[f"F_k.{f.k}"]) - f.F_k) <= 1e-12
+        assert values[f"regime.{f.k}"] == "null"
+    assert abs(float(values["F"]) - report.F) <= 1e-12
+    assert shown_text(dom, "map-plain").startswith("The maps show plain fine-tuning")
+    note = shown_text(dom, "run-note")             # stalled: the pull holds u_1 back
+    assert not report.finetune.reached and note[0].lower() + note[1:] == report.warnings[0] + "."
+    exported = html.unescape(re.search(r'<pre id="command-text"[^>]*>(.*?)</pre>', dom,
+                                       re.S).group(1))
+    assert exported == ("oodcalc predict --gamma 0.5,-0.9,-0.9 --eps 0.01 --eta 0.1 "
+                        "--replay 0.2 --l2 0.05 --project query --weights drop-negative")
+    assert main(exported.split()[1:]) == 0
+    assert f"T2 = {report.finetune.T2} steps" in capsys.readouterr().out
+
+
+@needs_chromium
+def test_the_intervention_fields_run_the_point(page, tmp_path):
+    """The fields as a reader sets them (change events; animation frames run at once, as
+    headless Chromium draws none): the run, the fragment and the command follow them, and a
+    bad value typed afterwards is named beside its field."""
+    events = "".join(f'$$("{field}").value = "{value}"; $$("{field}").dispatchEvent('
+                     'new Event("change"));' for field, value in
+                     [("replay", "0.5"), ("weights", "list"), ("weights-list", "1,0.5"),
+                      ("project", "key")])
+    script = ('<script>window.requestAnimationFrame = (f) => f();'
+              'const $$ = (id) => document.getElementById(id);' + events +
+              '$$("test-output").textContent = JSON.stringify({hash: location.hash, '
+              'T2: document.querySelector("[data-key=T2]").dataset.value});'
+              '$$("l2").value = "-2"; $$("l2").dispatchEvent(new Event("change"));'
+              '</script></body>')
+    typed = tmp_path / "typed.html"
+    typed.write_text(page.read_text(encoding="utf-8").replace("</body>", script),
+                     encoding="utf-8")
+    dom = browse(typed, "gamma=1,-0.9", tmp_path)
+    seen = json.loads(html.unescape(re.search(r'<pre id="test-output"[^>]*>(.*?)</pre>',
+                                              dom, re.S).group(1)))
+    report = predicted([1.0, -0.9], 0.01, 0.1, 0.1,
+                       {"replay": 0.5, "project": "key", "weights": (1.0, 0.5)})
+    assert int(seen["T2"]) == report.finetune.T2
+    assert urllib.parse.unquote(seen["hash"]).endswith("&replay=0.5&project=key&weights=1,0.5")
+    assert shown_text(dom, "intervention-error") == ("L2 μ: got '-2'; expected a finite "
+                                                     "number >= 0")
+    assert 'data-ready="1"' in dom and 'data-key="T2" data-value="undefined"' in dom

@@ -6,7 +6,13 @@ a picked point itself: ``dynamics.js`` is a port of the exact K×K logit dynamic
 (pretraining on the symmetric ray, fine-tuning by the K×K descent, claim 7's source view)
 with the floating-point operations of ``oodcalc.finetune.dynamics`` in the same order, so that its
 T1 and T2 equal ``predict``'s and its F_k agree to rounding (the tests check both in
-headless Chromium). Everything is inlined: no network, no library, works from ``file://``.
+headless Chromium). The point may carry fine-tuning interventions (replay λ, the L2 pull μ,
+a projection off span(V), query weights c_k or a cosine rule), run by a port of the terms
+engine (``oodcalc.finetune.terms`` and ``engine``: both logits, the stopping rule on the
+covered features, blocked and stalled runs) with the same agreement, the reached flag and
+predict's note included; the embedded maps stay plain fine-tuning, and the page says so
+when an intervention is set. Everything is inlined: no network, no library, works from
+``file://``.
 """
 
 from __future__ import annotations

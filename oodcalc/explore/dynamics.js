@@ -9,7 +9,10 @@
 //   - any other parallel shift: dynamics._Batch (the K×K descent: softmax down each column
 //     with the max subtracted, e_k = ½ Σ_n r², the step x -= ((r − Σ a r) a) η/K);
 //   - source logits Z1 + (γ_n (z − z0)) γ_k (claim 7), per-feature loss e_k / K;
-//   - D_k, the paper's verdict and the corrected one as in theory.py.
+//   - D_k, the paper's verdict and the corrected one as in theory.py;
+//   - with interventions (replay, the L2 pull, projections, query weights): the terms engine
+//     of finetune/terms.py and finetune/engine.py on both logits (z_U, z_V), with its
+//     stopping rule on the covered features and its blocked and stalled outcomes.
 // Only Math.exp may differ from the C library's exp in the last bit, so T1 and T2 come out
 // identical and F_k agrees to rounding (the tests compare both with `oodcalc predict`).
 "use strict";
@@ -176,6 +179,179 @@ const OOD = (function () {
     return { z: x, steps: t, converged: done };
   }
 
+  // --- fine-tuning interventions (finetune/terms.py, finetune/engine.py) -----------------
+  //
+  // Replay λ, the L2 pull μ toward Q^(T1), projections off span(V) and query weights c_k, as
+  // terms of one step on the pair (z_U, z_V), the OOD and the source logits:
+  //   Δz_U = −η [(1−λ) A_l (g_U c) A_r + λ Mᵀ g_V M + μ (z_U − z_U^(T1))]
+  //   Δz_V = −η [(1−λ) B_l (g_U c) B_rᵀ + λ g_V + μ (z_V − z_V^(T1))]
+  // (A = I − MᵀM projected, else I; B = 0 projected, else M). The page runs parallel shifts,
+  // M = diag(γ): every matrix product there is a product of diagonals, where BLAS adds only
+  // exact zeros, so (γ_n g[n,k]) γ_k below is terms.py's result to the bit.
+  const STALL_STEP = 1e-12;                       // setting.STALL_STEP
+  const PROJECTIONS = ["none", "key", "query", "both"];   // setting.PROJECTIONS
+  const WEIGHT_RULES = ["cosine", "drop-negative"];       // setting.WEIGHT_RULES
+  const NUMBER = /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/;
+
+  function number(v) {
+    if (typeof v === "number") return v;
+    return typeof v === "string" && NUMBER.test(v) ? Number(v) : NaN;
+  }
+  const shown = (v) => (Array.isArray(v) ? v.join(",") : String(v));
+
+  // Protocol._check_interventions and Setting's length check: { interventions } (null for
+  // plain fine-tuning) or { error } naming the field, the value and what it takes. Values
+  // may be numbers or the text of the page's fields.
+  function checkInterventions(spec, K) {
+    spec = spec || {};
+    const given = (key) => spec[key] !== undefined && spec[key] !== null && spec[key] !== "";
+    const replay = given("replay") ? number(spec.replay) : 0;
+    if (!(replay >= 0 && replay < 1))
+      return { error: `replay λ: got '${shown(spec.replay)}'; expected a share λ with ` +
+               "0 <= λ < 1 (λ = 1 would not fine-tune on U at all)" };
+    const l2 = given("l2") ? number(spec.l2) : 0;
+    if (!(Number.isFinite(l2) && l2 >= 0))
+      return { error: `L2 μ: got '${shown(spec.l2)}'; expected a finite number >= 0` };
+    const project = given("project") ? spec.project : "none";
+    if (!PROJECTIONS.includes(project))
+      return { error: `projection: got '${shown(project)}'; expected one of ${PROJECTIONS.join(", ")}` };
+    let weights = null;
+    if (given("weights") && spec.weights !== "none") {
+      const w = spec.weights;
+      if (WEIGHT_RULES.includes(w)) weights = w;
+      else {
+        const parts = Array.isArray(w) ? w : typeof w === "string" ? w.split(",") : [w];
+        const values = parts.map(number);
+        if (!values.length || !values.every((c) => Number.isFinite(c) && c >= 0) ||
+            !values.some((c) => c !== 0))
+          return { error: `weights: got '${shown(w)}'; expected numbers c_1,...,c_K (finite, ` +
+                   `>= 0, not all 0) or a rule: ${WEIGHT_RULES.join(", ")}` };
+        if (values.length !== K)
+          return { error: `weights: got ${values.length} value${values.length === 1 ? "" : "s"}; ` +
+                   `expected one weight per feature: K = ${K}` };
+        weights = values;
+      }
+    }
+    const plain = replay === 0 && l2 === 0 && project === "none" && weights === null;
+    return { interventions: plain ? null : { replay, l2, project, weights } };
+  }
+
+  // terms.query_weights for M = diag(γ): the cosine of u_k to the pretraining centre is
+  // Σ_n M[n, k] / √K = γ_k / √K (the column's other entries are exact zeros).
+  function queryWeights(rule, gamma, K) {
+    if (rule === null) return { c: new Float64Array(K).fill(1.0) };
+    if (typeof rule !== "string") return { c: Float64Array.from(rule) };
+    const root = Math.sqrt(K);
+    const cos = gamma.map((g) => g / root);
+    const kept = Float64Array.from(cos, (c) => rule === "cosine" ? Math.max(c, 0.0) : c >= 0 ? 1.0 : 0.0);
+    if (!kept.some((c) => c !== 0))
+      return { error: `weights: got '${rule}'; every OOD feature has a negative cosine to the ` +
+               `pretraining centre (${cos.map((c) => fmtG(c, 3)).join(", ")}): nothing would ` +
+               "be fine-tuned; give explicit weights" };
+    if (rule === "cosine") {
+      let sum = 0.0;
+      for (let k = 0; k < K; k++) sum += kept[k];
+      const scale = K / sum;
+      for (let k = 0; k < K; k++) kept[k] *= scale;
+    }
+    return { c: kept };
+  }
+
+  // terms.recipe and terms.frozen_columns, diagonal M: which features the rule covers
+  // (c_k > 0) and which OOD columns no step moves (no replay and c_k A_r[k, k] = 0).
+  function recipe(iv, gamma, K) {
+    const q = queryWeights(iv.weights, gamma, K);
+    if (q.error) return q;
+    const c = q.c;
+    const left = iv.project === "key" || iv.project === "both";
+    const right = iv.project === "query" || iv.project === "both";
+    const A = Float64Array.from(gamma, (g) => 1.0 - g * g);     // I − MᵀM
+    const covered = Array.from(c, (x) => x > 0);
+    const frozen = Array.from(c, (x, k) => !iv.replay && (right ? x * A[k] : x) === 0);
+    return { c, left, right, A, covered, frozen, scale: 1.0 - iv.replay, replay: iv.replay,
+             l2: iv.l2 };
+  }
+
+  // terms.errors_and_gradient: e_k and ∂L/∂z = a (r − Σ_n a r) / K, one softmax per column.
+  function errorsAndGradient(z, K, e, g, a) {
+    for (let k = 0; k < K; k++) {
+      const o = k * K;
+      let mx = z[o];
+      for (let n = 1; n < K; n++) if (z[o + n] > mx) mx = z[o + n];
+      let s = 0;
+      for (let n = 0; n < K; n++) { a[n] = Math.exp(z[o + n] - mx); s += a[n]; }
+      let ek = 0, S = 0;
+      for (let n = 0; n < K; n++) {
+        a[n] = a[n] / s;
+        const r = n === k ? a[n] - 1.0 : a[n];
+        ek += r * r;
+        S += a[n] * r;
+      }
+      e[k] = 0.5 * ek;
+      for (let n = 0; n < K; n++) {
+        const r = n === k ? a[n] - 1.0 : a[n];
+        g[o + n] = a[n] * (r - S) / K;
+      }
+    }
+  }
+
+  // engine.finetune for one configuration: GD z ← z − η Σ terms on (z_U, z_V) until every
+  // covered e_k(z_U) <= ε (reached), or every covered feature still above ε is frozen
+  // (blocked), or a step moves no logit by more than STALL_STEP (stalled: a pull holds the
+  // run), or maxSteps. observe(t, z_U, z_V) sees every iterate; a stalled run makes its
+  // last step and is seen once more, as in engine.py.
+  function finetuneTerms(zU1, zV1, gamma, K, plan, eta, eps, maxSteps, observe) {
+    const zU = Float64Array.from(zU1), zV = Float64Array.from(zV1);
+    const N = K * K, eU = new Float64Array(K), eV = new Float64Array(K);
+    const gU = new Float64Array(N), gV = new Float64Array(N), a = new Float64Array(K);
+    const dU = new Float64Array(N), dV = new Float64Array(N);
+    const { c, left, right, A, covered, frozen, scale, replay, l2 } = plan;
+    const share = Float64Array.from(c, (x) => scale * x);
+    let steps = maxSteps, live = true, reached = false, blocked = false, stalled = false;
+    for (let t = 0; ; t++) {
+      errorsAndGradient(zU, K, eU, gU, a);
+      let met = true, still = true;
+      for (let k = 0; k < K; k++) {
+        const within = eU[k] <= eps || !covered[k];
+        met = met && within;
+        still = still && (within || frozen[k]);
+      }
+      observe(t, zU, zV);
+      if (live && still) { steps = t; reached = met; blocked = !met; live = false; }
+      if (t === maxSteps || !live) break;
+      if (replay) errorsAndGradient(zV, K, eV, gV, a);
+      for (let k = 0; k < K; k++) {
+        const o = k * K;
+        for (let n = 0; n < K; n++) {
+          const i = o + n;
+          let g = gU[i] * share[k];                        // Fit: (1−λ) A_l (g_U c) A_r
+          if (left) g = A[n] * g;
+          if (right) g = g * A[k];
+          dU[i] = g;
+          dV[i] = left || right ? 0.0 : gamma[n] * (gU[i] * share[k]) * gamma[k];
+          if (replay) {                                  // Replay: λ Mᵀ g_V M and λ g_V
+            const h = replay * gV[i];
+            dU[i] += gamma[n] * h * gamma[k];
+            dV[i] += h;
+          }
+          if (l2) {                                      // Pull: μ (z − z^(T1))
+            dU[i] += l2 * (zU[i] - zU1[i]);
+            dV[i] += l2 * (zV[i] - zV1[i]);
+          }
+          dU[i] *= eta;
+          dV[i] *= eta;
+        }
+      }
+      if (l2) {
+        let big = 0;
+        for (let i = 0; i < N; i++) big = Math.max(big, Math.abs(dU[i]), Math.abs(dV[i]));
+        if (big <= STALL_STEP) { steps = t; stalled = true; live = false; }
+      }
+      for (let i = 0; i < N; i++) { zU[i] -= dU[i]; zV[i] -= dV[i]; }
+    }
+    return { zU, zV, steps, reached, blocked, stalled };
+  }
+
   // --- closed forms (theory.py) ----------------------------------------------------------
 
   function alphaStar(K, eps) {
@@ -285,7 +461,9 @@ const OOD = (function () {
 
   // --- one point: what `oodcalc predict --gamma ...` computes ---------------------------
 
-  const LIMITS = { pretrainSteps: 2e7, finetuneWork: 2e8, maxSteps: 1e7 };
+  // termsWork: a step with interventions costs up to three softmaxes and both logits, and a
+  // run may never reach its rule (replay against a projection): a few seconds at most.
+  const LIMITS = { pretrainSteps: 2e7, finetuneWork: 2e8, termsWork: 1e7, maxSteps: 1e7 };
 
   function run(gamma, eps, eta, etaFt, options) {
     options = options || {};
@@ -294,6 +472,14 @@ const OOD = (function () {
     const started = performance.now();
     const maxSteps = options.maxSteps || LIMITS.maxSteps;
     const result = { K, gamma: gamma.slice(), eps, eta, eta_ft: etaFt };
+    const asked = checkInterventions(options.interventions, K);
+    if (asked.error) {
+      result.error = asked.error;
+      result.ms = performance.now() - started;
+      return result;
+    }
+    const iv = asked.interventions;
+    result.interventions = iv;
 
     // 1. pretraining: the ray's scalar recurrence from Q = 0
     const preSnaps = record ? new Snapshots(SNAPSHOTS) : null;
@@ -325,6 +511,7 @@ const OOD = (function () {
     result.step_size_bound = bound;
 
     // 3. fine-tuning on U, the source view followed at every step
+    if (iv) return runTerms(result, iv, z1, z0, etaFt, eps, maxSteps, record, preSnaps, started);
     const onRay = gamma.every((g) => g === gamma[0]);
     const ftSnaps = record ? new Snapshots(SNAPSHOTS) : null;
     const src = new Float64Array(K * K), eSrc = new Float64Array(K), eOod = new Float64Array(K);
@@ -358,7 +545,8 @@ const OOD = (function () {
         if (ftSnaps) ftSnaps.offer(t, () => [Float64Array.from(x), Float64Array.from(e),
                                              Float64Array.from(eSrc)]);
       });
-      if (!ft.converged) return stuck(result, ft.steps, started, ft.steps >= cap && cap < maxSteps);
+      if (!ft.converged)
+        return stuck(result, ft.steps, started, ft.steps >= cap && cap < maxSteps && LIMITS.finetuneWork);
       T2 = ft.steps;
       before = first;
       after = prev;
@@ -417,15 +605,103 @@ const OOD = (function () {
     return result;
   }
 
+  // Fine-tuning with interventions (predict._finetune_terms): the terms engine on both
+  // logits, the source losses e_k(z_V) / K read at every step. The closed forms of claims 8
+  // and 9 (regimes, D_k, the step-size bound) describe plain fine-tuning: null here.
+  function runTerms(result, iv, z1, z0, etaFt, eps, maxSteps, record, preSnaps, started) {
+    const K = result.K, gamma = result.gamma;
+    const plan = recipe(iv, gamma, K);
+    if (plan.error) {
+      result.error = plan.error;
+      result.ms = performance.now() - started;
+      return result;
+    }
+    const cap = Math.min(maxSteps, Math.floor(LIMITS.termsWork / (K * K)));
+    const ftSnaps = record ? new Snapshots(SNAPSHOTS) : null;
+    const w = new Float64Array(K), eSrc = new Float64Array(K), eOod = new Float64Array(K);
+    const rises = new Array(K).fill(false), falls = new Array(K).fill(false);
+    const losses = [], first = new Float64Array(K), prev = new Float64Array(K);
+    let lastU = null, lastV = null;
+    // predict._Trend without a fresh array per step (a long run makes millions)
+    const run = finetuneTerms(z0, z1, gamma, K, plan, etaFt, eps, cap, (t, zU, zV) => {
+      columnErrors(zV, K, eSrc, w);
+      for (let k = 0; k < K; k++) {
+        const loss = eSrc[k] / K;
+        if (t === 0) first[k] = loss;
+        else {
+          const change = loss - prev[k];
+          if (change > TREND_TOL) rises[k] = true;
+          if (change < -TREND_TOL) falls[k] = true;
+        }
+        prev[k] = loss;
+      }
+      if (t < 2) losses.push(Array.from(prev));
+      lastU = zU; lastV = zV;
+      if (ftSnaps) ftSnaps.offer(t, () => [Float64Array.from(zU), columnErrors(zU, K, new Float64Array(K), w),
+                                           Float64Array.from(eSrc), Float64Array.from(zV)]);
+    });
+    if (!(run.reached || run.blocked || run.stalled))
+      return stuck(result, run.steps, started, cap < maxSteps && LIMITS.termsWork);
+    const T2 = run.steps;
+    if (ftSnaps) ftSnaps.close(T2, () => [Float64Array.from(lastU), columnErrors(lastU, K, new Float64Array(K), w),
+                                          columnErrors(lastV, K, new Float64Array(K), w), Float64Array.from(lastV)]);
+    result.engine = "terms on (z_U, z_V) (JavaScript)";
+    result.step_size_bound = null;
+    result.T2 = T2;
+    result.reached = run.reached;
+    result.blocked = run.blocked;
+    result.stalled = run.stalled;
+    result.weights = Array.from(plan.c);
+    result.covered = plan.covered;
+    result.frozen = plan.frozen;
+    result.F_k = Array.from(prev, (v, k) => v - first[k]);
+    result.F = result.F_k.reduce((s, x) => s + x, 0);
+    result.loss_before = Array.from(first);
+    result.loss_after = Array.from(prev);
+    result.trend = rises.map((r, k) => trendName(r, falls[k]));
+    result.ood_error_after = Array.from(columnErrors(run.zU, K, eOod, w));
+    result.first_step = T2 > 0 && losses.length > 1 ? losses[1].map((v, k) => v - losses[0][k])
+      : new Array(K).fill(0);
+    result.initial_direction = result.first_step.map(direction);
+    const none = new Array(K).fill(null);
+    for (const key of ["D_k", "D_k_direction", "D_k_agrees", "regime", "condition",
+                       "corrected_regime", "corrected_condition", "theorem_holds"])
+      result[key] = none.slice();
+    result.note = run.reached ? null : notReached(run, plan, eps, iv, K);
+    result.ms = performance.now() - started;
+    if (record) result.paths = { pre: preSnaps, ft: ftSnaps, z1, z0, gamma: gamma.slice() };
+    return result;
+  }
+
+  // predict._not_reached: why the rule on U does not hold at T2.
+  function notReached(run, plan, eps, iv, K) {
+    const e = columnErrors(run.zU, K, new Float64Array(K), new Float64Array(K));
+    const above = [];
+    for (let k = 0; k < K; k++) if (plan.covered[k] && e[k] > eps) above.push(k);
+    const where = above.map((k) => `e_${k + 1} = ${fmtG(e[k], 3)}`).join(", ");
+    const head = `the stopping rule on U was not reached (${where} > eps_ft = ${fmtG(eps, 6)})`;
+    if (run.blocked) {
+      const frozen = above.filter((k) => plan.frozen[k]).map((k) => `u${k + 1}`).join(", ");
+      const side = iv.project === "both" ? "two-sided" : `${iv.project}-side`;
+      return `${head}: the ${side} projection leaves ${frozen} no update (in span(V)); ` +
+        `fine-tuning stopped at T2 = ${run.steps}, when every other feature met the rule`;
+    }
+    return `${head}: fine-tuning settled at T2 = ${run.steps}, where a step moves no logit by ` +
+      `more than ${fmtG(STALL_STEP, 6)} (the pull toward the pretrained weights balances the fit)`;
+  }
+
+  // budget: the page's budget of logit updates that cut the run short (false: the step cap)
   function stuck(result, steps, started, budget) {
+    const rule = result.interventions ? "the stopping rule on U was not reached" :
+      "fine-tuning did not meet the stopping rule";
     result.error = budget
       ? `fine-tuning stopped after ${steps.toLocaleString()} steps, the page's budget of ` +
-        `${LIMITS.finetuneWork.toExponential(0)} logit updates; run the command below`
-      : `fine-tuning did not meet the stopping rule within ${steps.toLocaleString()} steps`;
+        `${budget.toExponential(0)} logit updates (${rule}); run the command below`
+      : `${rule} within ${steps.toLocaleString()} steps`;
     result.ms = performance.now() - started;
     return result;
   }
 
-  return { run, regimes, alphaStar, columnErrors, oodStart, sourceLogits, rayLogits,
+  return { run, checkInterventions, regimes, alphaStar, columnErrors, oodStart, sourceLogits, rayLogits,
            firstStepTerms, fmtG, TREND_TOL, LIMITS };
 })();

@@ -1,5 +1,6 @@
-// The explorer page: maps computed by oodcalc (embedded), a point run by OOD.run
-// (dynamics.js), charts and the numbers `oodcalc predict` prints. No network, no library.
+// The explorer page: maps computed by oodcalc (embedded, plain fine-tuning), a point run by
+// OOD.run (dynamics.js) with or without interventions, charts and the numbers `oodcalc
+// predict` prints. No network, no library.
 "use strict";
 
 (function () {
@@ -50,7 +51,28 @@
 
   // --- state and the URL fragment -------------------------------------------------------
   const state = { gamma: [1, -0.9], eps: DATA.protocol.eps, eta: DATA.protocol.eta,
-                  eta_ft: null, map: "k2", layer: "F", slice: 0, view: "source" };
+                  eta_ft: null, map: "k2", layer: "F", slice: 0, view: "source",
+                  // interventions as typed (OOD.checkInterventions reads and checks them);
+                  // weights: "none", a rule, or "list" with the numbers in `list`
+                  iv: { replay: "", l2: "", project: "none", weights: "none", list: "" } };
+  const WEIGHT_MODES = ["none", "cosine", "drop-negative"];
+
+  // The interventions for OOD.run: an empty list is an error there (it names the field),
+  // not plain fine-tuning.
+  function interventionSpec() {
+    const iv = state.iv;
+    const weights = iv.weights === "list" ? (iv.list.trim() === "" ? [] : iv.list) : iv.weights;
+    return { replay: iv.replay.trim(), l2: iv.l2.trim(), project: iv.project, weights };
+  }
+
+  function describeInterventions(iv) {
+    const parts = [];
+    if (iv.replay) parts.push(`replay λ = ${iv.replay}`);
+    if (iv.l2) parts.push(`L2 μ = ${iv.l2}`);
+    if (iv.project !== "none") parts.push(`projection off span(V): ${iv.project === "both" ? "both sides" : iv.project + " side"}`);
+    if (iv.weights !== null) parts.push(`query weights ${Array.isArray(iv.weights) ? "c = (" + iv.weights.join(", ") + ")" : iv.weights}`);
+    return parts.join(", ");
+  }
 
   function parseFragment() {
     const h = decodeURIComponent(location.hash.replace(/^#/, ""));
@@ -95,6 +117,11 @@
       if (x === null) messages.push(`${key}: got '${f[key]}'; expected a number > 0`);
       else state[key] = x;
     }
+    for (const key of ["replay", "l2"]) state.iv[key] = f[key] === undefined ? "" : f[key];
+    state.iv.project = f.project === undefined ? "none" : f.project;
+    const w = f.weights === undefined ? "none" : f.weights;
+    if (WEIGHT_MODES.includes(w)) { state.iv.weights = w; state.iv.list = ""; }
+    else { state.iv.weights = "list"; state.iv.list = w; }
     $("fragment-error").textContent = messages.join("; ");
     return f;
   }
@@ -102,6 +129,11 @@
   function writeFragment() {
     let h = `gamma=${state.gamma.map(String).join(",")}&eps=${state.eps}&eta=${state.eta}`;
     if (state.eta_ft !== null) h += `&eta_ft=${state.eta_ft}`;
+    const iv = state.iv;
+    if (iv.replay.trim()) h += `&replay=${iv.replay.trim()}`;
+    if (iv.l2.trim()) h += `&l2=${iv.l2.trim()}`;
+    if (iv.project !== "none") h += `&project=${iv.project}`;
+    if (iv.weights !== "none") h += `&weights=${iv.weights === "list" ? iv.list.replace(/\s+/g, "") : iv.weights}`;
     try { history.replaceState(null, "", "#" + h); } catch (e) { location.hash = h; }
   }
 
@@ -110,6 +142,13 @@
     let c = "oodcalc predict " + (g.startsWith("-") ? `--gamma=${g}` : `--gamma ${g}`);
     c += ` --eps ${state.eps} --eta ${state.eta}`;
     if (state.eta_ft !== null) c += ` --eta-ft ${state.eta_ft}`;
+    const iv = OOD.checkInterventions(interventionSpec(), state.gamma.length).interventions;
+    if (iv) {                      // only what the page accepted (a bad field exports nothing)
+      if (iv.replay) c += ` --replay ${iv.replay}`;
+      if (iv.l2) c += ` --l2 ${iv.l2}`;
+      if (iv.project !== "none") c += ` --project ${iv.project}`;
+      if (iv.weights !== null) c += ` --weights ${Array.isArray(iv.weights) ? iv.weights.join(",") : iv.weights}`;
+    }
     return c;
   }
 
@@ -318,12 +357,13 @@
     const n = s ? s.n : k2.n;
     const i = Math.round((p[0] + 1) / 2 * (n - 1)), j = Math.round((p[1] + 1) / 2 * (n - 1));
     const at = j * n + i;
+    const plain = $("map-plain").hidden ? "" : " (plain fine-tuning)";
     if (!s) {
       $("hover").textContent = `γ = (${p[1]}, ${p[0]}): F = ${k2.F[at].toPrecision(4)}, F_1 = ${k2.F_1[at].toPrecision(4)} ` +
-        `(${VERDICTS[k2.regime_1[at]]}), F_2 = ${k2.F_2[at].toPrecision(4)} (${VERDICTS[k2.regime_2[at]]})`;
+        `(${VERDICTS[k2.regime_1[at]]}), F_2 = ${k2.F_2[at].toPrecision(4)} (${VERDICTS[k2.regime_2[at]]})${plain}`;
     } else {
       $("hover").textContent = `γ = (${s.gamma1}, ${p[0]}, ${p[1]}): F_1 = ${s.F_1[at].toPrecision(4)}; paper ${VERDICTS[s.paper[at]]}, ` +
-        `corrected ${VERDICTS[s.corrected[at]]}, D_1 ${DIRECTIONS[s.D_sign[at]]}, first step ${DIRECTIONS[s.first_step[at]]}`;
+        `corrected ${VERDICTS[s.corrected[at]]}, D_1 ${DIRECTIONS[s.D_sign[at]]}, first step ${DIRECTIONS[s.first_step[at]]}${plain}`;
     }
   }
 
@@ -432,7 +472,15 @@
   }
 
   function drawCharts(res) {
-    if (!res || res.error || !res.paths) return;
+    if (res && res.error) {         // no run: no charts of an earlier point
+      for (const id of ["chart-errors", "chart-weights"]) {
+        const canvas = $(id);
+        setupCanvas(canvas).clearRect(0, 0, canvas.clientWidth, canvas.clientHeight);
+      }
+      for (const id of ["legend-errors", "legend-weights"]) $(id).textContent = "";
+      return;
+    }
+    if (!res || !res.paths) return;
     const K = res.K, { pre, ft, z1, z0, gamma } = res.paths;
     const T1 = res.T1;
     const w = new Float64Array(K);
@@ -460,7 +508,9 @@
       const z = OOD.rayLogits(K, o, b);
       return view === "source" ? z : OOD.oodStart(z, gamma, K);
     });
-    const ftZ = ft.items.map((it) => view === "source" ? OOD.sourceLogits(z1, gamma, z0, it[0], K, new Float64Array(K * K)) : it[0]);
+    // with interventions the items carry z_V (claim 7's source view is plain fine-tuning's)
+    const ftZ = ft.items.map((it) => view !== "source" ? it[0]
+      : it[3] || OOD.sourceLogits(z1, gamma, z0, it[0], K, new Float64Array(K * K)));
     const all = preZ.concat(ftZ), xs = preX.concat(ftX);
     for (let k = 0; k < K; k++) {
       const color = PALETTE[k % PALETTE.length];
@@ -501,18 +551,32 @@
   function showNumbers(res) {
     const sum = $("summary"), table = $("features");
     sum.textContent = ""; table.textContent = "";
-    $("run-error").textContent = res.error || "";
-    const K = res.K;
+    // a bad intervention is named once, beside its field
+    $("run-error").textContent = res.error && res.error !== $("intervention-error").textContent ? res.error : "";
+    $("run-note").hidden = !res.note;
+    $("run-note").textContent = res.note ? res.note[0].toUpperCase() + res.note.slice(1) + "." : "";
+    const K = res.K, iv = res.interventions || null;
+    const plainOnly = "n/a: the closed forms are for plain fine-tuning";
+    let Fsays = res.F > 0 ? " (net forgetting)" : res.F < 0 ? " (net backward transfer)" : "";
+    if (iv && iv.project !== "none" && !iv.replay && res.F === 0)
+      Fsays = " (exactly: the projected update never moves the source logits, Vᵀ(I − VVᵀ) = 0)";
     const rows = [
       ["T1 (pretraining steps)", res.T1, "T1"],
       ["α at T1 (closed form α*)", res.alpha === undefined ? "" : `${fmt(res.alpha)} (α* = ${fmt(res.alpha_star)})`, "alpha", res.alpha],
       ["β at T1", res.beta === undefined ? "" : fmt(res.beta), "beta", res.beta],
       ["OOD loss at T1", res.ood_loss === undefined ? "" : fmt(res.ood_loss), "ood_loss", res.ood_loss],
-      ["step-size bound min exp(−β_u)", res.step_size_bound === undefined ? "" : fmt(res.step_size_bound), "step_size_bound", res.step_size_bound],
-      ["T2 (fine-tuning steps)", res.T2, "T2"],
-      ["F = L_tr(after) − L_tr(before)", res.F === undefined ? "" : signed(res.F) + (res.F > 0 ? " (net forgetting)" : res.F < 0 ? " (net backward transfer)" : ""), "F", res.F],
-      ["time in this browser", `${res.ms.toFixed(1)} ms (${res.engine || ""})`, "ms", res.ms],
+      ["step-size bound min exp(−β_u)", res.step_size_bound === undefined ? "" : res.step_size_bound === null ? plainOnly : fmt(res.step_size_bound), "step_size_bound", res.step_size_bound],
     ];
+    if (iv) rows.push(["interventions (this point only)", describeInterventions(iv), "interventions", JSON.stringify(iv)]);
+    rows.push(
+      ["T2 (fine-tuning steps)", res.T2, "T2"]);
+    if (iv && res.reached !== undefined)
+      rows.push(["rule on U: every covered e_k ≤ ε", res.reached ? "reached at T2" : res.blocked
+        ? "not reached: blocked (every feature left above ε is frozen by the projection)"
+        : "not reached: stalled (the pull balances the fit)", "reached", res.reached]);
+    rows.push(
+      ["F = L_tr(after) − L_tr(before)", res.F === undefined ? "" : signed(res.F) + Fsays, "F", res.F],
+      ["time in this browser", `${res.ms.toFixed(1)} ms (${res.engine || ""})`, "ms", res.ms]);
     for (const [label, text, key, value] of rows) {
       const tr = document.createElement("tr");
       cell(tr, label);
@@ -521,7 +585,9 @@
     }
     if (res.error) return;
     const head = document.createElement("tr");
-    for (const h of ["k", "γ_k", "paper's verdict (claim 8)", "corrected", "first step ΔL_{v_k} (exact)", "D_k", "F_k = ΔL_{v_k} (exact)", "L_{v_k} trend"]) {
+    const heads = ["k", "γ_k", "paper's verdict (claim 8)", "corrected", "first step ΔL_{v_k} (exact)", "D_k", "F_k = ΔL_{v_k} (exact)", "L_{v_k} trend"];
+    if (iv) heads.push("c_k (query weight)");
+    for (const h of heads) {
       const th = document.createElement("th"); th.textContent = h; head.append(th);
     }
     table.append(head);
@@ -529,6 +595,16 @@
       const tr = document.createElement("tr");
       cell(tr, String(k + 1));
       cell(tr, String(res.gamma[k]), `gamma.${k + 1}`, res.gamma[k]);
+      if (iv) {
+        for (const key of ["regime", "corrected_regime"]) cell(tr, "n/a", `${key}.${k + 1}`, "null").title = plainOnly;
+        cell(tr, `${res.initial_direction[k]} ${signed(res.first_step[k], 3)}`, `first_step.${k + 1}`, res.first_step[k], "dir " + res.initial_direction[k]);
+        cell(tr, "n/a", `D_k.${k + 1}`, "null").title = plainOnly;
+        cell(tr, signed(res.F_k[k]), `F_k.${k + 1}`, res.F_k[k], res.F_k[k] > 0 ? "dir rising" : res.F_k[k] < 0 ? "dir falling" : "dir flat");
+        cell(tr, res.trend[k], `trend.${k + 1}`, res.trend[k]);
+        cell(tr, fmt(res.weights[k]) + (res.covered[k] ? "" : " (not trained)") + (res.frozen[k] ? " (frozen)" : ""), `weight.${k + 1}`, res.weights[k]);
+        table.append(tr);
+        continue;
+      }
       const v = cell(tr, res.regime[k], `regime.${k + 1}`, res.regime[k], "verdict " + res.regime[k]);
       v.title = res.condition[k];
       const small = document.createElement("div"); small.className = "condition"; small.textContent = res.condition[k]; v.append(small);
@@ -563,7 +639,13 @@
     writeFragment();
     $("command").value = command();
     $("command-text").textContent = command();
-    last = OOD.run(state.gamma, state.eps, state.eta, etaFt);
+    const asked = OOD.checkInterventions(interventionSpec(), state.gamma.length);
+    $("intervention-error").textContent = asked.error || "";
+    const banner = $("map-plain");
+    banner.hidden = !asked.interventions;
+    banner.textContent = asked.interventions ? "The maps show plain fine-tuning (no intervention). " +
+      `The interventions set (${describeInterventions(asked.interventions)}) apply to the point's run only, on the right.` : "";
+    last = OOD.run(state.gamma, state.eps, state.eta, etaFt, { interventions: interventionSpec() });
     showNumbers(last);
     drawCharts(last);
     drawMap();
@@ -580,6 +662,11 @@
       if (document.activeElement !== $(`${key}-text`)) $(`${key}-text`).value = String(v);
     }
     $("eta_ft-same").checked = state.eta_ft === null;
+    for (const key of ["replay", "l2"]) if (document.activeElement !== $(key)) $(key).value = state.iv[key];
+    $("project").value = state.iv.project;
+    $("weights").value = state.iv.weights;
+    $("weights-list").hidden = state.iv.weights !== "list";
+    if (document.activeElement !== $("weights-list")) $("weights-list").value = state.iv.list;
     if (document.activeElement !== $("gamma")) $("gamma").value = state.gamma.map(String).join(",");
     $("K").textContent = `K = ${state.gamma.length}`;
   }
@@ -605,6 +692,11 @@
       $("fragment-error").textContent = "";
       state.gamma = g.gamma; schedule();
     });
+    for (const key of ["replay", "l2"])
+      $(key).addEventListener("change", () => { state.iv[key] = $(key).value; schedule(); });
+    $("project").addEventListener("change", () => { state.iv.project = $("project").value; schedule(); });
+    $("weights").addEventListener("change", () => { state.iv.weights = $("weights").value; schedule(); });
+    $("weights-list").addEventListener("change", () => { state.iv.list = $("weights-list").value; schedule(); });
     $("copy-command").addEventListener("click", () => copy($("command").value));
     $("copy-link").addEventListener("click", () => copy(location.href));
     $("view").addEventListener("change", (ev) => { state.view = ev.target.value; drawCharts(last); });
@@ -646,14 +738,15 @@
     t.remove();
   }
 
-  // --- the test hook: #test=[[gamma, eps, eta, eta_ft], ...] -------------------------------
+  // --- the test hook: #test=[[gamma, eps, eta, eta_ft, interventions], ...] ----------------
   // Runs every point as the page does (OOD.run) and writes the numbers as JSON into
   // <pre id="test-output">, for a browser test that reads the DOM (--dump-dom).
   function testHook(f) {
     let points;
     try { points = JSON.parse(f.test); } catch (e) { $("test-output").textContent = JSON.stringify({ error: String(e) }); return; }
-    const out = points.map(([gamma, eps, eta, etaFt]) => {
-      const r = OOD.run(gamma, eps, eta, etaFt === undefined || etaFt === null ? eta : etaFt, { record: false });
+    const out = points.map(([gamma, eps, eta, etaFt, interventions]) => {
+      const r = OOD.run(gamma, eps, eta, etaFt === undefined || etaFt === null ? eta : etaFt,
+                        { record: false, interventions });
       delete r.paths;
       return r;
     });
