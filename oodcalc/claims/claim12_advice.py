@@ -100,7 +100,7 @@ def _derive_weights(rule_name: str, claim_id: str, title: str, claimed: dict):
     r.step(f"The paper's advice: {'weight fine-tuning samples by their cosine to the pretraining centre' if rule_name == 'cosine' else 'leave out fine-tuning data negatively correlated with the source features'}. "
            f"Take K = 2 and a parallel shift M = diag(γ), γ = ({g1}, {g2}): cos(u_k, v̄) = "
            "γ_k/√2, and the rule gives the query weights",
-           eq(sp.Symbol("c"), sp.Matrix([c]).T))
+           eq(sp.Symbol("c_1"), c[0]), eq(sp.Symbol("c_2"), c[1]))
     engine = query_weights(Protocol(weights=rule_name), np.diag([float(g1), float(g2)]))
     kept = [k for k in range(2) if c[k] != 0]
     r.check("weights", f"the rule keeps feature 1 only, c = ({c[0]}, {c[1]}) (exact), and the "
@@ -113,8 +113,10 @@ def _derive_weights(rule_name: str, claim_id: str, title: str, claimed: dict):
     G = claimed["weighted"](g, sp.diag(*c))
     dzV = interventions["dz_V"](0, 0, M, G, M, sp.zeros(2), sp.zeros(2))
     r.step("Claim 10 (no replay, no pull, no projection: B = M) moves the source logits by "
-           "Δz_V = −η M G Mᵀ with G = g_U diag(c), g_U the OOD gradient:",
-           eq(sp.Symbol("M G M^T"), dzV))
+           "Δz_V = −η M G Mᵀ with G = g_U diag(c), g_U the OOD gradient (entries g_nk); "
+           "column 1 and column 2 of M G Mᵀ are",
+           *(eq(sp.Symbol(f"(M G M^T)_{n + 1}{k + 1}"), dzV[n, k])
+             for k in range(2) for n in range(2)))
     r.check("source-column-fixed", "column 2 of M G Mᵀ is zero whatever g_U: source feature 2 "
             "(cosine < 0) never moves, F_2 = 0 at every step", EXPLICIT,
             all(sp.expand(dzV[n, 1]) == 0 for n in range(2)), ks=(2,), decisive=True)
