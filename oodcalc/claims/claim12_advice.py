@@ -64,6 +64,9 @@ SECOND = (-0.44, -0.55, 0.05, -0.14)
 #: even (50 geometries, the boundary i = j among them)
 FAMILY = [(i, j) for i in range(1, 11) for j in range(1, 11) if (i + j) % 2 == 0]
 PIECE = {"cosine": 0, "drop-negative": 1}
+#: Protocol.project for each (key side, query side) pair of CLAIMED["sides"]
+PROJECT = {(False, False): "none", (True, False): "key", (False, True): "query",
+           (True, True): "both"}
 #: measured: a rotation's projected T2 is within this relative distance of (1−γ²)^(−p) × plain
 STEP_RATIO_TOL = 0.01
 
@@ -122,9 +125,9 @@ def _derive_weights(rule_name: str, claim_id: str, title: str, claimed: dict):
             all(sp.expand(dzV[n, 1]) == 0 for n in range(2)), ks=(2,), decisive=True)
 
     dW = sp.Symbol("delta W_{1,1}", positive=True)
-    k, m = (kept + [0])[0], 1 - (kept + [0])[0]
+    k = kept[0] if kept else 0                 # the kept feature, and the other one
     gam = (g1, g2)
-    margin = forgetting["k2-margin"](gam[k], gam[m], dW)
+    margin = forgetting["k2-margin"](gam[k], gam[1 - k], dW)
     r.step("Column 1 of the OOD logits moves by c_1 times plain fine-tuning's step: its "
            "diagonal by δW_11 = c_1(η/K)·2a_1e_1 > 0 and, by conservation (K = 2), its other "
            "entry by −δW_11. Claim 8a carries it to the source margin: δs = γ_1(γ_1 + γ_2)δW_11",
@@ -201,7 +204,7 @@ def _derive_weights(rule_name: str, claim_id: str, title: str, claimed: dict):
                   f"{advice.F:+.2e} at γ = (0.3, −0.9) and from {plain4.F:+.2e} to "
                   f"{advice4.F:+.2e} at γ = {SECOND}; for K = 2 it holds by the total F exactly "
                   f"where γ_1 + γ_2 >= 0 ({helps} of {n} measured) and by the worst F_k always "
-                  "(argued from claim 8a, measured on all {n}).".replace("{n}", str(n)))
+                  f"(argued from claim 8a, measured on all {n}).")
     return r.result(claim_id, title,
                     "Refuted by an exact K = 2 counterexample (rational γ; F_advice > 0 for every "
                     "η and ε through claims 10 and 8a, F_plain < 0 in the exact dynamics) and a "
@@ -259,8 +262,7 @@ def derive_projection(claimed: dict = CLAIMED):
     from .. import geometry as geo
     from ..predict import predict
     from ..setting import Protocol, Setting
-    names = {v: k for k, v in {"none": (False, False), "key": (True, False),
-                               "query": (False, True), "both": (True, True)}.items()}
+    names = PROJECT
     frozen = predict(Setting(geo.parallel_shift([1, -0.9]),
                              Protocol(project=names[claimed["sides"]["query"]])))
     plain = predict(Setting(geo.parallel_shift([1, -0.9])))
@@ -362,8 +364,7 @@ def check_projection(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..checks import EXACT_TOL, PopulationCheck, general_position
     from ..prescribe import judge_advice
     from ..setting import Protocol, Setting
-    names = {v: k for k, v in {"none": (False, False), "key": (True, False),
-                               "query": (False, True), "both": (True, True)}.items()}
+    names = PROJECT
     projections = [names[s] for s in claimed["sides"].values()]
     geometries = [geo.parallel_shift([0.3, -0.9]), geo.parallel_shift([0.8, -0.5, 0.3]),
                   general_position(3, 7, 3), geo.rotation(math.pi / 3, 3)]
