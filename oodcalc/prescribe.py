@@ -43,7 +43,8 @@ SAME_LOSS = 1e-12
 REPLAY_GRID = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 0.9)
 PULL_GRID = tuple(1e-4 * 4.0 ** i for i in range(9))          # 1e-4 … 6.6
 
-#: The paper's closing advice, in its words, and the arms that test each piece.
+#: The paper's closing advice, in its words, and the arms that test each piece (claims
+#: 12a, 12b, 12c: their ledger rows judge it with :func:`judge_advice`).
 PAPER_ADVICE = (
     ("weight fine-tuning samples by their cosine similarity to the pretraining centre",
      ("weights cosine",)),
@@ -193,7 +194,7 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
 
     say("plain")
     plain_report = predict(setting)
-    cap = max(CAP_FACTOR * plain_report.finetune.T2, 2 * plain_report.pretrain.T1, MIN_CAP)
+    cap = _cap(plain_report)
 
     done: dict[tuple, Arm] = {}              # the searches share their grid runs
 
@@ -219,6 +220,26 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
     advice.verdicts = [_judge(text, names, advice) for text, names in PAPER_ADVICE]
     advice.pareto = pareto_front(advice.all_arms)
     return advice
+
+
+def _cap(plain_report) -> int:
+    return max(CAP_FACTOR * plain_report.finetune.T2, 2 * plain_report.pretrain.T1, MIN_CAP)
+
+
+def judge_advice(setting: Setting, piece: int,
+                 interventions: dict[str, dict[str, Any]] | None = None
+                 ) -> tuple[Verdict, dict[str, Arm]]:
+    """The verdict :func:`advise` gives on piece ``piece`` (0, 1, 2) of PAPER_ADVICE for
+    ``setting`` (a plain protocol), from plain fine-tuning and that piece's arms only;
+    ``interventions`` replaces an arm's fields (e.g. explicit weights). Claims 12a–12c
+    judge the paper's advice through this function, so their verdicts are advise's."""
+    setting = check_setting(setting)
+    text, names = PAPER_ADVICE[piece]
+    fields = {**{n: FIXED_ARMS[n] for n in names}, **(interventions or {})}
+    plain_report = predict(setting)
+    arms = {"plain": _arm("plain", {}, plain_report, True)}
+    arms.update((n, _run(setting, n, fields[n], _cap(plain_report))) for n in names)
+    return judge(text, names, arms.__getitem__), arms
 
 
 def _run(setting: Setting, name: str, interventions: dict[str, Any], cap: int) -> Arm:
@@ -323,8 +344,14 @@ def _tried(tried: dict[float, Arm]) -> tuple[tuple[float, float, float, int, boo
 
 
 def _judge(advice: str, names: tuple[str, ...], result: Advice) -> Verdict:
-    plain = result.arm("plain")
-    arms = [result.arm(n) for n in names]
+    return judge(advice, names, result.arm)
+
+
+def judge(advice: str, names: tuple[str, ...], arm_of: Callable[[str], Arm]) -> Verdict:
+    """One piece of the paper's advice judged from the runs ``arm_of(name)`` ("plain" and
+    each of ``names``): by the total F against plain fine-tuning's."""
+    plain = arm_of("plain")
+    arms = [arm_of(n) for n in names]
     if names[0].startswith("project"):
         zero = all(a.F == 0 for a in arms)
         reached = [a.name for a in arms if a.reached]

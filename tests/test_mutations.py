@@ -73,6 +73,16 @@ C5, C6, C7, C8, C9 = ("claim5_ood_weights", "claim6_failure_cases",
                       "claim7_finetune_projection", "claim8_forgetting", "claim9_step_size")
 C8E = "claim8e_long_finetuning"
 C10 = "claim10_interventions"
+C12 = "claim12_advice"
+
+
+def flipped_rule(rule):
+    """A weight rule that keeps the negatively correlated features instead."""
+    return lambda cos: rule([-c for c in cos])
+
+
+def _c12(name):
+    return importlib.import_module(f"oodcalc.claims.{C12}").CLAIMED[name]
 
 #: claim id → {mutation name: (apply, checks that must fail)}
 SYMBOLIC_MUTATIONS = {
@@ -327,7 +337,47 @@ SYMBOLIC_MUTATIONS = {
         "A = I − MMᵀ": (claimed(C10, A=lambda M, K, projected: sp.Identity(K) - M * M.T
                                 if projected else sp.Identity(K)), {"dz-U", "rotation"}),
     },
+    "12a": {
+        "rule sign flipped": (lambda mp: {"claimed": {**_CL12(), "cosine": flipped_rule(
+            _c12("cosine"))}}, {"weights", "source-column-fixed", "kept-feature-forgets",
+                                "plain-transfers", "second-counterexample"}),
+        "weights on rows": (lambda mp: {"claimed": {**_CL12(), "weighted": lambda g, C: C * g}},
+                            {"source-column-fixed"}),
+        "claim 8a margin sign flipped": (patched(f"oodcalc.claims.{C8}", "CLAIMED", lambda c: {
+            **c, "k2-margin": lambda gk, gm, dW: -gk * (gk + gm) * dW}),
+            {"kept-feature-forgets"}),
+        "condition flipped": (lambda mp: {"claimed": {**_CL12(), "condition":
+                                                      lambda a, b: a + b <= 0}}, {"condition"}),
+        "unscaled cosine": (lambda mp: {"claimed": {**_CL12(), "cosine": lambda cos: [
+            max(c, 0) for c in cos]}}, {"weights", "each-worse"}),
+    },
+    "12b": {
+        "rule sign flipped": (lambda mp: {"claimed": {**_CL12(), "drop-negative": flipped_rule(
+            _c12("drop-negative"))}}, {"weights", "source-column-fixed",
+                                       "kept-feature-forgets", "plain-transfers",
+                                       "second-counterexample"}),
+        "kept weight 2": (lambda mp: {"claimed": {**_CL12(), "drop-negative": lambda cos: [
+            2 if c >= 0 else 0 for c in cos]}}, {"weights", "each-never-worse"}),
+        "condition strict": (lambda mp: {"claimed": {**_CL12(), "condition":
+                                                     lambda a, b: a + b > 0}}, {"condition"}),
+        "product sign flipped": (lambda mp: {"claimed": {**_CL12(), "opposite":
+                                                         lambda p, q: p * q * (p - q) ** 2}},
+                                 {"one-forgets"}),
+    },
+    "12c": {
+        "key side not projected": (lambda mp: {"claimed": {**_CL12(), "sides": {
+            **_c12("sides"), "key": (False, False)}}}, {"fit-vanishes"}),
+        "query projected on the key side": (lambda mp: {"claimed": {**_CL12(), "sides": {
+            **_c12("sides"), "query": (True, False)}}}, {"frozen-column", "unreachable"}),
+        "step ratio (1 − γ²)^(−1)": (lambda mp: {"claimed": {**_CL12(), "step-ratio":
+                                                             lambda g, p: 1 / (1 - g ** 2)}},
+                                    {"step-ratio"}),
+    },
 }
+
+def _CL12():
+    return dict(importlib.import_module(f"oodcalc.claims.{C12}").CLAIMED)
+
 
 _SYMBOLIC_CASES = [(cid, name) for cid, table in SYMBOLIC_MUTATIONS.items() for name in table]
 _killed: dict[tuple[str, str], set[str]] = {}
@@ -457,7 +507,18 @@ NUMERIC_MUTATIONS = {
     "9b": (numeric(C9, smoothness=0.2), ("population",)),
     # the rotation's step factor with one power on both sides: T2 or the logits differ
     "10": (numeric(C10, rotation=lambda g, sides: 1 - g ** 2), ("population",)),
+    # the weight rules flipped: the advice keeps the features that transfer, F falls
+    "12a": (lambda: {**_num12(), "cosine": flipped_rule(_num12()["cosine"])}, ("population",)),
+    "12b": (lambda: {**_num12(), "drop-negative": flipped_rule(_num12()["drop-negative"])},
+            ("population",)),
+    # the key side not projected: F != 0
+    "12c": (lambda: {**_num12(), "sides": {**_num12()["sides"], "key": (False, False)}},
+            ("population",)),
 }
+
+
+def _num12():
+    return dict(importlib.import_module(f"oodcalc.claims.{C12}").NUMERIC_CLAIMED)
 
 
 #: a row that compares several formulas: a mutation of each other one (the detector of
@@ -478,6 +539,11 @@ NUMERIC_PART_MUTATIONS = {
     # the limits' values, not only their signs: limit × 1.5 keeps every sign and direction
     "8e: limits × 1.5": ("8e", numeric(C8E, limit=lambda c, f2a: 1.5 * np.where(
         c > 0, -f2a / 2, np.where(c < 0, (1 - f2a) / 2, 0.0)))),
+    # 12c: the rotation's step ratio with one power on both sides; the query side unfrozen
+    "12c: step ratio (1 − γ²)^(−1)": ("12c", lambda: {**_num12(), "step-ratio":
+                                                      lambda g, p: 1 / (1 - g ** 2)}),
+    "12c: query not projected": ("12c", lambda: {**_num12(), "sides": {
+        **_num12()["sides"], "query": (False, False)}}),
     "8e: closed form E^{c/4}": ("8e", numeric(C8E, uniform=lambda a, c, E: 1 / (1 + np.exp(
         a * (2 - c ** 2 / 2)) * np.asarray(E, dtype=np.float64) ** (c / 4)) ** 2)),
 }

@@ -97,8 +97,10 @@ def test_registry_lookup():
     with pytest.raises(InputError):
         get_claim("8")                     # names several parts
     with pytest.raises(InputError):
-        get_claims("11")
+        get_claims("13")
     assert [c.key for c in get_claims("10")] == ["interventions"]
+    assert [c.id for c in get_claims("12")] == ["12a", "12b", "12c"]
+    assert get_claim("advice-projection").id == "12c" and get_claim("12b").refutes
 
 
 def test_zero_tests_detect_non_identities():

@@ -188,6 +188,32 @@ CLAIMS: tuple[Claim, ...] = (
           "ΔQ's terms read in UᵀΔQU and VᵀΔQV with VᵀV = UᵀU = I as rewriting rules (matrix "
           "symbols); Vᵀ(I − VVᵀ) = 0 removes the fit from Δz_V; M = γI gives A = (1 − γ²)I",
           _M + "claim10_interventions"),
+    Claim("12a", "advice-cosine", "Cosine weighting (paper)",
+          "Weighting the fine-tuning samples by their cosine similarity to the pretraining "
+          "centre (c_k = max(cos(u_k, v̄), 0), mean 1) reduces forgetting.",
+          "refuted",
+          "K = 2, γ = (3/10, −9/10): the weights are (2, 0), source feature 2 never moves and "
+          "the kept one's margin moves by γ_1(γ_1 + γ_2)δW_11 < 0 at every step, so "
+          "F_advice > 0 (exact, any η and ε), while plain fine-tuning has F < 0",
+          _M + "claim12_advice", "derive_cosine", "check_cosine", refutes=True),
+    Claim("12b", "advice-drop-negative", "Dropping negative features (paper)",
+          "Leaving out the fine-tuning data negatively correlated with the source features "
+          "(c_k = 0 where cos(u_k, v̄) < 0) reduces forgetting.",
+          "refuted",
+          "K = 2, γ = (3/10, −9/10): the weights are (1, 0), source feature 2 never moves and "
+          "the kept one's margin moves by γ_1(γ_1 + γ_2)δW_11 < 0 at every step, so "
+          "F_advice > 0 (exact, any η and ε), while plain fine-tuning has F < 0",
+          _M + "claim12_advice", "derive_drop_negative", "check_drop_negative", refutes=True),
+    Claim("12c", "advice-projection", "Orthogonal projection (paper)",
+          "Restricting the fine-tuning updates to the complement of span(V) (key, query or "
+          "both sides) prevents forgetting: F = 0 exactly in every geometry; under a rotation "
+          "it takes (1 − γ²)^(−p) times plain fine-tuning's steps (p sides, measured), and "
+          "with u_k ∈ span(V) the query side freezes z_U's column k (the rule on U is then "
+          "never met unless it holds at T1).",
+          "symbolic K",
+          "claim 10's Vᵀ(I − VVᵀ) = 0 removes the fit from Δz_V on each projected side; "
+          "UᵀP u_k = UᵀP V m = 0 for u_k = V m zeroes column k of A_r",
+          _M + "claim12_advice", "derive_projection", "check_projection"),
 )
 
 
@@ -199,7 +225,7 @@ def get_claims(name: str | int) -> list[Claim]:
     chosen = chosen or [c for c in CLAIMS if text == str(c.number)]
     if not chosen:
         accepted = ", ".join(f"{c.id} ({c.key})" for c in CLAIMS)
-        raise InputError("claim", repr(name), f"expected a number 1–10 or one of {accepted}")
+        raise InputError("claim", repr(name), f"expected a number 1–12 or one of {accepted}")
     return chosen
 
 
