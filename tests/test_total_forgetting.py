@@ -76,6 +76,17 @@ def test_a_total_forgetting_at_K_3_where_the_step_is_coarse():
     assert _report((0.5, -1), 0.01, 50).F > 0          # K = 2 forgets here too
 
 
+def test_beyond_parallel_shifts_K_3_forgets_at_the_default_protocol():
+    """u_1, u_3 = (v̄ ± w)/√2, u_2 = (v_1 − v_2)/√2: F ≈ +0.0040 at ε = 0.01, η = 0.1."""
+    report = oc.predict(oc.Setting(oc.from_arrays(*SCAN.shared_centre("mean")), oc.Protocol()))
+    assert report.F > 2e-3 and not report.warnings
+    assert report.F == pytest.approx(
+        json.loads(RECORD.read_text(encoding="utf-8"))["general"]["mean"]["F"], rel=1e-9)
+    # mutation: the shared direction v_3 instead of v̄ gives backward transfer
+    assert oc.predict(oc.Setting(oc.from_arrays(*SCAN.shared_centre("v3")),
+                                 oc.Protocol())).F < -1e-3
+
+
 def _one_sign_holds(G):
     """Which (row, k) meet the theorem's condition γ_k(γ_k + γ_m) >= 0 for every m."""
     cond = G[:, :, None] * (G[:, :, None] + G[:, None, :]) >= 0          # [b, k, m]

@@ -24,6 +24,9 @@ Searches (seeded, SEED below):
   one); the K = 3 counterexample is then rounded (γ = (0.5, 0.5, −1)) and rerun with
   oc.predict.
 
+- general M (not the question's parallel shifts): shared_centre() below, at the default
+  protocol ε = 0.01, η = 0.1, and its mutation (the shared direction v_3 instead of v̄).
+
 Run: nice python tools/scan_total_forgetting.py   (about 1 minute on one core)
 """
 
@@ -212,13 +215,32 @@ def counterexample() -> dict:
             "coarse": any("too coarse" in w for w in report.warnings)}
 
 
+def shared_centre(centre: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """Not a parallel shift (K = 3, d = 4): u_1, u_3 = (a ± w)/√2 share the source direction
+    a (v̄ = Σv_i/√3, or v_3 for the mutation), w ⊥ span(V), and u_2 = (v_1 − v_2)/√2."""
+    V, w = np.eye(4)[:, :3], np.eye(4)[:, 3]
+    a = V.sum(1) / np.sqrt(3) if centre == "mean" else V[:, 2]
+    return V, np.c_[(a + w) / np.sqrt(2), (V[:, 0] - V[:, 1]) / np.sqrt(2), (a - w) / np.sqrt(2)]
+
+
+def general_example() -> dict:
+    out = {}
+    for centre in ("mean", "v3"):
+        report = oc.predict(oc.Setting(oc.from_arrays(*shared_centre(centre)),
+                                       oc.Protocol(eps=0.01, eta=0.1)))
+        out[centre] = {"F": float(report.F), "F_k": [float(f.F_k) for f in report.forgetting],
+                       "T1": int(report.pretrain.T1), "T2": int(report.finetune.T2),
+                       "warnings": len(report.warnings)}
+    return out
+
+
 def main() -> int:
     rng = np.random.default_rng(SEED)
     record = {"seed": SEED, "oodcalc": oc.__version__,
               "grid": {"eps": list(EPS), "eta": list(ETA), "max_T1": MAX_T1},
               "random": random_search(rng), "ascent": ascents(),
               "epsilon_trend": epsilon_trend(), "coarse": coarse_search(),
-              "counterexample": counterexample(),
+              "counterexample": counterexample(), "general": general_example(),
               "recipe": "python tools/scan_total_forgetting.py"}
     text = json.dumps(record, indent=1) + "\n"
     write_atomic(RECORD, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
