@@ -502,6 +502,12 @@ def total_forgetting_block() -> str:
         f"{c['T1']}, T2 = {c['T2']}, past claim 9's step-size bound "
         f"({c['step_size_bound']:.2f}); `oodcalc predict --gamma "
         f"{','.join(f'{g:g}' for g in c['gamma'])} --eps {c['eps']:g} --eta {c['eta']:g}`.")
+    g, m = data["general"]["mean"], data["general"]["v3"]
+    lines.append(
+        f"- **Not a parallel shift** (K = 3, d = 4, ε = 0.01, η = 0.1, no warning): u_1, u_3 = "
+        f"(v̄ ± w)/√2, u_2 = (v_1 − v_2)/√2 gives F = {g['F']:+.2g} (F_k = "
+        f"{tup(g['F_k'], '+.2g')}, T1 = {g['T1']}, T2 = {g['T2']}); with v_3 in place of v̄, "
+        f"F = {m['F']:+.2g}.")
     lines.append(f"\nRecipe: `{data['recipe']}` (oodcalc {data['oodcalc']}).")
     return "\n".join(lines)
 
