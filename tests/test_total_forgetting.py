@@ -74,6 +74,10 @@ def test_a_total_forgetting_at_K_3_where_the_step_is_coarse():
     assert _report((0.5, 0.5, 1), 0.01, 50).F < 0
     assert _report((0.5, 0.5, -1), 0.01, 30).F < 0
     assert _report((0.5, -1), 0.01, 50).F > 0          # K = 2 forgets here too
+    # one step without the warning: ε = 0.3 (α* small, one step at α* long)
+    report = _report((-0.534, -0.37, 1), 0.3, 48)
+    assert report.F > 1e-5 and report.pretrain.T1 == report.finetune.T2 == 1
+    assert not any("too coarse" in w for w in report.warnings)
 
 
 def test_beyond_parallel_shifts_K_3_forgets_at_the_default_protocol():

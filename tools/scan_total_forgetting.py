@@ -2,9 +2,9 @@
 stopping rule? (F > 0 occurs at K = 2, e.g. γ = (1, −0.9); per-feature F_k > 0 at every K.)
 
 Answer recorded in docs/total_forgetting.json (tools/generate_docs.py renders docs/theory.md's
-`total-forgetting` block from it): yes, but only where pretraining's step is too coarse to
-resolve (predict's "too coarse" warning: T1 = T2 = 1); nowhere in the resolved regime
-searched. Every run is the exact population dynamics of a parallel shift (M = diag(γ)):
+`total-forgetting` block from it): yes, but in every case found each phase is one gradient
+step (T1 = T2 = 1) landing far past the threshold, mostly with predict's "too coarse"
+warning; none where pretraining takes two steps or more. Every run is the exact population dynamics of a parallel shift (M = diag(γ)):
 the batched descent that oodcalc.predict runs (oodcalc.finetune.dynamics.descend from
 MᵀZ1M, Z1 from oodcalc.predict.pretrain_logits; the same arithmetic, checked equal to
 oc.predict on the recorded points, which are recomputed with oc.predict).
@@ -20,8 +20,8 @@ Searches (seeded, SEED below):
   seeded with K = 2's positive pair, at the resolved pairs ASCENT.
 - epsilon trend: ρ at the best shape γ = (1/4, −1, −1) as ε falls (η = 2, resolved).
 - large steps: differential evolution maximising F / e(T1) at the pairs COARSE (K = 3..6,
-  ε = 0.01, η = 40..300; most of them coarse: pretraining jumps past α* in a few steps or
-  one); the K = 3 counterexample is then rounded (γ = (0.5, 0.5, −1)) and rerun with
+  ε = 0.01, η = 40..300, and three at ε = 0.3, 0.2 where one step is not "too coarse";
+  pretraining takes a few steps or one); the K = 3 counterexample is then rounded (γ = (0.5, 0.5, −1)) and rerun with
   oc.predict.
 
 - general M (not the question's parallel shifts): shared_centre() below, at the default
@@ -58,7 +58,7 @@ ASCENT = ((3, 0.2, 1.0), (3, 0.01, 1.0), (3, 0.001, 2.0), (3, 1e-4, 2.0),
 TREND_EPS = (0.01, 1e-3, 1e-4, 1e-5)
 # K = 3 stops at η = 150: at 300 e(T1) ≈ 3e-29 is below what float64 resolves of 1 − Attn
 COARSE = tuple((K, 0.01, eta) for K in (3, 4, 5, 6) for eta in (40, 50, 80, 150, 300)
-               if (K, eta) != (3, 300))
+               if (K, eta) != (3, 300)) + ((3, 0.3, 48), (4, 0.3, 128), (4, 0.2, 128))
 COUNTEREXAMPLE = {"gamma": [0.5, 0.5, -1.0], "eps": 0.01, "eta": 50.0}
 
 
