@@ -489,10 +489,11 @@ def total_forgetting_block() -> str:
     lines.append(f"- **As ε falls** (γ = (1/4, −1, −1), η = {trend[0]['eta']:g}): ρ = "
                  + ", ".join(f"{t['rho']:+.2f}" for t in trend) + " at ε = "
                  + ", ".join(f"{t['eps']:g}" for t in trend) + ".")
-    lines.append("- **Large steps** (differential evolution on F / e(T1), ε = 0.01; "
-                 "\"coarse\": predict warns the step is too coarse): the largest F found")
+    lines.append("- **Large steps** (differential evolution on F / e(T1); \"coarse\": "
+                 "predict warns the step is too coarse): the largest F found")
     for c in data["coarse"]:
-        lines.append(f"  - K = {c['K']}, η = {c['eta']:g}{', coarse' if c['coarse'] else ''} "
+        lines.append(f"  - K = {c['K']}, ε = {c['eps']:g}, η = {c['eta']:g}"
+                     f"{', coarse' if c['coarse'] else ''} "
                      f"(T1 = {c['T1']}, T2 = {c['T2']}, e(T1) = {c['e_T1']:.1e}): "
                      f"F = {c['F']:+.1e} at γ = {tup(c['gamma'])}")
     c = data["counterexample"]
