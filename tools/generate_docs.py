@@ -457,21 +457,58 @@ TOTAL_FORGETTING_RECORD = ROOT / "docs" / "total_forgetting.json"
 
 
 def total_forgetting_block() -> str:
-    """The scan for a positive total F at K >= 3 (tools/scan_total_forgetting.py)."""
+    """The search for a positive total F at K >= 3 (tools/scan_total_forgetting.py)."""
     data = json.loads(TOTAL_FORGETTING_RECORD.read_text(encoding="utf-8"))
-    r = data["random"]
-    top = r["largest"][0]
-    lines = [f"- **Random search** ({r['runs']} parallel shifts, K = 3..6, ε ∈ "
-             "{0.2, 0.1, 0.05, 0.01, 0.002}, η ∈ {0.02, 0.1, 0.5, 1, 2}, seed "
-             f"{data['seed']}; {r['refused']} out of reach, not run): F > 0 in "
-             f"{r['positive'] or 'none'} of them. The largest F is {top['F']:+.2g} (K = {top['K']}, ε = "
-             f"{top['eps']:g}, η = {top['eta']:g}, γ = ({', '.join(f'{g:g}' for g in top['gamma'])})).",
-             "- **Ascent** (Nelder–Mead on F over γ ∈ [−1, 1]^K, "
-             f"{data['ascent'][0]['starts']} starts of {data['ascent'][0]['evaluations']} "
-             "evaluations each): the largest F found, and where:"]
+    r, grid = data["random"], data["grid"]
+
+    def tup(values, fmt="g"):
+        return "(" + ", ".join(format(v, fmt) for v in values) + ")"
+
+    def where(row):
+        return (f"K = {row['K']}, ε = {row['eps']:g}, η = {row['eta']:g}, "
+                f"γ = {tup(row['gamma'])}")
+
+    top, near = r["largest_F"], r["largest_rho"]
+    lines = [
+        f"- **Random search, resolved steps** ({r['runs']} parallel shifts, K = 3..6, "
+        f"ε ∈ {{{', '.join(f'{e:g}' for e in grid['eps'])}}}, "
+        f"η ∈ {{{', '.join(f'{e:g}' for e in grid['eta'])}}}, seed {data['seed']}; pairs "
+        f"not run: {r['skipped_pairs']['coarse']} where predict warns the step is too "
+        f"coarse, {r['skipped_pairs']['long']} with T1 > {grid['max_T1']}): F > 0 in "
+        f"{r['positive'] or 'none'} of them ({r['unmoved']} with nothing moved, F = 0 "
+        f"exactly). The largest F is {top['F']:+.2g} ({where(top)}); the closest to "
+        f"positive relative to its parts, ρ = F / Σ|F_k| = {near['rho']:+.2f}, at "
+        f"{where(near)}.",
+        "- **Ascent** (differential evolution on ρ over γ ∈ [−1, 1]^K, the initial "
+        "population seeded with K = 2's forgetting pairs (1, −0.9) and (1, −0.58)): the "
+        "largest ρ found, and where:"]
     for a in data["ascent"]:
-        lines.append(f"  - K = {a['K']}, ε = {a['eps']:g}, η = {a['eta']:g}: F = {a['F']:+.2g} "
-                     f"at γ = ({', '.join(f'{g:.2g}' for g in a['gamma'])})")
+        lines.append(f"  - K = {a['K']}, ε = {a['eps']:g}, η = {a['eta']:g}: "
+                     f"ρ = {a['rho']:+.2f} (F = {a['F']:+.2g}) at γ = {tup(a['gamma'])}")
+    trend = data["epsilon_trend"]
+    lines.append(f"- **As ε falls** (γ = (1/4, −1, −1), η = {trend[0]['eta']:g}): ρ = "
+                 + ", ".join(f"{t['rho']:+.2f}" for t in trend) + " at ε = "
+                 + ", ".join(f"{t['eps']:g}" for t in trend) + ".")
+    lines.append("- **Large steps** (differential evolution on F / e(T1); \"coarse\": "
+                 "predict warns the step is too coarse): the largest F found")
+    for c in data["coarse"]:
+        lines.append(f"  - K = {c['K']}, ε = {c['eps']:g}, η = {c['eta']:g}"
+                     f"{', coarse' if c['coarse'] else ''} "
+                     f"(T1 = {c['T1']}, T2 = {c['T2']}, e(T1) = {c['e_T1']:.1e}): "
+                     f"F = {c['F']:+.1e} at γ = {tup(c['gamma'])}")
+    c = data["counterexample"]
+    lines.append(
+        f"- **Counterexample** (K = {c['K']}): γ = {tup(c['gamma'])}, ε = {c['eps']:g}, "
+        f"η = {c['eta']:g}: F = {c['F']:+.2g} (F_k = {tup(c['F_k'], '+.2g')}), T1 = "
+        f"{c['T1']}, T2 = {c['T2']}, past claim 9's step-size bound "
+        f"({c['step_size_bound']:.2f}); `oodcalc predict --gamma "
+        f"{','.join(f'{g:g}' for g in c['gamma'])} --eps {c['eps']:g} --eta {c['eta']:g}`.")
+    g, m = data["general"]["mean"], data["general"]["v3"]
+    lines.append(
+        f"- **Not a parallel shift** (K = 3, d = 4, ε = 0.01, η = 0.1, no warning): u_1, u_3 = "
+        f"(v̄ ± w)/√2, u_2 = (v_1 − v_2)/√2 gives F = {g['F']:+.2g} (F_k = "
+        f"{tup(g['F_k'], '+.2g')}, T1 = {g['T1']}, T2 = {g['T2']}); with v_3 in place of v̄, "
+        f"F = {m['F']:+.2g}.")
     lines.append(f"\nRecipe: `{data['recipe']}` (oodcalc {data['oodcalc']}).")
     return "\n".join(lines)
 
