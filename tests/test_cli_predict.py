@@ -328,3 +328,11 @@ def test_every_command_module_loads():
     cli.load_commands()
     assert all(f"oodcalc.cli.{m}" in sys.modules for m in cli.COMMAND_MODULES)
     assert set(cli.root_command().commands) == set(cli.LISTED)
+
+
+def test_the_step_size_verdict_reads_right_both_ways(capsys):
+    """'η_ft = 50 is exceeds it.' was printed for a step over the bound."""
+    for eta, phrase in (("0.1", "η_ft = 0.1 is within it."), ("50", "η_ft = 50 exceeds it.")):
+        assert main(["predict", "--gamma", "0.5,0.5,-1", "--eta", eta]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert phrase in out, out

@@ -191,10 +191,10 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     say(console, f"[bold]3 · Fine-tuning on U[/bold] from Q^(T1): T2 = {ft.T2} steps "
                  f"({rule})")
     if ft.step_size_bound is not None:
-        verdict = ("[green]within[/green]" if ft.eta_ft <= ft.step_size_bound
+        verdict = ("is [green]within[/green]" if ft.eta_ft <= ft.step_size_bound
                    else "[red]exceeds[/red]")
         say(console, f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = "
-                     f"{fmt(ft.step_size_bound)}; η_ft = {fmt(ft.eta_ft)} is {verdict} it.")
+                     f"{fmt(ft.step_size_bound)}; η_ft = {fmt(ft.eta_ft)} {verdict} it.")
     else:
         say(console, "The closed forms of claims 8 and 9 (regimes, D_k, step-size bound) "
                      "describe plain fine-tuning and are not shown beside interventions.")
