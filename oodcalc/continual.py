@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from . import limits
-from .finetune.sequence import SequenceResult, Shifts, check_shifts, run_sequence
+from .finetune.sequence import SequenceResult, Shifts, check_shifts, check_stage_weights, \
+    run_sequence, stage_protocols
 from .predict import pretrain_logits
-from .setting import Protocol, require_plain
+from .setting import Protocol
 
 
-def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult:
+def sequence(shifts: Shifts, protocol: Protocol | None = None, *,
+             stages: list | None = None) -> SequenceResult:
     """Pretrain on V, then fine-tune on U_1, ..., U_S in turn, exactly (K×K logits of
     every domain), and measure what each stage did to every domain.
 
@@ -22,8 +24,24 @@ def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult
         :func:`oodcalc.shifts_from_arrays` (V and a list of U's).
     protocol : Protocol, optional
         ε, η (pretraining), η_ft, ε_ft or ft_steps and the step cap of each stage
-        (``finetune_cap``; not raised by an estimate, as predict's ``auto`` cap is).
-        Plain fine-tuning only: interventions are refused.
+        (``finetune_cap``; not raised by an estimate, as predict's ``auto`` cap is),
+        and the interventions of every stage (``replay``, ``l2``, ``project``,
+        ``weights``), each read for a sequence as follows. Stage i (on U_i) with
+        replay λ: each step is ``(1 − λ)`` of the gradient on U_i plus ``λ/i`` of the
+        gradient on each earlier domain D_0 = V, U_1, ..., U_{i−1} (every earlier domain
+        equally, total share λ: a replay buffer balanced over past experiences, as
+        avalanche's ``ExperienceBalancedBuffer``). ``project``: the fit's update off
+        the span of every earlier domain's features (V's and U_1..U_{i−1}'s; stage 1:
+        span(V), as :func:`oodcalc.predict`). ``l2``: the pull ``(μ/2)‖Q − Q_start‖²``
+        toward the weights at the start of the stage (where the previous stage ended;
+        stage 1: the pretrained ``Q^(T1)``), as an L2 penalty anchored at the previous
+        task's solution. ``weights``: the query weights on U_i (a rule reads each
+        ``u^(i)_k``'s cosine to the pretraining centre). With one shift every stage is
+        :func:`oodcalc.predict`'s fine-tuning. The joint reference stays plain GD.
+    stages : list, keyword-only, optional
+        One entry per shift: a dict of interventions (keys ``replay``, ``l2``,
+        ``project``, ``weights``) replacing ``protocol``'s for that stage, or None
+        (the stage as ``protocol`` says).
 
     Returns
     -------
@@ -37,7 +55,8 @@ def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult
     Raises
     ------
     InputError
-        For something that is not a sequence of shifts, or a protocol with interventions.
+        For something that is not a sequence of shifts, or a bad stage entry (named
+        ``stages[i]``).
     ComputationError
         Before any work, if pretraining or the first stage is estimated past twice its
         cap (:func:`oodcalc.limits.check_simulation`); after, if pretraining does not
@@ -59,7 +78,8 @@ def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult
     if not isinstance(protocol, Protocol):
         from .errors import InputError, shorten
         raise InputError("protocol", shorten(repr(protocol)), "expected an oc.Protocol")
-    require_plain(protocol, "sequence")
+    plans = stage_protocols(protocol, shifts.S, stages)
+    check_stage_weights(plans, shifts.K)
     # what a simulator refuses for its one fine-tuning (estimated from the logits at α*),
     # for the first stage; the later stages start elsewhere and have no such estimate
     first = shifts.gram[0, 1]
@@ -68,4 +88,4 @@ def sequence(shifts: Shifts, protocol: Protocol | None = None) -> SequenceResult
                             M=first if diagonal is None else None)
     run = pretrain_logits(shifts.K, protocol.eps, protocol.eta,
                           limits.pretrain_cap(shifts.K, protocol))
-    return run_sequence(shifts, run.z[0], protocol, T1=int(run.steps[0]))
+    return run_sequence(shifts, run.z[0], protocol, T1=int(run.steps[0]), stages=plans)

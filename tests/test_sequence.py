@@ -185,8 +185,16 @@ def test_what_has_no_meaning_says_why():
      r"Us\[1\]: .*orthonormal"),
     (lambda: oc.shifts_from_arrays(np.eye(3, 2), []), "Us: got an empty list"),
     (lambda: oc.sequence(oc.parallel_shift([1, -0.9])), "shifts: .*parallel_shifts"),
-    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), oc.Protocol(replay=0.5)),
-     "oodcalc.sequence runs plain fine-tuning only"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages=[{"replay": 0.5}] * 2),
+     r"stages: got 2 entries; give one per shift: 1"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages=[{"replay": 1.5}]),
+     r"stages\[0\]\['replay'\]: got 1.5; expected a share λ"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages=[{"eps": 0.1}]),
+     r"stages\[0\]: .*keys among replay, l2, project, weights"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages={"replay": 0.1}),
+     r"stages: .*expected a list"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), oc.Protocol(weights=(1, 1, 1))),
+     r"weights: got 3 values; expected one weight per feature: K = 2"),
 ])
 def test_bad_input_is_refused_by_name(call, match):
     with pytest.raises(InputError, match=match):
@@ -274,3 +282,86 @@ def test_bad_command_input_is_one_line_and_exit_2(capsys, argv, expected):
     assert code == 2 and out == ""
     line = one_line(err)
     assert expected is None or line == expected
+
+
+# --- interventions inside a sequence: the K×K engine against each done to Q itself --------
+
+INTERVENED = {
+    "replay 0.3 (earlier domains equally)": (oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                                             oc.Protocol(replay=0.3), None),
+    "project key (off every earlier span)": (oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                                             oc.Protocol(project="key"), None),
+    "l2 0.05 (pull to the stage's start)": (oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                                            oc.Protocol(l2=0.05), None),
+    "random arrays, replay + project both": (_random_shifts(2, 9, 3, seed=3),
+                                             oc.Protocol(replay=0.2, project="both",
+                                                         ft_steps=80), None),
+    "per-stage dicts": (_random_shifts(3, 9, 2, seed=4), oc.Protocol(),
+                        [{"replay": 0.4, "weights": "cosine"},
+                         {"project": "query", "l2": 0.01}]),
+}
+
+
+def _agree_stages(shifts, protocol, stages) -> bool:
+    result = oc.sequence(shifts, protocol, stages=stages)
+    simulated = simulate_sequence(shifts, protocol, stages=stages)
+    gaps = _gaps(result, simulated)
+    return (gaps["T1"] == 0 and not any(gaps["steps"]) and gaps["reached"]
+            and gaps["R"] <= 1e-12)
+
+
+@pytest.mark.parametrize("name", INTERVENED)
+def test_interventions_in_a_sequence_are_full_q_gradient_descent(name):
+    assert _agree_stages(*INTERVENED[name])
+
+
+def test_one_stage_with_interventions_is_predict():
+    for protocol in (oc.Protocol(replay=0.3), oc.Protocol(project="key"),
+                     oc.Protocol(l2=0.05, weights="cosine")):
+        result = oc.sequence(oc.parallel_shifts([[1, -0.9]]), protocol)
+        report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]), protocol))
+        assert result.steps == [report.finetune.T2]
+        assert abs(result.metrics["bwt"].value + report.F) <= 1e-12
+
+
+def _v_only(i):
+    out = np.zeros(i)
+    out[0] = 1.0
+    return out
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda i: np.full(i, 1.0),                         # λ on every earlier domain, not λ/i
+    _v_only,                                           # replay the source alone
+    lambda i: np.eye(i)[-1],                           # replay the last domain alone
+], ids=["share not split", "source only", "last domain only"])
+def test_a_wrong_replay_share_is_caught(monkeypatch, wrong):
+    case = INTERVENED["random arrays, replay + project both"]
+    shifts = case[0]
+    protocol = oc.Protocol(replay=0.3, ft_steps=80)
+    assert _agree_stages(shifts, protocol, None)
+    monkeypatch.setattr(engine, "replay_shares", wrong)
+    assert not _agree_stages(shifts, protocol, None)
+
+
+def test_a_projection_off_the_source_alone_is_caught(monkeypatch):
+    shifts = INTERVENED["random arrays, replay + project both"][0]
+    protocol = oc.Protocol(project="key", ft_steps=80)
+    assert _agree_stages(shifts, protocol, None)
+    monkeypatch.setattr(engine, "earlier_span_blocks",
+                        lambda gram, i: gram[:, i] - gram[:, 0] @ gram[0, i])
+    assert not _agree_stages(shifts, protocol, None)
+
+
+def test_a_pull_toward_the_pretrained_weights_instead_is_caught(monkeypatch):
+    shifts = INTERVENED["random arrays, replay + project both"][0]
+    protocol = oc.Protocol(l2=0.05, ft_steps=80)
+    assert _agree_stages(shifts, protocol, None)
+    real = engine.descend_stage
+    first = {}
+
+    def anchored_at_t1(z, gram, stage, *args, **kw):    # every stage pulled to Q^(T1)
+        first.setdefault("z", z.copy())
+        return real(z, gram, stage, *args, anchor=first["z"], **kw)
+    monkeypatch.setattr(engine, "descend_stage", anchored_at_t1)
+    assert not _agree_stages(shifts, protocol, None)
