@@ -365,3 +365,34 @@ def test_a_pull_toward_the_pretrained_weights_instead_is_caught(monkeypatch):
         return real(z, gram, stage, *args, anchor=first["z"], **kw)
     monkeypatch.setattr(engine, "descend_stage", anchored_at_t1)
     assert not _agree_stages(shifts, protocol, None)
+
+
+def test_the_command_applies_interventions_to_every_stage_or_to_one(capsys):
+    shifts = oc.parallel_shifts([[1, -0.9], [1, 0.5]])
+    code, out, _ = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", "1,0.5",
+                       "--replay", "0.2", "--json")
+    expected = oc.sequence(shifts, oc.Protocol(replay=0.2))
+    assert code == 0 and json.loads(out)["steps"] == expected.steps
+    assert expected.steps != oc.sequence(shifts).steps           # the option did something
+    code, out, _ = run(capsys, "sequence", "--gamma", "1,-0.9", "--then",
+                       "1,0.5 replay=0.3 project=key", "--l2", "0.01", "--json")
+    data = json.loads(out)
+    expected = oc.sequence(shifts, oc.Protocol(l2=0.01),
+                           stages=[None, {"replay": 0.3, "project": "key"}])
+    assert code == 0 and data["steps"] == expected.steps
+    assert np.array_equal(np.array(data["R"]), expected.R)
+    assert data["parameters"]["stages"] == [{"l2": 0.01},
+                                            {"replay": 0.3, "l2": 0.01, "project": "key"}]
+
+
+@pytest.mark.parametrize("then, expected", [
+    ("1,0.5 replay=2", "oodcalc: error: --then: got '1,0.5 replay=2'; replay=2: expected a "
+     "share λ with 0 <= λ < 1 (λ = 1 would not fine-tune on U at all)"),
+    ("1,0.5 eps=0.1", "oodcalc: error: --then: got '1,0.5 eps=0.1'; after the values, give "
+     "key=value with keys replay, l2, project, weights, each once, e.g. \"1,0.5 replay=0.2\""),
+    ("1,0.5 project=sideways", "oodcalc: error: --then: got '1,0.5 project=sideways'; "
+     "project=sideways: expected one of none, key, query, both"),
+])
+def test_a_bad_stage_intervention_is_named_by_its_option(capsys, then, expected):
+    code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", then)
+    assert code == 2 and out == "" and one_line(err) == expected
