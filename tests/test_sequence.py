@@ -396,3 +396,67 @@ def test_the_command_applies_interventions_to_every_stage_or_to_one(capsys):
 def test_a_bad_stage_intervention_is_named_by_its_option(capsys, then, expected):
     code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", then)
     assert code == 2 and out == "" and one_line(err) == expected
+
+
+# --- progress and the time estimate (stderr only) -------------------------------------------
+
+def test_the_library_reports_every_phase_against_its_estimate():
+    log = []
+    result = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                         progress=lambda *report: log.append(report))
+    phases = [phase for phase, _, _ in log]
+    assert phases[0] == "pretraining" and phases[-1] == "joint"
+    assert list(dict.fromkeys(phases)) == ["pretraining", "stage 1", "stage 2", "joint"]
+    ends = {phase: done for phase, done, _ in log}            # the last report of each
+    assert ends == {"pretraining": result.T1, "stage 1": result.steps[0],
+                    "stage 2": result.steps[1], "joint": result.joint.steps}
+    # the estimates: stage 1 from the logits at α* (T2 = 360: ≈ 361)
+    first = next(expected for phase, _, expected in log if phase == "stage 1")
+    assert abs(first - 360) < 10
+
+
+def test_piped_output_has_no_control_characters(capsys):
+    code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", "1,0.5",
+                         "--json")
+    assert code == 0 and json.loads(out)["steps"] == [360, 331] and err == ""
+    code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", "1,0.5")
+    assert code == 0 and err == ""
+    assert not any(ch in out for ch in "\x1b\r\b")
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_long_sequence_says_how_long_before_it_starts(capsys, monkeypatch, json_flag):
+    import re
+
+    from oodcalc import continual
+    from oodcalc.errors import ComputationError
+
+    def refuse(*args, **kwargs):
+        raise ComputationError("stub: the run itself is not the test")
+    monkeypatch.setattr(continual, "sequence", refuse)
+    # K = 60, three stages to eps_ft = 1e-3: about 6.6e5 steps on 4 domains, tens of minutes
+    gammas = np.random.default_rng(0).uniform(-1, 1, (3, 60)).round(2)
+    texts = [",".join(map(str, g)) for g in gammas]
+    code, _, err = run(capsys, "sequence", f"--gamma={texts[0]}", f"--then={texts[1]}",
+                       f"--then={texts[2]}", "--eps-ft", "1e-3", *json_flag)
+    lines = err.splitlines()
+    assert code == 1 and lines[-1] == "oodcalc: error: stub: the run itself is not the test"
+    assert re.match(r"oodcalc: sequence: this run will take about \d+ (min|h) \(3 stages "
+                    r"≈ [\d,]+ steps and the joint reference ≈ [\d,]+ steps on 4 domains "
+                    r"of 60×60 logits\)$", lines[0]), lines[0]
+    code, _, err = run(capsys, "sequence", "--gamma", "1,-0.9", *json_flag)   # a short one
+    assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]
+
+
+def test_the_time_estimate_is_the_order_of_the_run():
+    """K = 2, two stages and the joint reference: 1,895 steps of the engine in about
+    0.1 s; the estimate (674 + 361·3 steps) is of that order (within 30×: load)."""
+    import time
+
+    from oodcalc.continual import sequence_estimate
+    shifts = oc.parallel_shifts([[1, -0.9], [1, 0.5]])
+    seconds, _ = sequence_estimate(shifts)
+    started = time.monotonic()
+    oc.sequence(shifts)
+    took = time.monotonic() - started
+    assert took / 30 < seconds < 30 * took, (seconds, took)   # a loaded machine: 30×

@@ -4,6 +4,7 @@ what every stage did to every domain (continual-learning metrics in loss)."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, List, Optional
 
 import typer
@@ -60,7 +61,20 @@ def sequence(
                              "lower K": "give fewer --gamma values"})
     stages = [extra or None for _, extra in parsed]
     shifts = parallel_shifts(gammas, names=names)
-    result = run_sequence(shifts, protocol, stages=stages if any(stages) else None)
+    stages = stages if any(stages) else None
+    from ..continual import sequence_estimate
+    from ..errors import ComputationError
+    from .progress import StepProgress, announce
+    try:
+        seconds, words = sequence_estimate(shifts, protocol)
+    except ComputationError:             # the sequence refuses it, in its own words
+        seconds, words = 0.0, ""
+    announce("sequence", seconds, f" ({words})")
+    if as_json or not sys.stderr.isatty():
+        result = run_sequence(shifts, protocol, stages=stages)
+    else:                                # a bar on stderr if the run lasts a while
+        with StepProgress() as progress:
+            result = run_sequence(shifts, protocol, stages=stages, progress=progress)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -248,20 +248,32 @@ def start_logits(gram: np.ndarray, z1: np.ndarray) -> np.ndarray:
 
 
 def descend(z: np.ndarray, gram: np.ndarray, trained: Sequence[int], eta: float,
-            eps: float, max_steps: int, fixed: bool = False) -> tuple[int, bool]:
+            eps: float, max_steps: int, fixed: bool = False,
+            report: Callable[[int], None] | None = None) -> tuple[int, bool]:
     """GD on the mean loss of the domains ``trained``, in place on every domain's logits
     ``z`` (``(S+1, K, K)``): ``Δz_j = −(η/n) Σ_{i∈trained} G[j, i] g_i G[i, j]``. Stops at
     the first step where every ``e_k(z_i) <= eps`` for every trained ``i`` (``fixed``:
-    after exactly ``max_steps`` steps); returns the steps and whether the rule holds."""
+    after exactly ``max_steps`` steps); returns the steps and whether the rule holds.
+    ``report(t)`` is told of the steps done now and then (:func:`report_every`)."""
     trained = list(trained)
     rate = eta / len(trained)
+    every = report_every(z)
     for t in range(max_steps + 1):
+        if report is not None and t % every == 0:
+            report(t)
         errors, grads = errors_and_gradient(z[trained])
         met = bool((errors <= eps).all())
         if (met and not fixed) or t == max_steps:
             return t, met
         z -= rate * sum(_step(gram, i, g) for i, g in zip(trained, grads))
     raise AssertionError("unreachable")
+
+
+def report_every(z: np.ndarray) -> int:
+    """Steps between progress reports: about 10^7 multiply-adds (a few hundredths of a
+    second), at most 1,000 steps."""
+    n, K = z.shape[0], z.shape[-1]
+    return max(1, min(1000, int(1e7 // (2 * n * K ** 3))))
 
 
 def _step(gram: np.ndarray, i: int, g: np.ndarray) -> np.ndarray:
@@ -429,8 +441,8 @@ def stage_plan(gram: np.ndarray, i: int, protocol: Protocol) -> Stage:
 
 
 def descend_stage(z: np.ndarray, gram: np.ndarray, stage: Stage, eps: float,
-                  max_steps: int, fixed: bool = False, anchor: np.ndarray | None = None
-                  ) -> tuple[int, bool]:
+                  max_steps: int, fixed: bool = False, anchor: np.ndarray | None = None,
+                  report: Callable[[int], None] | None = None) -> tuple[int, bool]:
     """Stage ``stage.i`` with interventions, in place on every domain's logits:
     ``Δz_j = −η [(1−λ) L_j (g_i c) R_j + (λ/i) Σ_{m<i} G[j, m] g_m G[m, j]
     + μ (z_j − z_j(start))]``. Stops when every covered (``c_k > 0``) ``e_k(z_i) <= eps``,
@@ -442,7 +454,10 @@ def descend_stage(z: np.ndarray, gram: np.ndarray, stage: Stage, eps: float,
     covered = stage.weights > 0
     start = z.copy() if anchor is None else anchor
     earlier = list(range(i))
+    every = report_every(z)
     for t in range(max_steps + 1):
+        if report is not None and t % every == 0:
+            report(t)
         errors, grads = errors_and_gradient(z[[i] + (earlier if stage.replay else [])])
         within = (errors[0] <= eps) | ~covered
         met = bool(within.all())
@@ -501,25 +516,39 @@ def check_stage_weights(protocols: list[Protocol], K: int) -> None:
 
 
 def run_sequence(shifts: Shifts, z1: np.ndarray, protocol: Protocol, T1: int = 0,
-                 stages: Sequence[Protocol] | None = None) -> SequenceResult:
+                 stages: Sequence[Protocol] | None = None,
+                 progress: Callable[[str, int, float], None] | None = None,
+                 expected: Sequence[float] | None = None) -> SequenceResult:
     """Every stage of ``shifts`` from the pretrained logits ``z1`` (``K × K``, ``Q^(T1)
     = V z1 Vᵀ``), with ``protocol``'s ``eta_ft``, ``eps_ft`` (or ``ft_steps``) and step
     cap per stage, and each stage's interventions (``stages``: one protocol per stage,
     default ``protocol`` for every one); then the joint reference (plain GD, to
-    ``eps_ft`` within ``max_steps``)."""
+    ``eps_ft`` within ``max_steps``). ``progress(phase, done, expected)`` is told of
+    each stage's steps (``"stage i"``, then ``"joint"``) against ``expected`` (the
+    estimated steps of the S stages and the joint reference, from
+    :func:`oodcalc.continual.sequence_estimate`)."""
     gram, S = shifts.gram, shifts.S
     stages = [protocol] * S if stages is None else list(stages)
     fixed = protocol.ft_steps is not None
     z = start_logits(gram, np.asarray(z1, dtype=np.float64))
     start = z.copy()
     rows, steps, reached = [losses(z)], [], []
+    expected = list(expected) if expected is not None else [0.0] * (S + 1)
+
+    def reporter(phase, guess):
+        if progress is None:
+            return None
+        return lambda t: progress(phase, t, guess)
     for i, p in zip(range(1, S + 1), stages):
+        report = reporter(f"stage {i}", expected[i - 1])
         if p.interventions:
             t, met = descend_stage(z, gram, stage_plan(gram, i, p), protocol.eps_ft,
-                                   protocol.finetune_cap, fixed=fixed)
+                                   protocol.finetune_cap, fixed=fixed, report=report)
         else:
             t, met = descend(z, gram, [i], protocol.eta_ft, protocol.eps_ft,
-                             protocol.finetune_cap, fixed=fixed)
+                             protocol.finetune_cap, fixed=fixed, report=report)
+        if progress is not None:
+            progress(f"stage {i}", t, t)
         rows.append(losses(z))
         steps.append(t)
         reached.append(met)
@@ -527,7 +556,10 @@ def run_sequence(shifts: Shifts, z1: np.ndarray, protocol: Protocol, T1: int = 0
     K = shifts.K
     reference = losses(np.zeros((S + 1, K, K)))
     joint_t, joint_met = descend(start, gram, range(S + 1), protocol.eta_ft,
-                                 protocol.eps_ft, protocol.max_steps)
+                                 protocol.eps_ft, protocol.max_steps,
+                                 report=reporter("joint", expected[S]))
+    if progress is not None:
+        progress("joint", joint_t, joint_t)
     parameters = {**shifts.describe(), **protocol.describe()}
     if any(p.interventions for p in stages):
         parameters["stages"] = [p.interventions for p in stages]
