@@ -381,7 +381,7 @@ def test_the_command_applies_interventions_to_every_stage_or_to_one(capsys):
                            stages=[None, {"replay": 0.3, "project": "key"}])
     assert code == 0 and data["steps"] == expected.steps
     assert np.array_equal(np.array(data["R"]), expected.R)
-    assert data["parameters"]["stages"] == [{"l2": 0.01},
+    assert data["parameters"]["stage_interventions"] == [{"l2": 0.01},
                                             {"replay": 0.3, "l2": 0.01, "project": "key"}]
 
 

@@ -562,6 +562,6 @@ def run_sequence(shifts: Shifts, z1: np.ndarray, protocol: Protocol, T1: int = 0
         progress("joint", joint_t, joint_t)
     parameters = {**shifts.describe(), **protocol.describe()}
     if any(p.interventions for p in stages):
-        parameters["stages"] = [p.interventions for p in stages]
+        parameters["stage_interventions"] = [p.interventions for p in stages]
     return SequenceResult(R, steps, reached, T1, z, reference, metrics(R, reference),
                           Joint(losses(start), joint_t, joint_met), parameters)
