@@ -359,6 +359,60 @@ def finetune_seconds(K: int, log_steps: float, engine: str) -> float:
     return steps * (per_step + K * K * SECONDS_PER_UPDATE[engine] / threads) + extra
 
 
+#: The terms engine (fine-tuning with interventions, :mod:`oodcalc.finetune.engine`) has
+#: no closed-form step count: predict runs it this many steps first (a probe) and
+#: extrapolates (:func:`terms_log_steps`); fewer for a large K (``TERMS_PROBE_WORK``
+#: logit updates at most, 10 steps at least).
+TERMS_PROBE_STEPS = 1000
+TERMS_PROBE_WORK = 1e8
+#: ... doubled while it extrapolates past twice the cap, up to this fraction of the cap
+#: (a refused run costs at most about a fiftieth of running its cap out).
+TERMS_PROBE_SHARE = 50
+#: Seconds per step of the terms engine in predict (its source view read every step):
+#: K = 2, 20,000 steps of --project both --replay 0.2: 2.6 s on a loaded 2-core Xeon;
+#: and per logit update, as the NumPy descent's.
+TERMS_SECONDS_PER_STEP = 1.3e-4
+
+
+def terms_probe_steps(K: int) -> int:
+    return int(max(10, min(TERMS_PROBE_STEPS, TERMS_PROBE_WORK // (K * K))))
+
+
+def terms_log_steps(t: int, e_half: float, e_end: float, eps: float) -> float:
+    """Log of the steps at which the largest movable error meets ``eps``, extrapolated from
+    a probe that did not stop: ``e(t) ≈ A t^−p`` fitted through ``e(t/2)`` and ``e(t)``,
+    so ``T ≈ t (e(t)/eps)^(1/p)``, ``p = log₂(e(t/2)/e(t))``. An error that did not
+    fall (``p <= 0``) gives ``inf``: the rule looks out of reach. Gradient descent on a
+    softmax error slows down, never speeds up, as it converges, so this is an estimate,
+    not a bound (a run settling on a floor above ``eps`` reads as a very large T)."""
+    if not (e_end > eps and e_half > 0 and e_end > 0):
+        return math.log(max(t, 1))
+    p = math.log2(e_half / e_end)
+    if p <= 0:
+        return math.inf
+    return math.log(t) + math.log(e_end / eps) / p
+
+
+def terms_seconds(K: int, log_steps: float) -> float:
+    return exp_steps(log_steps) * (TERMS_SECONDS_PER_STEP + K * K * SECONDS_PER_UPDATE["numpy"])
+
+
+#: A step of a sequence's engine (:mod:`oodcalc.finetune.sequence`) on S + 1 domains:
+#: NumPy's calls, and per multiply-add of its ``2 (S+1)`` K×K products (measured on a
+#: loaded 2-core Xeon: K = 2, S = 2: 44 µs a step; K = 50: 0.25 ms; K = 200: 39 ms).
+SEQUENCE_SECONDS_PER_STEP = 4e-5
+SEQUENCE_SECONDS_PER_PRODUCT = 6e-10
+
+
+def sequence_seconds(K: int, S: int, pretrain: float, stages: list[float],
+                     joint: float) -> float:
+    """Seconds ``oodcalc.sequence`` takes for ``pretrain`` ray steps, the ``stages``' steps
+    (each one domain's gradient) and the joint reference's ``joint`` steps (S + 1
+    gradients a step)."""
+    step = SEQUENCE_SECONDS_PER_STEP + 2 * (S + 1) * K ** 3 * SEQUENCE_SECONDS_PER_PRODUCT
+    return ray_seconds(pretrain, False) + step * (sum(stages) + (S + 1) * joint)
+
+
 def exp_steps(log_steps: float) -> float:
     """Steps from their natural log (``0`` for ``-inf``, capped at ``e^700``)."""
     return math.exp(min(log_steps, 700.0)) if log_steps > -math.inf else 0.0

@@ -29,7 +29,7 @@ import re
 from . import estimates
 from .finetune import compiled
 from .console import duration
-from .errors import ComputationError, InputError, param
+from .errors import ComputationError, InputError, param, shorten
 
 #: Environment variable that sets the memory cap (a size: 16G, 512M, or bytes).
 MEMORY_VARIABLE = "OODCALC_MAX_MEMORY"
@@ -459,3 +459,29 @@ def _finetune_words(protocol) -> str:
     eps = (f"eps = {protocol.eps:g}" if protocol.eps_ft == protocol.eps
            else f"eps_ft = {protocol.eps_ft:g}")
     return f"{eps}, eta_ft = {protocol.eta_ft:g}"
+
+
+def check_terms_steps(K: int, protocol, cap: int, log_steps: float, probe: str) -> None:
+    """Refuse, before it runs, a fine-tuning with interventions (the terms engine) whose
+    probe extrapolates past twice its cap (``log_steps``: the log of that estimate, inf
+    when the error did not fall; ``probe``: what the probe saw, in words), naming what
+    gives a run that ends: a fixed budget (``ft_steps``, which reports the rule "not
+    reached" and the errors at its end), a looser rule or a larger cap."""
+    steps = estimates.exp_steps(log_steps)
+    if steps <= 2 * cap:
+        return
+    eps = "eps_ft" if protocol.eps_ft != protocol.eps else "eps"
+    need = ("the rule looks out of reach" if log_steps == math.inf else
+            f"about {estimates.format_steps(log_steps)} steps to meet the rule, "
+            f"about {duration(estimates.terms_seconds(K, log_steps))}")
+    raise ComputationError(
+        f"fine-tuning with {_interventions_words(protocol)} would run to its step cap "
+        f"({param('max_steps')} = {cap:,}) without meeting the stopping rule ({eps} = {protocol.eps_ft:g}, "
+        f"eta_ft = {protocol.eta_ft:g}): {need} ({probe}); give {param('ft_steps')} "
+        f"(e.g. {min(cap, 10_000):,}) to run a fixed budget and report the errors it "
+        f"ends at, or {param(eps, 'raise')}")
+
+
+def _interventions_words(protocol) -> str:
+    return ", ".join(f"{k} = {v if isinstance(v, str) else shorten(v)}"
+                     for k, v in protocol.interventions.items())

@@ -240,6 +240,21 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
                   f"K = {K}, eps_ft = {proto.eps_ft:g}, eta_ft = {proto.eta_ft:g}",
                   f"{param('eta', 'lower')} or {param('eps_ft', 'raise')}")
     seconds = estimates.predict_seconds(K, proto, plan, compiled.available())
+    if proto.interventions and proto.ft_steps is None and alpha is not None:
+        # the terms engine: its steps from a probe from where pretraining ends
+        z1 = descend_ray(0.0, 0.0, K, proto.eta, proto.eps, proto.max_steps,
+                         expected_steps=pretrain).logits(K)
+        z_ood0 = ood_start(z1, geo.M)
+        recipe = terms.recipe(proto, geo.M, z_ood0, z1)
+        cap = proto.max_steps if plan is None or not proto.auto_steps else max(
+            proto.max_steps, int(2 * estimates.exp_steps(plan.log_steps)) + 1000)
+        log_steps, probe = _terms_estimate(z1, z_ood0, recipe, K, proto, cap)
+        limits.check_terms_steps(K, proto, cap, log_steps, probe)
+        seconds = estimates.predict_seconds(K, proto, None) / 2 + \
+            estimates.terms_seconds(K, log_steps)
+        return seconds, (f"fine-tuning with interventions ≈ "
+                         f"{estimates.format_steps(log_steps)} steps on {K}×{K} logits by "
+                         f"the terms engine, {probe}")
     if plan is None:
         return seconds, f"pretraining ≈ {pretrain:,.0f} steps on the symmetric ray"
     words = (f"fine-tuning ≈ {estimates.format_steps(plan.log_steps)} steps on {K}×{K} "
@@ -410,6 +425,10 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
     (:mod:`oodcalc.finetune`), the source losses read off ``z_V`` at every step."""
     recipe = terms.recipe(proto, M, z_ood0, z1)
     fixed = proto.ft_steps is not None
+    if not fixed:                      # no closed form for its steps: a probe estimates them
+        log_steps, words = _terms_estimate(z1, z_ood0, recipe, K, proto, cap)
+        limits.check_terms_steps(K, proto, cap, log_steps, words)
+        expected = min(float(cap), estimates.exp_steps(log_steps))
     trend = _Trend(K)
     snaps = _snapshot_store(K, expected)
     last, losses = {}, []
@@ -441,6 +460,30 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
     return dataclasses.replace(out, reached=reached, first_step=first,
                                note=None if reached else _not_reached(run, recipe, proto,
                                                                       fixed))
+
+
+def _terms_estimate(z1, z_ood0, recipe, K, proto, cap: int) -> tuple[float, str]:
+    """The log of the steps the terms engine will take, from a short run extrapolated
+    (:func:`oodcalc.estimates.terms_log_steps`), and what the probe saw, in words. The
+    probe doubles (from :func:`~oodcalc.estimates.terms_probe_steps`, continuing where
+    it stopped) while its estimate is past twice ``cap``, up to ``cap /
+    TERMS_PROBE_SHARE``: an error on a plateau extrapolates far too long from the plateau
+    alone (``--project both`` at K = 2: 8.6e6 from 1,000 steps; the run stops at 20,014)."""
+    t = estimates.terms_probe_steps(K)
+    limit = max(t, cap // estimates.TERMS_PROBE_SHARE)
+    z_U, z_V, e_half, done = z_ood0, z1, None, 0
+    while True:
+        stopped, e_end, z_U, z_V = engine.probe(z_U, z_V, recipe, proto.eta_ft,
+                                                proto.eps_ft, t - done)
+        if stopped:
+            return math.log(t), f"a {t:,}-step probe stopped"
+        if e_half is not None:
+            log_steps = estimates.terms_log_steps(t, e_half, e_end, proto.eps_ft)
+            if estimates.exp_steps(log_steps) <= 2 * cap or 2 * t > limit:
+                return log_steps, (f"extrapolated from a {t:,}-step probe: the largest "
+                                   f"error of a feature the rule covers went from "
+                                   f"{e_half:.3g} at step {t // 2:,} to {e_end:.3g}")
+        e_half, done, t = e_end, t, 2 * t
 
 
 def _not_reached(run, recipe, proto, fixed: bool) -> str:

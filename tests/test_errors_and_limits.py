@@ -838,3 +838,62 @@ def test_the_estimate_picks_predicts_engine():
     assert big[1] == "compiled"
     assert estimates.finetune_plan(300, Protocol(), diagonal=np.linspace(-1, 1, 300),
                                    compiled_available=False)[1] == "numpy"
+
+
+# --- the terms engine (interventions) has its steps estimated before it runs ---------------
+
+def test_an_intervention_run_out_of_reach_is_refused_before_it_runs(capsys):
+    """``--project both --replay 0.2``: u1 lies in span(V), the projected fit leaves it to
+    replay, and e_1 stays near 0.22; the run went to the 10^6-step cap (about 2 min) and
+    then exited 1. The probe, doubled to 16,000 steps, still extrapolates past 10^50 steps."""
+    import time
+    started = time.monotonic()
+    code, out, err = run(capsys, "predict", "--gamma", "1,-0.9", "--project", "both",
+                         "--replay", "0.2")
+    line = one_line(err)
+    assert code == 1 and out == "" and time.monotonic() - started < 20
+    assert line.startswith("oodcalc: error: fine-tuning with replay = 0.2, project = both "
+                           "would run to its step cap (--max-steps = 1,000,000) without "
+                           "meeting the stopping rule"), line
+    assert "16,000-step probe" in line and "give --ft-steps (e.g. 10,000)" in line
+
+
+def test_the_unreachable_run_with_a_budget_reports_not_reached(capsys):
+    code, out, err = run(capsys, "predict", "--gamma", "1,-0.9", "--project", "both",
+                         "--replay", "0.2", "--ft-steps", "2000", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["finetune"]["reached"] is False
+    assert report["finetune"]["T2"] == 2000
+    assert "not reached (e_1 = 0.2" in err and "after the fixed 2000 fine-tuning steps" in err
+
+
+def test_the_terms_estimate_extrapolates_the_probe():
+    """Power law through e(t/2), e(t): e = 0.1 → 0.05 over 500 → 1000 steps is p = 1, so
+    eps = 0.01 is met at 1000 · 5 = 5,000 steps; an error that does not fall: inf."""
+    from oodcalc import estimates
+    assert math.exp(estimates.terms_log_steps(1000, 0.1, 0.05, 0.01)) == pytest.approx(5000)
+    assert math.exp(estimates.terms_log_steps(1000, 0.1, 0.025, 0.01)) == \
+        pytest.approx(1000 * 2.5 ** 0.5)                              # p = 2
+    assert estimates.terms_log_steps(1000, 0.05, 0.05, 0.01) == math.inf
+    # against a run: --project key fine-tunes 3,802 steps; the estimate is within 2×
+    import oodcalc as oc
+    from oodcalc.predict import expected_seconds
+    setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(project="key"))
+    _, words = expected_seconds(setting)
+    steps = int(re.search(r"≈ ([\d,]+) steps", words).group(1).replace(",", ""))
+    assert oc.predict(setting).finetune.T2 == 3802 and 3802 / 2 < steps < 2 * 3802, words
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_long_intervention_run_says_so_before_it_starts(capsys, monkeypatch, json_flag):
+    _stub_predict(monkeypatch)
+    # --project key to eps_ft = 3e-5: about 1.6e6 steps of the terms engine, minutes
+    code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--project", "key",
+                       "--eps-ft", "3e-5", *json_flag)
+    first = err.splitlines()[0]
+    assert code == 1 and err.splitlines()[-1].startswith("oodcalc: error: stub")
+    assert re.match(r"oodcalc: predict: this run will take about \d+ (s|min) \(fine-tuning "
+                    r"with interventions ≈ [\d,]+ steps on 2×2 logits by the terms engine",
+                    first), first
+    code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--project", "key", *json_flag)
+    assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]

@@ -185,8 +185,16 @@ def test_what_has_no_meaning_says_why():
      r"Us\[1\]: .*orthonormal"),
     (lambda: oc.shifts_from_arrays(np.eye(3, 2), []), "Us: got an empty list"),
     (lambda: oc.sequence(oc.parallel_shift([1, -0.9])), "shifts: .*parallel_shifts"),
-    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), oc.Protocol(replay=0.5)),
-     "oodcalc.sequence runs plain fine-tuning only"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages=[{"replay": 0.5}] * 2),
+     r"stages: got 2 entries; give one per shift: 1"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages=[{"replay": 1.5}]),
+     r"stages\[0\]\['replay'\]: got 1.5; expected a share λ"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages=[{"eps": 0.1}]),
+     r"stages\[0\]: .*keys among replay, l2, project, weights"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), stages={"replay": 0.1}),
+     r"stages: .*expected a list"),
+    (lambda: oc.sequence(oc.parallel_shifts([[1, -0.9]]), oc.Protocol(weights=(1, 1, 1))),
+     r"weights: got 3 values; expected one weight per feature: K = 2"),
 ])
 def test_bad_input_is_refused_by_name(call, match):
     with pytest.raises(InputError, match=match):
@@ -274,3 +282,181 @@ def test_bad_command_input_is_one_line_and_exit_2(capsys, argv, expected):
     assert code == 2 and out == ""
     line = one_line(err)
     assert expected is None or line == expected
+
+
+# --- interventions inside a sequence: the K×K engine against each done to Q itself --------
+
+INTERVENED = {
+    "replay 0.3 (earlier domains equally)": (oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                                             oc.Protocol(replay=0.3), None),
+    "project key (off every earlier span)": (oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                                             oc.Protocol(project="key"), None),
+    "l2 0.05 (pull to the stage's start)": (oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                                            oc.Protocol(l2=0.05), None),
+    "random arrays, replay + project both": (_random_shifts(2, 9, 3, seed=3),
+                                             oc.Protocol(replay=0.2, project="both",
+                                                         ft_steps=80), None),
+    "per-stage dicts": (_random_shifts(3, 9, 2, seed=4), oc.Protocol(),
+                        [{"replay": 0.4, "weights": "cosine"},
+                         {"project": "query", "l2": 0.01}]),
+}
+
+
+def _agree_stages(shifts, protocol, stages) -> bool:
+    result = oc.sequence(shifts, protocol, stages=stages)
+    simulated = simulate_sequence(shifts, protocol, stages=stages)
+    gaps = _gaps(result, simulated)
+    return (gaps["T1"] == 0 and not any(gaps["steps"]) and gaps["reached"]
+            and gaps["R"] <= 1e-12)
+
+
+@pytest.mark.parametrize("name", INTERVENED)
+def test_interventions_in_a_sequence_are_full_q_gradient_descent(name):
+    assert _agree_stages(*INTERVENED[name])
+
+
+def test_one_stage_with_interventions_is_predict():
+    for protocol in (oc.Protocol(replay=0.3), oc.Protocol(project="key"),
+                     oc.Protocol(l2=0.05, weights="cosine")):
+        result = oc.sequence(oc.parallel_shifts([[1, -0.9]]), protocol)
+        report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]), protocol))
+        assert result.steps == [report.finetune.T2]
+        assert abs(result.metrics["bwt"].value + report.F) <= 1e-12
+
+
+def _v_only(i):
+    out = np.zeros(i)
+    out[0] = 1.0
+    return out
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda i: np.full(i, 1.0),                         # λ on every earlier domain, not λ/i
+    _v_only,                                           # replay the source alone
+    lambda i: np.eye(i)[-1],                           # replay the last domain alone
+], ids=["share not split", "source only", "last domain only"])
+def test_a_wrong_replay_share_is_caught(monkeypatch, wrong):
+    case = INTERVENED["random arrays, replay + project both"]
+    shifts = case[0]
+    protocol = oc.Protocol(replay=0.3, ft_steps=80)
+    assert _agree_stages(shifts, protocol, None)
+    monkeypatch.setattr(engine, "replay_shares", wrong)
+    assert not _agree_stages(shifts, protocol, None)
+
+
+def test_a_projection_off_the_source_alone_is_caught(monkeypatch):
+    shifts = INTERVENED["random arrays, replay + project both"][0]
+    protocol = oc.Protocol(project="key", ft_steps=80)
+    assert _agree_stages(shifts, protocol, None)
+    monkeypatch.setattr(engine, "earlier_span_blocks",
+                        lambda gram, i: gram[:, i] - gram[:, 0] @ gram[0, i])
+    assert not _agree_stages(shifts, protocol, None)
+
+
+def test_a_pull_toward_the_pretrained_weights_instead_is_caught(monkeypatch):
+    shifts = INTERVENED["random arrays, replay + project both"][0]
+    protocol = oc.Protocol(l2=0.05, ft_steps=80)
+    assert _agree_stages(shifts, protocol, None)
+    real = engine.descend_stage
+    first = {}
+
+    def anchored_at_t1(z, gram, stage, *args, **kw):    # every stage pulled to Q^(T1)
+        first.setdefault("z", z.copy())
+        return real(z, gram, stage, *args, anchor=first["z"], **kw)
+    monkeypatch.setattr(engine, "descend_stage", anchored_at_t1)
+    assert not _agree_stages(shifts, protocol, None)
+
+
+def test_the_command_applies_interventions_to_every_stage_or_to_one(capsys):
+    shifts = oc.parallel_shifts([[1, -0.9], [1, 0.5]])
+    code, out, _ = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", "1,0.5",
+                       "--replay", "0.2", "--json")
+    expected = oc.sequence(shifts, oc.Protocol(replay=0.2))
+    assert code == 0 and json.loads(out)["steps"] == expected.steps
+    assert expected.steps != oc.sequence(shifts).steps           # the option did something
+    code, out, _ = run(capsys, "sequence", "--gamma", "1,-0.9", "--then",
+                       "1,0.5 replay=0.3 project=key", "--l2", "0.01", "--json")
+    data = json.loads(out)
+    expected = oc.sequence(shifts, oc.Protocol(l2=0.01),
+                           stages=[None, {"replay": 0.3, "project": "key"}])
+    assert code == 0 and data["steps"] == expected.steps
+    assert np.array_equal(np.array(data["R"]), expected.R)
+    assert data["parameters"]["stage_interventions"] == [{"l2": 0.01},
+                                            {"replay": 0.3, "l2": 0.01, "project": "key"}]
+
+
+@pytest.mark.parametrize("then, expected", [
+    ("1,0.5 replay=2", "oodcalc: error: --then: got '1,0.5 replay=2'; replay=2: expected a "
+     "share λ with 0 <= λ < 1 (λ = 1 would not fine-tune on U at all)"),
+    ("1,0.5 eps=0.1", "oodcalc: error: --then: got '1,0.5 eps=0.1'; after the values, give "
+     "key=value with keys replay, l2, project, weights, each once, e.g. \"1,0.5 replay=0.2\""),
+    ("1,0.5 project=sideways", "oodcalc: error: --then: got '1,0.5 project=sideways'; "
+     "project=sideways: expected one of none, key, query, both"),
+])
+def test_a_bad_stage_intervention_is_named_by_its_option(capsys, then, expected):
+    code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", then)
+    assert code == 2 and out == "" and one_line(err) == expected
+
+
+# --- progress and the time estimate (stderr only) -------------------------------------------
+
+def test_the_library_reports_every_phase_against_its_estimate():
+    log = []
+    result = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]),
+                         progress=lambda *report: log.append(report))
+    phases = [phase for phase, _, _ in log]
+    assert phases[0] == "pretraining" and phases[-1] == "joint"
+    assert list(dict.fromkeys(phases)) == ["pretraining", "stage 1", "stage 2", "joint"]
+    ends = {phase: done for phase, done, _ in log}            # the last report of each
+    assert ends == {"pretraining": result.T1, "stage 1": result.steps[0],
+                    "stage 2": result.steps[1], "joint": result.joint.steps}
+    # the estimates: stage 1 from the logits at α* (T2 = 360: ≈ 361)
+    first = next(expected for phase, _, expected in log if phase == "stage 1")
+    assert abs(first - 360) < 10
+
+
+def test_piped_output_has_no_control_characters(capsys):
+    code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", "1,0.5",
+                         "--json")
+    assert code == 0 and json.loads(out)["steps"] == [360, 331] and err == ""
+    code, out, err = run(capsys, "sequence", "--gamma", "1,-0.9", "--then", "1,0.5")
+    assert code == 0 and err == ""
+    assert not any(ch in out for ch in "\x1b\r\b")
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_long_sequence_says_how_long_before_it_starts(capsys, monkeypatch, json_flag):
+    import re
+
+    from oodcalc import continual
+    from oodcalc.errors import ComputationError
+
+    def refuse(*args, **kwargs):
+        raise ComputationError("stub: the run itself is not the test")
+    monkeypatch.setattr(continual, "sequence", refuse)
+    # K = 60, three stages to eps_ft = 1e-3: about 6.6e5 steps on 4 domains, tens of minutes
+    gammas = np.random.default_rng(0).uniform(-1, 1, (3, 60)).round(2)
+    texts = [",".join(map(str, g)) for g in gammas]
+    code, _, err = run(capsys, "sequence", f"--gamma={texts[0]}", f"--then={texts[1]}",
+                       f"--then={texts[2]}", "--eps-ft", "1e-3", *json_flag)
+    lines = err.splitlines()
+    assert code == 1 and lines[-1] == "oodcalc: error: stub: the run itself is not the test"
+    assert re.match(r"oodcalc: sequence: this run will take about \d+ (min|h) \(3 stages "
+                    r"≈ [\d,]+ steps and the joint reference ≈ [\d,]+ steps on 4 domains "
+                    r"of 60×60 logits\)$", lines[0]), lines[0]
+    code, _, err = run(capsys, "sequence", "--gamma", "1,-0.9", *json_flag)   # a short one
+    assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]
+
+
+def test_the_time_estimate_is_the_order_of_the_run():
+    """K = 2, two stages and the joint reference: 1,895 steps of the engine in about
+    0.1 s; the estimate (674 + 361·3 steps) is of that order (within 30×: load)."""
+    import time
+
+    from oodcalc.continual import sequence_estimate
+    shifts = oc.parallel_shifts([[1, -0.9], [1, 0.5]])
+    seconds, _ = sequence_estimate(shifts)
+    started = time.monotonic()
+    oc.sequence(shifts)
+    took = time.monotonic() - started
+    assert took / 30 < seconds < 30 * took, (seconds, took)   # a loaded machine: 30×

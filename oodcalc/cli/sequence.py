@@ -4,12 +4,17 @@ what every stage did to every domain (continual-learning metrics in loss)."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, List, Optional
 
 import typer
 
 from .app import app
-from .setting_options import Eps, EpsFt, Eta, EtaFt, FtSteps, MaxSteps, build_protocol
+from .setting_options import L2, Eps, EpsFt, Eta, EtaFt, FtSteps, MaxSteps, Project, Replay, \
+    Weights, build_protocol, interventions
+
+#: What a stage's text may carry after its γ's: ``--then "1,0.5 replay=0.2 project=key"``.
+STAGE_KEYS = ("replay", "l2", "project", "weights")
 
 
 @app.command()
@@ -19,14 +24,21 @@ def sequence(
              "feature (K = count).", rich_help_panel="Shifts")] = None,
     then: Annotated[Optional[List[str]], typer.Option("--then", metavar="G1,G2,...",
         help="The next shift, as many values as --gamma: fine-tuning continues on it from "
-             "where the previous stage ended. Repeat for more stages.",
+             "where the previous stage ended. Repeat for more stages. Interventions for "
+             "this stage alone may follow the values: \"1,0.5 replay=0.2 project=key\" "
+             "(keys replay, l2, project, weights).",
         rich_help_panel="Shifts")] = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
     eps_ft: EpsFt = None, ft_steps: FtSteps = None,
+    replay: Replay = None, l2: L2 = None, project: Project = None, weights: Weights = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: R, steps, "
         "metrics with their definitions, the joint reference.")] = False,
 ) -> None:
     """Fine-tune on a sequence of shifts, one after the other, exactly.
+
+    The interventions apply to every stage: replay spreads λ equally over every earlier
+    domain (V, U1, ...), --project projects off the span of every earlier domain's
+    features, --l2 pulls toward the weights at the start of the stage.
 
     Example: oodcalc sequence --gamma 1,-0.9 --then 1,0.5
     """
@@ -41,15 +53,57 @@ def sequence(
     texts = [gamma, *(then or [])]
     names = ["--gamma"] + [f"--then {i}" if len(then) > 1 else "--then"
                            for i in range(1, len(texts))]
-    gammas = [options.numbers(name, text) for name, text in zip(names, texts)]
-    protocol = build_protocol(eps, eta, eta_ft, max_steps, eps_ft, ft_steps)
+    parsed = [stage_text(name, text) for name, text in zip(names, texts)]
+    gammas = [values for values, _ in parsed]
+    protocol = build_protocol(eps, eta, eta_ft, max_steps, eps_ft, ft_steps,
+                              finetuning=interventions(replay, l2, project, weights))
     options.name_parameters({"K": ("--gamma", f"{len(gammas[0])} values"),
                              "lower K": "give fewer --gamma values"})
-    result = run_sequence(parallel_shifts(gammas, names=names), protocol)
+    stages = [extra or None for _, extra in parsed]
+    shifts = parallel_shifts(gammas, names=names)
+    stages = stages if any(stages) else None
+    from ..continual import sequence_estimate
+    from ..errors import ComputationError
+    from .progress import StepProgress, announce
+    try:
+        seconds, words = sequence_estimate(shifts, protocol)
+    except ComputationError:             # the sequence refuses it, in its own words
+        seconds, words = 0.0, ""
+    announce("sequence", seconds, f" ({words})")
+    if as_json or not sys.stderr.isatty():
+        result = run_sequence(shifts, protocol, stages=stages)
+    else:                                # a bar on stderr if the run lasts a while
+        with StepProgress() as progress:
+            result = run_sequence(shifts, protocol, stages=stages, progress=progress)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
         render(result)
+
+
+def stage_text(name: str, text: str) -> tuple[list[float], dict]:
+    """``"1,0.5 replay=0.2 project=key"``: the stage's γ's and its own interventions (as
+    :func:`~oodcalc.cli.setting_options.interventions` reads the options)."""
+    from ..errors import InputError
+    from ..setting import Protocol
+    from . import options
+
+    first, *rest = text.split() or [text]
+    given = {}
+    for token in rest:
+        key, sep, value = token.partition("=")
+        if not sep or key not in STAGE_KEYS or key in given:
+            raise InputError(name, repr(text), f"after the values, give key=value with keys "
+                             f"{', '.join(STAGE_KEYS)}, each once, e.g. \"1,0.5 replay=0.2\"")
+        given[key] = value
+    values = options.numbers(name, first)
+    extra = interventions(*(given.get(key) for key in STAGE_KEYS))
+    try:
+        Protocol(**extra)                     # the ranges, named by this option
+    except InputError as error:
+        key = error.what.strip("⟦⟧")
+        raise InputError(name, repr(text), f"{key}={given[key]}: {error.accepted}") from None
+    return values, extra
 
 
 def render(result) -> None:

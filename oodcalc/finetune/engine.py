@@ -92,3 +92,19 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     view = a.view()
     view.flags.writeable = False
     return view
+
+
+
+def probe(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta: float, eps: float,
+          steps: int) -> tuple[bool, float, np.ndarray, np.ndarray]:
+    """A piece of :func:`finetune` (one configuration, ``(K, K)`` logits) for the cost
+    model: ``(stopped, e, z_U, z_V)``, whether it stopped within ``steps`` steps, the
+    largest error of a covered, movable OOD feature at the end, and the logits there (a
+    next piece continues from them exactly: a step reads only the logits and the
+    recipe)."""
+    run = finetune(z_U[None], z_V[None], recipe, eta, eps, steps)
+    stopped = bool(run.reached[0] or run.blocked[0] or run.stalled[0]) or \
+        int(run.steps[0]) < steps
+    movable = recipe.covered & ~recipe.frozen
+    e = float(errors_and_gradient(run.z_U[0])[0][movable].max(initial=0.0))
+    return stopped, e, run.z_U[0], run.z_V[0]

@@ -67,8 +67,8 @@ in the same span (``ΔQ = −η/(S+1) Σ_i D_i g_i D_iᵀ``), so the recursion a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -76,8 +76,8 @@ from ..errors import InputError, item_name, param, shorten
 from ..limits import refuse_over_cap
 from ..geometry import check_dimension, check_finite, check_K, check_sequence, from_arrays, \
     ORTHONORMAL_TOL
-from ..setting import Protocol
-from .terms import errors_and_gradient
+from ..setting import INTERVENTIONS, STALL_STEP, Protocol
+from .terms import errors_and_gradient, query_weights
 
 
 # --- geometry: a sequence of shifts ---------------------------------------------------
@@ -248,20 +248,32 @@ def start_logits(gram: np.ndarray, z1: np.ndarray) -> np.ndarray:
 
 
 def descend(z: np.ndarray, gram: np.ndarray, trained: Sequence[int], eta: float,
-            eps: float, max_steps: int, fixed: bool = False) -> tuple[int, bool]:
+            eps: float, max_steps: int, fixed: bool = False,
+            report: Callable[[int], None] | None = None) -> tuple[int, bool]:
     """GD on the mean loss of the domains ``trained``, in place on every domain's logits
     ``z`` (``(S+1, K, K)``): ``Δz_j = −(η/n) Σ_{i∈trained} G[j, i] g_i G[i, j]``. Stops at
     the first step where every ``e_k(z_i) <= eps`` for every trained ``i`` (``fixed``:
-    after exactly ``max_steps`` steps); returns the steps and whether the rule holds."""
+    after exactly ``max_steps`` steps); returns the steps and whether the rule holds.
+    ``report(t)`` is told of the steps done now and then (:func:`report_every`)."""
     trained = list(trained)
     rate = eta / len(trained)
+    every = report_every(z)
     for t in range(max_steps + 1):
+        if report is not None and t % every == 0:
+            report(t)
         errors, grads = errors_and_gradient(z[trained])
         met = bool((errors <= eps).all())
         if (met and not fixed) or t == max_steps:
             return t, met
         z -= rate * sum(_step(gram, i, g) for i, g in zip(trained, grads))
     raise AssertionError("unreachable")
+
+
+def report_every(z: np.ndarray) -> int:
+    """Steps between progress reports: about 10^7 multiply-adds (a few hundredths of a
+    second), at most 1,000 steps."""
+    n, K = z.shape[0], z.shape[-1]
+    return max(1, min(1000, int(1e7 // (2 * n * K ** 3))))
 
 
 def _step(gram: np.ndarray, i: int, g: np.ndarray) -> np.ndarray:
@@ -363,19 +375,180 @@ def metrics(R: np.ndarray, reference: np.ndarray) -> dict[str, Metric]:
     }
 
 
-def run_sequence(shifts: Shifts, z1: np.ndarray, protocol: Protocol, T1: int = 0
-                 ) -> SequenceResult:
+#: A projected query column whose ``|c_j (D_iᵀ P D_i)[j, k]|`` are all below this is
+#: frozen (no step moves it): the projector comes from a pseudo-inverse, so a feature
+#: inside the earlier span projects to ~1e-16, not to 0.
+FROZEN_TOL = 1e-10
+#: Eigenvalues of the earlier domains' Gram matrix below this (relative to the largest)
+#: are directions the earlier features do not span.
+SPAN_TOL = 1e-10
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Stage ``i``'s step, built from the Gram blocks: the fit ``(1−λ) L_j (g_i c) R_j``
+    (``L_j = D_jᵀ P_l D_i``, ``R_j = D_iᵀ P_r D_j`` for every domain j; ``P = I − Π``, Π
+    the projector onto the span of the earlier domains' features ``D_0..D_{i−1}``), the
+    replay share λ spread equally over the earlier domains, the pull μ toward the
+    logits at the stage's start, the query weights ``c`` and which columns of ``z_i``
+    no step moves."""
+
+    i: int
+    eta: float
+    left: np.ndarray
+    right: np.ndarray
+    weights: np.ndarray
+    replay: float
+    l2: float
+    frozen: np.ndarray
+
+
+def earlier_span_blocks(gram: np.ndarray, i: int) -> np.ndarray:
+    """``D_jᵀ P D_i`` for every domain j, ``(S+1, K, K)``, with ``P = I − Π`` and Π the
+    orthogonal projector onto span(D_0..D_{i−1}): ``Π = E (EᵀE)⁺ Eᵀ`` with
+    ``E = [D_0 .. D_{i−1}]``, so ``D_jᵀ Π D_i = G[j, <i] (G[<i, <i])⁺ G[<i, i]`` (the
+    pseudo-inverse: earlier domains may share features)."""
+    n, K = gram.shape[0], gram.shape[-1]
+    inner = gram[:i, :i].transpose(0, 2, 1, 3).reshape(i * K, i * K)        # EᵀE
+    w, W = np.linalg.eigh(inner)
+    keep = w > SPAN_TOL * w.max()
+    pinv = (W[:, keep] / w[keep]) @ W[:, keep].T
+    to_earlier = gram[:, :i].transpose(0, 2, 1, 3).reshape(n, K, i * K)     # D_jᵀ E
+    from_earlier = gram[:i, i].reshape(i * K, K)                            # Eᵀ D_i
+    return gram[:, i] - to_earlier @ pinv @ from_earlier
+
+
+def replay_shares(i: int) -> np.ndarray:
+    """How stage i's replay share λ is split over the earlier domains ``D_0..D_{i−1}``:
+    equally (``λ/i`` each), as a replay buffer balanced over past experiences."""
+    return np.full(i, 1.0 / i)
+
+
+def stage_plan(gram: np.ndarray, i: int, protocol: Protocol) -> Stage:
+    """Stage ``i``'s step under ``protocol``'s interventions (see :func:`run_sequence`)."""
+    K = gram.shape[-1]
+    plain_left, plain_right = gram[:, i], gram[i, :]
+    if protocol.project != "none":
+        H = earlier_span_blocks(gram, i)
+    left = H if protocol.project in ("key", "both") else plain_left
+    right = np.swapaxes(H, -1, -2) if protocol.project in ("query", "both") else plain_right
+    weights = query_weights(protocol, gram[0, i])      # cosines to the pretraining centre
+    if protocol.replay:
+        frozen = np.zeros(K, dtype=bool)               # replay moves every column
+    else:
+        frozen = ~(np.abs(weights[:, None] * right[i]) > FROZEN_TOL).any(axis=0)
+    return Stage(i, protocol.eta_ft, left, right, weights, protocol.replay, protocol.l2, frozen)
+
+
+def descend_stage(z: np.ndarray, gram: np.ndarray, stage: Stage, eps: float,
+                  max_steps: int, fixed: bool = False, anchor: np.ndarray | None = None,
+                  report: Callable[[int], None] | None = None) -> tuple[int, bool]:
+    """Stage ``stage.i`` with interventions, in place on every domain's logits:
+    ``Δz_j = −η [(1−λ) L_j (g_i c) R_j + (λ/i) Σ_{m<i} G[j, m] g_m G[m, j]
+    + μ (z_j − z_j(start))]``. Stops when every covered (``c_k > 0``) ``e_k(z_i) <= eps``,
+    when the only ones above it are frozen, or (with a pull) when a step moves no logit
+    of any domain by more than ``STALL_STEP``; ``fixed``: after exactly ``max_steps``.
+    ``anchor``: the logits the pull is toward, default ``z`` at the start (the stage's
+    start). Returns the steps and whether the rule holds."""
+    i, eta = stage.i, stage.eta
+    covered = stage.weights > 0
+    start = z.copy() if anchor is None else anchor
+    earlier = list(range(i))
+    every = report_every(z)
+    for t in range(max_steps + 1):
+        if report is not None and t % every == 0:
+            report(t)
+        errors, grads = errors_and_gradient(z[[i] + (earlier if stage.replay else [])])
+        within = (errors[0] <= eps) | ~covered
+        met = bool(within.all())
+        if (not fixed and (within | stage.frozen).all()) or t == max_steps:
+            return t, met
+        g = grads[0] * stage.weights[None, :]
+        step = (1.0 - stage.replay) * (stage.left @ g @ stage.right)
+        if stage.replay:
+            shares = stage.replay * replay_shares(i)
+            step += sum(w * _step(gram, m, grads[1 + m]) for m, w in zip(earlier, shares))
+        if stage.l2:
+            step += stage.l2 * (z - start)
+        change = eta * step
+        if stage.l2 and not fixed and np.abs(change).max() <= STALL_STEP:
+            return t, met                              # settled: the pull balances the fit
+        z -= change
+    raise AssertionError("unreachable")
+
+
+def stage_protocols(protocol: Protocol, S: int, stages: Sequence[Any] | None
+                    ) -> list[Protocol]:
+    """One protocol per stage: ``protocol``, with ``stages[i]``'s interventions (a dict
+    of ``replay``, ``l2``, ``project``, ``weights``; None: as ``protocol``) for stage i+1."""
+    if stages is None:
+        return [protocol] * S
+    if isinstance(stages, dict):
+        raise InputError("stages", shorten(repr(stages)), "expected a list: one dict of "
+                         "interventions (or None) per stage")
+    stages = check_sequence(stages, "stages", "one dict of interventions per stage, e.g. "
+                            "[{'replay': 0.2}, None]")
+    if len(stages) != S:
+        raise InputError("stages", f"{len(stages)} entries",
+                         f"give one per shift: {S} (None for a stage as the protocol says)")
+    out = []
+    for n, entry in enumerate(stages):
+        if entry is None:
+            out.append(protocol)
+            continue
+        if not isinstance(entry, dict) or not set(entry) <= set(INTERVENTIONS):
+            raise InputError(f"stages[{n}]", shorten(repr(entry)), "expected a dict with "
+                             f"keys among {', '.join(INTERVENTIONS)}, or None")
+        try:
+            out.append(replace(protocol, **entry))
+        except InputError as error:              # named by the stage and the key
+            key = error.what.strip("⟦⟧")
+            raise InputError(f"stages[{n}]['{key}']", error.value, error.accepted) from None
+    return out
+
+
+def check_stage_weights(protocols: list[Protocol], K: int) -> None:
+    for n, p in enumerate(protocols):
+        w = p.weights
+        if w is not None and not isinstance(w, str) and len(w) != K:
+            raise InputError(param("weights"), f"{len(w)} values", "expected one weight per "
+                             f"feature: K = {K} (stage {n + 1})")
+
+
+def run_sequence(shifts: Shifts, z1: np.ndarray, protocol: Protocol, T1: int = 0,
+                 stages: Sequence[Protocol] | None = None,
+                 progress: Callable[[str, int, float], None] | None = None,
+                 expected: Sequence[float] | None = None) -> SequenceResult:
     """Every stage of ``shifts`` from the pretrained logits ``z1`` (``K × K``, ``Q^(T1)
     = V z1 Vᵀ``), with ``protocol``'s ``eta_ft``, ``eps_ft`` (or ``ft_steps``) and step
-    cap per stage; then the joint reference (to ``eps_ft`` within ``max_steps``)."""
+    cap per stage, and each stage's interventions (``stages``: one protocol per stage,
+    default ``protocol`` for every one); then the joint reference (plain GD, to
+    ``eps_ft`` within ``max_steps``). ``progress(phase, done, expected)`` is told of
+    each stage's steps (``"stage i"``, then ``"joint"``) against ``expected`` (the
+    estimated steps of the S stages and the joint reference, from
+    :func:`oodcalc.continual.sequence_estimate`)."""
     gram, S = shifts.gram, shifts.S
+    stages = [protocol] * S if stages is None else list(stages)
     fixed = protocol.ft_steps is not None
     z = start_logits(gram, np.asarray(z1, dtype=np.float64))
     start = z.copy()
     rows, steps, reached = [losses(z)], [], []
-    for i in range(1, S + 1):
-        t, met = descend(z, gram, [i], protocol.eta_ft, protocol.eps_ft,
-                         protocol.finetune_cap, fixed=fixed)
+    expected = list(expected) if expected is not None else [0.0] * (S + 1)
+
+    def reporter(phase, guess):
+        if progress is None:
+            return None
+        return lambda t: progress(phase, t, guess)
+    for i, p in zip(range(1, S + 1), stages):
+        report = reporter(f"stage {i}", expected[i - 1])
+        if p.interventions:
+            t, met = descend_stage(z, gram, stage_plan(gram, i, p), protocol.eps_ft,
+                                   protocol.finetune_cap, fixed=fixed, report=report)
+        else:
+            t, met = descend(z, gram, [i], protocol.eta_ft, protocol.eps_ft,
+                             protocol.finetune_cap, fixed=fixed, report=report)
+        if progress is not None:
+            progress(f"stage {i}", t, t)
         rows.append(losses(z))
         steps.append(t)
         reached.append(met)
@@ -383,7 +556,12 @@ def run_sequence(shifts: Shifts, z1: np.ndarray, protocol: Protocol, T1: int = 0
     K = shifts.K
     reference = losses(np.zeros((S + 1, K, K)))
     joint_t, joint_met = descend(start, gram, range(S + 1), protocol.eta_ft,
-                                 protocol.eps_ft, protocol.max_steps)
+                                 protocol.eps_ft, protocol.max_steps,
+                                 report=reporter("joint", expected[S]))
+    if progress is not None:
+        progress("joint", joint_t, joint_t)
+    parameters = {**shifts.describe(), **protocol.describe()}
+    if any(p.interventions for p in stages):
+        parameters["stage_interventions"] = [p.interventions for p in stages]
     return SequenceResult(R, steps, reached, T1, z, reference, metrics(R, reference),
-                          Joint(losses(start), joint_t, joint_met),
-                          {**shifts.describe(), **protocol.describe()})
+                          Joint(losses(start), joint_t, joint_met), parameters)
