@@ -368,6 +368,8 @@ TERMS_PROBE_WORK = 1e8
 #: ... doubled while it extrapolates past twice the cap, up to this fraction of the cap
 #: (a refused run costs at most about a fiftieth of running its cap out).
 TERMS_PROBE_SHARE = 50
+#: ... and not run at all when the whole cap would take at most this many seconds.
+TERMS_PROBE_FROM_SECONDS = 2.0
 #: Seconds per step of the terms engine in predict (its source view read every step):
 #: K = 2, 20,000 steps of --project both --replay 0.2: 2.6 s on a loaded 2-core Xeon;
 #: and per logit update, as the NumPy descent's.

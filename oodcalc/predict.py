@@ -468,7 +468,12 @@ def _terms_estimate(z1, z_ood0, recipe, K, proto, cap: int) -> tuple[float, str]
     probe doubles (from :func:`~oodcalc.estimates.terms_probe_steps`, continuing where
     it stopped) while its estimate is past twice ``cap``, up to ``cap /
     TERMS_PROBE_SHARE``: an error on a plateau extrapolates far too long from the plateau
-    alone (``--project both`` at K = 2: 8.6e6 from 1,000 steps; the run stops at 20,014)."""
+    alone (``--project both`` at K = 2: 8.6e6 from 1,000 steps; the run stops at 20,014).
+    A cap whose whole run is cheap (``advise``'s arms) is not probed: the probe would cost
+    about as much as it could save."""
+    if estimates.terms_seconds(K, math.log(cap)) <= estimates.TERMS_PROBE_FROM_SECONDS:
+        return math.log(cap), (f"at most its cap (not probed: all {cap:,} steps take under "
+                               f"{estimates.TERMS_PROBE_FROM_SECONDS:g} s)")
     t = estimates.terms_probe_steps(K)
     limit = max(t, cap // estimates.TERMS_PROBE_SHARE)
     z_U, z_V, e_half, done = z_ood0, z1, None, 0

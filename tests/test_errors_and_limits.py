@@ -897,3 +897,18 @@ def test_a_long_intervention_run_says_so_before_it_starts(capsys, monkeypatch, j
                     first), first
     code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", "--project", "key", *json_flag)
     assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]
+
+
+def test_a_cheap_cap_runs_without_a_probe(monkeypatch):
+    """advise's arms have caps of a few thousand steps: probing them cost more than it
+    could save (advise at K = 2: 4.6 s → 5.7 s). A long cap is still probed."""
+    import oodcalc as oc
+    from oodcalc.finetune import engine
+    calls = []
+    real = engine.probe
+    monkeypatch.setattr(engine, "probe", lambda *a, **k: calls.append(1) or real(*a, **k))
+    geometry = oc.parallel_shift([1, -0.9])
+    short = oc.predict(oc.Setting(geometry, oc.Protocol(replay=0.5, max_steps=5000)))
+    assert calls == [] and short.finetune.reached
+    long = oc.predict(oc.Setting(geometry, oc.Protocol(replay=0.5)))
+    assert calls and long.finetune.T2 == short.finetune.T2
