@@ -97,8 +97,9 @@ def test_registry_lookup():
     with pytest.raises(InputError):
         get_claim("8")                     # names several parts
     with pytest.raises(InputError):
-        get_claims("11")
+        get_claims("13")
     assert [c.key for c in get_claims("10")] == ["interventions"]
+    assert [c.id for c in get_claims("11")] == ["11a", "11b", "11c"]
 
 
 def test_zero_tests_detect_non_identities():

@@ -55,6 +55,8 @@ CLAIMED = {
     "first-order": lambda lam, A, hV: -hV * ((1 - lam) * A + lam * hV),
     "A": lambda cs, hs: sum(c * h for c, h in zip(cs, hs)) / 4,
     "lambda-first": lambda A, hV: -A / (hV - A),
+    # 11b: the geometry where L_V dips then rises at λ = 0
+    "dip-gamma": (1.0, -0.5),
     # h at the stopping margin
     "h-at-rule": lambda eps: 2 * eps * (1 - sp.sqrt(eps)),
     # 11c: the pull term of D at Q = Q1 (L2 toward the pretrained weights)
@@ -226,12 +228,13 @@ def derive_counterexample(claimed: dict = CLAIMED):
             "root −A/(h(2α) − A) < 0, so λ_first = 0: to first order in η the first step "
             "lowers L_V at every λ >= 0 (exact algebraic numbers)", EXPLICIT,
             star_ok and signs, "; ".join(lines), ks=(2,), decisive=True)
-    rep = predict(Setting(geo.parallel_shift([1, -0.5])))
+    dip = claimed["dip-gamma"]
+    rep = predict(Setting(geo.parallel_shift(list(dip))))
     L = rep.trajectories["finetune_source_loss"].sum(axis=1)
     low = int(np.argmin(L))
     dips = bool(0 < low < len(L) - 1 and rep.F > 0 and (np.diff(L[:low + 1]) < 0).all()
                 and (np.diff(L[low:]) > 0).all())
-    r.step(f"The exact dynamics (terms engine, ε = 0.01, η = 0.1) at γ = (1, −0.5), λ = 0: "
+    r.step(f"The exact dynamics (terms engine, ε = 0.01, η = 0.1) at γ = {dip}, λ = 0: "
            f"L_V falls for the first {low} steps, then rises at every step to "
            f"F = {rep.F:+.3g} at T2 = {rep.finetune.T2}.")
     r.check("dip-then-rise", "γ = (1, −0.5), λ = 0 >= λ_first: L_V falls monotonically for "
