@@ -193,7 +193,7 @@ CLAIMS: tuple[Claim, ...] = (
           "η[(1 − λ)c_k h(αc_k)/2 + λh(2α)] (c_k = γ_k(γ_k + γ_n), h(s) = 2e^s/(1 + e^s)³, α "
           "the T1 logit), so ΔL_V^(1) = ½Σ_k[e(2α + Δs_k) − e(2α)] exactly, e(s) = "
           "(1 + e^s)^(−2); to first order in η, ΔL_V^(1) = −ηh(2α)[(1 − λ)A + λh(2α)], "
-          "A = ¼Σ_k c_k h(αc_k), which changes sign at λ_first = −A/(h(2α) − A) (λ_first = 0 "
+          "A = (1/4)Σ_k c_k h(αc_k), which changes sign at λ_first = −A/(h(2α) − A) (λ_first = 0 "
           "when A >= 0).",
           "K = 2",
           "K = 2 errors depend on the column margin alone; claim 10's Δz_V at Q^(T1) (the pull "
@@ -226,7 +226,7 @@ CLAIMS: tuple[Claim, ...] = (
           "the monotone-map step to 'never reached' is argued in prose",
           _M + "claim11_replay_first_step", "derive_pull", "check_pull",
           lemmas=("for μ >= μ_stall,k margin k never reaches s_ε: the map "
-                  "s ↦ s + η[h(s) − μ(s − s_0)] is increasing (1 + η(h' − μ) > 0 at η = 0.1, "
+                  "s → s + η[h(s) − μ(s − s_0)] is increasing (1 + η(h' − μ) > 0 at η = 0.1, "
                   "|h'| <= h <= 8/27) and fixes a point <= s_ε, so iterates below it stay below; "
                   "for μ < μ_stall the step is bounded below by a positive number on [s_0, s_ε], "
                   "so the rule is met in finitely many steps",)),

@@ -7,7 +7,7 @@ e(s) = (1 + e^s)^(−2); claim 10's Δz_V (no projection, c = 1, the pull 0 at t
 moves source margin k by η[(1 − λ)c_k h(αc_k)/2 + λh(2α)], c_k = γ_k(γ_k + γ_n),
 h = −e' = 2e^s/(1 + e^s)³. So the first step changes L_V exactly by
 ½Σ_k[e(2α + Δs_k) − e(2α)]; its first-order term in η is
-−ηh(2α)[(1 − λ)A + λh(2α)], A = ¼Σ_k c_k h(αc_k), which changes sign at
+−ηh(2α)[(1 − λ)A + λh(2α)], A = (1/4)Σ_k c_k h(αc_k), which changes sign at
 λ_first = −A/(h(2α) − A) (when A < 0; for A ≥ 0 the first-order term is negative for
 every λ ≥ 0: λ_first = 0).
 
@@ -179,7 +179,7 @@ def derive_first_step(claimed: dict = CLAIMED):
            eq(sp.Symbol("A"), sp.Rational(1, 4) * sp.Sum(sp.Symbol("c_k") *
                                                          sp.Symbol("h(αc_k)"), (sp.Symbol("k"), 1, 2))))
     r.check("first-order", "ΔL_V^(1) = −ηh(2α)[(1 − λ)A + λh(2α)] + O(η²), "
-            "A = ¼Σ_k c_k h(αc_k) (derived from L_V and Δz_V, not from the margins)",
+            "A = (1/4)Σ_k c_k h(αc_k) (derived from L_V and Δz_V, not from the margins)",
             EXPLICIT, first_ok, ks=(2,), decisive=True)
     roots = sp.solve(sp.Eq(claimed["first-order"](lam, sp.Symbol("A"), sp.Symbol("H")), 0), lam)
     root_ok = len(roots) == 1 and sp.simplify(
@@ -312,7 +312,7 @@ def derive_pull(claimed: dict = CLAIMED):
             "(h(s_ε) = 2ε(1 − √ε)); for μ < min_k μ_stall,k every margin's step is positive "
             "up to s_ε", EXPLICIT, stall_ok, ks=(2,), decisive=True)
     r.lemma("stall-lemma", "for μ >= μ_stall,k margin k never reaches s_ε: the map "
-            "s ↦ s + η[h(s) − μ(s − s_0)] is increasing (1 + η(h' − μ) > 0 at η = 0.1, "
+            "s → s + η[h(s) − μ(s − s_0)] is increasing (1 + η(h' − μ) > 0 at η = 0.1, "
             "|h'| <= h <= 8/27) and fixes a point <= s_ε, so iterates below it stay below; for "
             "μ < μ_stall the step is bounded below by a positive number on [s_0, s_ε], so the "
             "rule is met in finitely many steps")
