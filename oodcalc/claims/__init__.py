@@ -227,7 +227,7 @@ CLAIMS: tuple[Claim, ...] = (
           _M + "claim11_replay_first_step", "derive_pull", "check_pull",
           lemmas=("for μ >= μ_stall,k margin k never reaches s_ε: the map "
                   "s → s + η[h(s) − μ(s − s_0)] is increasing (1 + η(h' − μ) > 0 at η = 0.1, "
-                  "|h'| <= h <= 8/27) and fixes a point <= s_ε, so iterates below it stay below; "
+                  "|h'| <= 2h <= 16/27) and fixes a point <= s_ε, so iterates below it stay below; "
                   "for μ < μ_stall the step is bounded below by a positive number on [s_0, s_ε], "
                   "so the rule is met in finitely many steps",)),
 )

@@ -221,8 +221,9 @@ def derive_counterexample(claimed: dict = CLAIMED):
         root = claimed["lambda-first"](A, _h(2 * alpha_star))
         positive = bool(A.is_positive) and bool(root.is_negative)
         signs &= positive
-        r.step(f"γ = (1, {g2}): c = ({cs[0]}, {cs[1]}), and at α = ln 3",
-               eq(sp.Symbol("A"), A), eq(sp.Symbol("−A/(h(2α) − A)"), sp.N(root, 6)))
+        r.step(f"γ = (1, {g2}): c = ({cs[0]}, {cs[1]}), and at α = ln 3 (A is an algebraic "
+               "number, its sign decided by sympy; shown rounded)",
+               eq(sp.Symbol("A"), sp.N(A, 6)), eq(sp.Symbol("−A/(h(2α) − A)"), sp.N(root, 6)))
         lines.append(f"γ = (1, {g2}): A = {float(A):.3g} > 0")
     r.check("first-step-falls", "γ = (1, −1/2) and (1, −9/10), α = α* = ln 3: A > 0 and the "
             "root −A/(h(2α) − A) < 0, so λ_first = 0: to first order in η the first step "
@@ -313,7 +314,7 @@ def derive_pull(claimed: dict = CLAIMED):
             "up to s_ε", EXPLICIT, stall_ok, ks=(2,), decisive=True)
     r.lemma("stall-lemma", "for μ >= μ_stall,k margin k never reaches s_ε: the map "
             "s → s + η[h(s) − μ(s − s_0)] is increasing (1 + η(h' − μ) > 0 at η = 0.1, "
-            "|h'| <= h <= 8/27) and fixes a point <= s_ε, so iterates below it stay below; for "
+            "|h'| <= 2h <= 16/27) and fixes a point <= s_ε, so iterates below it stay below; for "
             "μ < μ_stall the step is bounded below by a positive number on [s_0, s_ε], so the "
             "rule is met in finitely many steps")
     r.step("Under the rule every OOD margin ends >= s_ε, and for c_k < 0 the source error "
