@@ -73,6 +73,7 @@ C5, C6, C7, C8, C9 = ("claim5_ood_weights", "claim6_failure_cases",
                       "claim7_finetune_projection", "claim8_forgetting", "claim9_step_size")
 C8E = "claim8e_long_finetuning"
 C10 = "claim10_interventions"
+C11 = "claim11_replay_first_step"
 C12 = "claim12_advice"
 
 
@@ -337,6 +338,38 @@ SYMBOLIC_MUTATIONS = {
         "A = I − MMᵀ": (claimed(C10, A=lambda M, K, projected: sp.Identity(K) - M * M.T
                                 if projected else sp.Identity(K)), {"dz-U", "rotation"}),
     },
+    "11a": {
+        "error (1 + e^s)^(−1)": (claimed(C11, error=lambda s: (1 + sp.exp(s)) ** -1),
+                                 {"error-of-margin", "h-at-rule"}),
+        "margin step c_k h/4": (claimed(C11, **{"margin-step": lambda lam, c, hk, hV:
+                                                 (1 - lam) * c * hk / 4 + lam * hV}),
+                                {"margin-step"}),
+        "first order without λh(2α)": (claimed(C11, **{"first-order": lambda lam, A, hV:
+                                                        -hV * (1 - lam) * A}),
+                                       {"first-order", "lambda-first"}),
+        "λ_first sign flipped": (claimed(C11, **{"lambda-first": lambda A, hV: A / (hV - A)}),
+                                 {"lambda-first"}),
+        "h(s_ε) = ε(1 − √ε)": (claimed(C11, **{"h-at-rule": lambda e: e * (1 - sp.sqrt(e))}),
+                               {"h-at-rule"}),
+    },
+    "11b": {
+        "A sign flipped": (claimed(C11, A=lambda cs, hs: -sum(c * h for c, h in zip(cs, hs)) / 4),
+                           {"first-step-falls"}),
+        "dip at γ = (1, −0.2)": (claimed(C11, **{"dip-gamma": (1.0, -0.2)}), {"dip-then-rise"}),
+    },
+    "11c": {
+        "weight decay μQ": (claimed(C11, pull=lambda mu, Q, Q1: mu * Q),
+                            {"first-step-free-of-mu"}),
+        "pull μ(Q − Q1)²": (claimed(C11, pull=lambda mu, Q, Q1: mu * (Q - Q1) * (Q - Q1)),
+                            {"pull-keeps-projection"}),
+        "pull margin 2μ": (claimed(C11, **{"pull-margin": lambda s, s0, mu: sp.Integer(2) * mu
+                                            * (s0 - s) + 2 * sp.exp(s) / (1 + sp.exp(s)) ** 3}),
+                           {"pull-margin", "stall"}),
+        "(ln h)' = 1 − 2σ": (claimed(C11, **{"log-h-slope": lambda s: 1 - 2 / (1 + sp.exp(-s))}),
+                             {"h-decreasing"}),
+        "μ_stall sign flipped": (claimed(C11, **{"mu-stall": lambda h, s_rule, s0:
+                                                  h / (s0 - s_rule)}), {"stall"}),
+    },
     "12a": {
         "rule sign flipped": (lambda mp: {"claimed": {**_CL12(), "cosine": flipped_rule(
             _c12("cosine"))}}, {"weights", "source-column-fixed", "kept-feature-forgets",
@@ -507,6 +540,14 @@ NUMERIC_MUTATIONS = {
     "9b": (numeric(C9, smoothness=0.2), ("population",)),
     # the rotation's step factor with one power on both sides: T2 or the logits differ
     "10": (numeric(C10, rotation=lambda g, sides: 1 - g ** 2), ("population",)),
+    # 11a: the first step off by a factor; 11b: its sign flipped (GD's first step disagrees);
+    # 11c: μ_stall × 0.9 (the run at 1.02 "μ_stall" meets the rule)
+    "11a": (numeric(C11, first_step=lambda *a: 1.001 * importlib.import_module(
+        f"oodcalc.claims.{C11}").first_step(*a)), ("population",)),
+    "11b": (numeric(C11, first_step=lambda *a: -importlib.import_module(
+        f"oodcalc.claims.{C11}").first_step(*a)), ("population",)),
+    "11c": (numeric(C11, mu_stall=lambda *a: 0.9 * importlib.import_module(
+        f"oodcalc.claims.{C11}").mu_stall(*a)), ("population",)),
     # the weight rules flipped: the advice keeps the features that transfer, F falls
     "12a": (lambda: {**_num12(), "cosine": flipped_rule(_num12()["cosine"])}, ("population",)),
     "12b": (lambda: {**_num12(), "drop-negative": flipped_rule(_num12()["drop-negative"])},

@@ -99,6 +99,7 @@ def test_registry_lookup():
     with pytest.raises(InputError):
         get_claims("13")
     assert [c.key for c in get_claims("10")] == ["interventions"]
+    assert [c.id for c in get_claims("11")] == ["11a", "11b", "11c"]
     assert [c.id for c in get_claims("12")] == ["12a", "12b", "12c"]
     assert get_claim("advice-projection").id == "12c" and get_claim("12b").refutes
 
