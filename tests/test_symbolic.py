@@ -376,7 +376,15 @@ def test_a_wide_equation_is_cut_before_a_term_of_its_sum():
             return re.sub(r"\s+", " ", text).strip()
         baseline = [line for line in whole.splitlines() if " = " in line][0]
         assert flat(" ".join(rows)) == flat(baseline), cut
-    # what cannot be cut at a term (a product, a fraction) is cut by sympy, marked ↪
+    # a fraction over a wide sum (claim 4's T_flow took 153 columns): the sum's lines, each
+    # after the first led by its sign, over one bar
+    fraction = math_text(sp.Eq(sp.Symbol("y"), sum(x ** n for n in range(12)) / (x + 1)), 30)
+    lines = fraction.splitlines()
+    assert all(cell_len(line) <= 30 for line in lines) and "↪" not in fraction, fraction
+    bar = next(i for i, line in enumerate(lines) if line.startswith("y = ──"))
+    assert lines[bar + 1].strip() == "x + 1" and lines[bar - 1].strip() == "+ x + 1", fraction
+    assert sum(bool(re.match(r" {4}\+ x", line)) for line in lines[:bar]) == 2, fraction
+    # what cannot be cut at a term (a product) is cut by sympy, marked ↪
     wide = sp.Eq(sp.Symbol("w"), sp.Mul(*sp.symbols("a0:30")) / (x + 1))
     assert all(cell_len(line) <= 30 for line in math_text(wide, 30).splitlines())
     assert "↪" in math_text(wide, 30) and math_text(wide) == math_text(wide, 1000)

@@ -432,19 +432,30 @@ def math_text(expr: sp.Basic, width: int | None = None) -> str:
         if width is None or whole.width() <= width:
             return whole.render(wrap_line=False)
         rows = [whole]
-        if isinstance(shown, sp.Equality) and isinstance(shown.rhs, (sp.Add, sp.MatAdd)):
-            rows = _rows(printer._print(shown.lhs), printer.sum_pieces(shown.rhs), width)
+        if isinstance(shown, sp.Equality):
+            lead = stringPict(*stringPict.next(printer._print(shown.lhs), " = "))
+            numerator, denominator = sp.fraction(shown.rhs, exact=True)
+            if isinstance(shown.rhs, (sp.Add, sp.MatAdd)):
+                rows = _rows(lead, printer.sum_pieces(shown.rhs), width)
+            elif denominator != 1 and isinstance(numerator, sp.Add):
+                # a fraction over a long sum (claim 4's T_flow): the sum's lines over one bar
+                top = _rows(stringPict(""), printer.sum_pieces(numerator),
+                            width - lead.width())
+                wide = max(row.width() for row in top)        # stack centres: pad right
+                top = [stringPict(*stringPict.next(row, " " * (wide - row.width())))
+                       for row in top]
+                over = prettyForm(*stringPict.stack(*top)) / printer._print(denominator)
+                rows = [stringPict(*stringPict.next(lead, over))]
         return "\n".join(row.render(wrap_line=True, num_columns=width, use_unicode=True)
                          for row in rows)
     finally:
         pretty_use_unicode(unicode_before)
 
 
-def _rows(lhs: prettyForm, pieces: list, width: int) -> list[stringPict]:
-    """``lhs = `` and the sum's terms, as many on a line as ``width`` allows; a further line
-    is indented to the right side and starts with its term's sign."""
-    row = stringPict(*stringPict.next(lhs, " = ", pieces[0][1]))
-    indent = lhs.width() + len(" = ")
+def _rows(lead: stringPict, pieces: list, width: int) -> list[stringPict]:
+    """``lead`` (``lhs = ``) and the sum's terms, as many on a line as ``width`` allows; a
+    further line is indented by ``lead`` and starts with its term's sign."""
+    row = stringPict(*stringPict.next(lead, pieces[0][1]))
     rows = []
     for sign, form in pieces[1:]:
         longer = stringPict(*stringPict.next(row, sign, form))
@@ -452,7 +463,7 @@ def _rows(lhs: prettyForm, pieces: list, width: int) -> list[stringPict]:
             row = longer
             continue
         rows.append(row)
-        row = stringPict(*stringPict.next(" " * indent, sign.lstrip(), form))
+        row = stringPict(*stringPict.next(" " * lead.width(), sign.lstrip(), form))
     return rows + [row]
 
 
