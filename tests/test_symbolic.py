@@ -23,6 +23,7 @@ from oodcalc.symbolic.core import (EXPLICIT, NUMERIC, PAPER, PROSE, REFUTED, SYM
 from oodcalc.symbolic.model import Column, column_symbols, conditional_error
 from oodcalc.symbolic.render import formula_latex, markdown_text, math_latex, math_text, \
     print_text, prose_parts, tex_text, to_latex, to_markdown
+from rich.cells import cell_len
 from rich.console import Console
 from sympy.printing.latex import greek_letters_set
 
@@ -249,12 +250,13 @@ def latex_math_defects(latex: str) -> list[str]:
     words = re.sub(r"_\{[a-z]{2}\}", " ", words)           # an index pair: z_{kk}, W_{nk}
     found += re.findall(r"[A-Za-z]{2,}", words)
     found += re.findall(r"!=|[A-Za-z]\[", latex)
+    found += re.findall(r"[+-]\s*[+-]", latex)       # "a + - \mu Q": a sum's sign twice
     return found
 
 
 def test_the_defect_finder_finds_the_defects_it_names():
     for bad in ("False", r"nabla_Q L = F G F^{T}", r"Sigma_{n != k} x", r"\delta margin_n",
-                r"\gamma[n]", r"\eta_{paper}"):
+                r"\gamma[n]", r"\eta_{paper}", r"\lambda g_{V} + - \mu V^{T} Q_{1} V"):
         assert latex_math_defects(bad), bad
     for good in (r"\nabla_Q L = F G F^{T}", r"z_{kk} - z_{nk}", r"\sum_{n \neq k} x",
                  r"\delta \mathrm{margin}_n",
@@ -277,7 +279,10 @@ def test_every_displayed_equation_reads_right_in_every_format(claim):
     print_text(d, claim, console)
     text = console.file.getvalue()
     for expr in (e for step in d.steps for e in step.math):
-        shown = math_text(expr)
+        shown = math_text(expr, 96)                   # the console's width less the indent
+        assert all(cell_len(line) <= 96 for line in shown.splitlines()), shown
+        if any(isinstance(e, sp.MatAdd) for e in sp.preorder_traversal(expr)):
+            assert not sum_defects(shown), (sum_defects(shown), shown)
         assert "\n".join("    " + line for line in shown.splitlines()) in text
         assert not re.search(r"(?m)^\s*(True|False)\s*$", shown), shown
         # Greek and operator names in words, or Python's != and x[n] of an indexed entry
@@ -291,6 +296,129 @@ def test_an_equation_with_a_matrix_side_is_shown_not_evaluated():
     shown = eq(sp.Symbol("nabla_Q L"), A.T)
     assert math_text(shown) != "False" and "∇_Q L" in math_text(shown)
     assert math_latex(shown).startswith(r"\nabla_{Q} L =")
+
+
+def sum_defects(picture: str) -> list[str]:
+    """What the rows of sympy's Unicode picture of an equation must not show on their
+    baselines (the lines holding " = " or starting with a term's sign): two terms side by
+    side with no sign between them ("V  (1 - λ)", "α⋅𝕀 ─────"), a minus that is no
+    operator ("G -μ⋅U") or a sign twice ("+ -")."""
+    found = []
+    for line in picture.splitlines():
+        rhs = line.split(" = ", 1)[1] if " = " in line else \
+            line if re.match(r"\s*[+-] ", line) else None
+        if rhs is None:
+            continue
+        found += re.findall(r"[\w)⎠⎟]\s+[\w(⎛⎜⎝─]", rhs)
+        found += re.findall(r"[\w)⎠⎟]\s+[+-][^\s]", rhs)
+        found += re.findall(r"[+-]\s*[+-]", rhs)
+    return found
+
+
+def test_the_sum_defect_finder_finds_the_defects_it_names():
+    # claim 10's and claim 5's baselines as the old renderer printed them, and as now
+    for bad in ("    Vᵀ D V = λ⋅g_V -μ⋅V ⋅Q₁⋅V + μ⋅V ⋅Q⋅V (1 - λ)⋅V ⋅U⋅G⋅U ⋅V",
+                "    D = μ⋅(-Q₁ + Q) + λ⋅V⋅g_V⋅V  (1 - λ)⋅⎝-V⋅V  + 𝕀⎠⋅U⋅G⋅U ⋅⎝-V⋅V  + 𝕀⎠",
+                "    Z = α⋅𝕀 ─────⋅⎝-𝕀 + 1⋅1 ⎠", "    Z = a + - b", "             -μ⋅G"
+                "\n             + (1 - λ)⋅G -μ⋅U"):
+        assert sum_defects(bad), bad
+    for good in ("    Vᵀ D V = λ⋅g_V - μ⋅V ⋅Q₁⋅V + μ⋅V ⋅Q⋅V + (1 - λ)⋅V ⋅U⋅G⋅U ⋅V",
+                 "    D = μ⋅(-Q₁ + Q) + λ⋅V⋅g_V⋅V  + (1 - λ)⋅⎝-V⋅V  + 𝕀⎠⋅U⋅G⋅U ⋅⎝-V⋅V  + 𝕀⎠",
+                 "    Z = α⋅𝕀 - ─────⋅⎝-𝕀 + 1⋅1 ⎠", "    Z = -μ⋅G + G\n             - μ⋅U"):
+        assert not sum_defects(good), good
+
+
+def _matrices():
+    K, d = sp.symbols("K d", integer=True, positive=True)
+    U, Q, G = sp.MatrixSymbol("U", d, K), sp.MatrixSymbol("Q", d, d), sp.MatrixSymbol("G", K, K)
+    lam, mu, alpha = sp.symbols("lambda mu alpha", real=True)
+    return K, U, Q, G, lam, mu, alpha
+
+
+def test_a_sum_of_matrices_is_joined_by_each_term_s_sign():
+    # sympy printed these "G + - \mu U^{T} Q U" (LaTeX) and "G -μ⋅U…", "… U⋅Q⋅U (1 - λ)⋅…"
+    # (pretty: no + before a coefficient 1 − λ, none before −α/(K − 1))
+    K, U, Q, G, lam, mu, alpha = _matrices()
+    UQU = U.T * Q * U
+    total = sp.MatAdd(G, -mu * UQU, (1 - lam) * UQU, -alpha / (K - 1) * UQU, -2 * UQU,
+                      evaluate=False)
+    latex = math_latex(total)
+    assert not latex_math_defects(latex), latex
+    for term in (r"- \mu U^{T} Q U", r" + \left(1 - \lambda\right) U^{T} Q U",
+                 r" - \frac{\alpha}{K - 1} U^{T} Q U", r" - 2 U^{T} Q U"):
+        assert term in latex, (term, latex)
+    picture = math_text(sp.Eq(sp.Symbol("Z"), total, evaluate=False))
+    assert not sum_defects(picture), picture
+    baseline = next(line for line in picture.splitlines() if " = " in line)
+    for term in (" - μ⋅U ⋅Q⋅U", " + (1 - λ)⋅U ⋅Q⋅U", " - ─────⋅U ⋅Q⋅U", " - 2⋅U ⋅Q⋅U"):
+        assert term in baseline, (term, picture)
+    # a sum that leads with a negative term prints it as sympy does
+    lead = sp.MatAdd(-mu * UQU, G, evaluate=False)
+    assert math_latex(lead).startswith(r"- \mu U^{T} Q U") and "-μ⋅U" in math_text(lead)
+
+
+def test_a_wide_equation_is_cut_before_a_term_of_its_sum():
+    K, U, Q, G, lam, mu, alpha = _matrices()
+    UQU = U.T * Q * U
+    total = sp.MatAdd(G, -mu * UQU, (1 - lam) * UQU, lam * G * UQU, -mu * G * G, UQU * G,
+                      evaluate=False)
+    x = sp.Symbol("x")
+    for equation in (sp.Eq(sp.Symbol("Z"), total, evaluate=False),
+                     sp.Eq(sp.Symbol("y"), sum((-1) ** n * (n + 1) * x ** n for n in range(9)))):
+        whole = math_text(equation)
+        cut = math_text(equation, 30)
+        lines = cut.splitlines()
+        assert cell_len(whole.splitlines()[-1]) > 30 and len(lines) > len(whole.splitlines())
+        assert all(cell_len(line) <= 30 for line in lines) and "↪" not in cut, cut
+        assert not sum_defects(cut), cut
+        # every further line starts with its term's sign under the right side ("Z = ")
+        rows = [line for line in lines if " = " in line or re.match(r" {4}[+-] ", line)]
+        assert len(rows) > 1 and all(re.match(r" {4}[+-] ", row) for row in rows[1:]), cut
+        # the baselines, read in turn, are the one line's baseline (the same terms, signs)
+        def flat(text):
+            return re.sub(r"\s+", " ", text).strip()
+        baseline = [line for line in whole.splitlines() if " = " in line][0]
+        assert flat(" ".join(rows)) == flat(baseline), cut
+    # a fraction over a wide sum (claim 4's T_flow took 153 columns): the sum's lines, each
+    # after the first led by its sign, over one bar
+    fraction = math_text(sp.Eq(sp.Symbol("y"), sum(x ** n for n in range(12)) / (x + 1)), 30)
+    lines = fraction.splitlines()
+    assert all(cell_len(line) <= 30 for line in lines) and "↪" not in fraction, fraction
+    bar = next(i for i, line in enumerate(lines) if line.startswith("y = ──"))
+    assert lines[bar + 1].strip() == "x + 1" and lines[bar - 1].strip() == "+ x + 1", fraction
+    assert sum(bool(re.match(r" {4}\+ x", line)) for line in lines[:bar]) == 2, fraction
+    # what cannot be cut at a term (a product) is cut by sympy, marked ↪
+    wide = sp.Eq(sp.Symbol("w"), sp.Mul(*sp.symbols("a0:30")) / (x + 1))
+    assert all(cell_len(line) <= 30 for line in math_text(wide, 30).splitlines())
+    assert "↪" in math_text(wide, 30) and math_text(wide) == math_text(wide, 1000)
+
+
+@pytest.mark.parametrize("where", ["terminal", "piped"])
+def test_claim10_reads_right_at_80_columns(where, capsys, monkeypatch):
+    # issue 30: `oodcalc derive 10` dropped the + between matrix terms ("μ⋅V ⋅Q⋅V (1 - λ)⋅",
+    # "G -μ⋅U"), the 'both' line took 136 columns, and Markdown/LaTeX read "+ - \mu"
+    from oodcalc.cli import main
+    claim, d = get_claim("10"), documents.derivation_of("10")
+    if where == "terminal":
+        console = Console(file=io.StringIO(), force_terminal=True, width=80, color_system=None)
+        print_text(d, claim, console)
+        text = console.file.getvalue()
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
+        assert main(["derive", "10"]) == 0
+        text = capsys.readouterr().out
+    assert "Projection 'both'" in text and "Vᵀ D V" in text
+    assert all(cell_len(line) <= 80 for line in text.splitlines()), \
+        max(text.splitlines(), key=cell_len)
+    equations = [line for line in text.splitlines() if line.startswith("    ")]
+    assert len([line for line in equations if " = " in line]) == 7, text
+    assert not sum_defects("\n".join(equations)), sum_defects("\n".join(equations))
+    assert "+ -" not in text and "- -" not in text
+    for source in (to_markdown(d, claim), to_latex(d, claim)):
+        formulas = re.findall(r"\$\$ (.*?) \$\$|\\begin\{dmath\*\} (.*?) \\end\{dmath\*\}", source)
+        sums = [a or b for a, b in formulas]
+        assert len(sums) == 7 and not any(re.search(r"[+-]\s*[+-]", f) for f in sums), sums
+        assert source.count(r"\lambda g_{V} - \mu V^{T} Q_{1} V") == 2, sums  # none, both
 
 
 def _compile(tmp_path, name: str, source: str) -> tuple[int, str]:

@@ -11,8 +11,10 @@ import re
 from typing import Any
 
 import sympy as sp
-from sympy.printing.latex import translate
-from sympy.printing.pretty.pretty_symbology import greek_unicode
+from sympy.printing.latex import LatexPrinter, translate
+from sympy.printing.pretty.pretty import PrettyPrinter
+from sympy.printing.pretty.pretty_symbology import greek_unicode, pretty_use_unicode
+from sympy.printing.pretty.stringpict import prettyForm, stringPict
 
 #: A :class:`~oodcalc.symbolic.core.Derivation`, read by its fields (id, title, steps,
 #: checks, scope, findings, level): this module sits below core.py, whose Jupyter repr
@@ -357,14 +359,112 @@ def _for_display(expr: sp.Basic, rename) -> sp.Basic:
     return expr.xreplace(mapping) if mapping else expr
 
 
+# A sum of matrices (MatAdd) is printed by sympy as if no term had a sign of its own: the
+# LaTeX printer joins a term -μ·Q with " + " ("a + - \mu Q"), and the pretty printer,
+# asking whether the term's coefficient could be negated, drops the " + " before a term with
+# coefficient 1 − λ and sets "a -μ⋅Q" against a term -μ·Q. The printers below join each
+# term by its sign: a term whose coefficient leads with a negative number (-μ, -α/(K − 1))
+# is " - " and its magnitude, any other " + " and the term as it stands.
+
+def _signed(term: sp.Basic) -> tuple[bool, sp.Basic]:
+    """(negative, what is shown after the sign) for a term of a sum."""
+    if isinstance(term, sp.MatrixExpr):
+        scalar, matrix = term.as_coeff_mmul()
+        number, rest = sp.S(scalar).as_coeff_Mul()
+        if not (number.is_Number and number.is_negative):
+            return False, term
+        factors = [f for f in [-number * rest] if f != 1]
+        factors += matrix.args if isinstance(matrix, sp.MatMul) else [matrix]
+        return True, sp.MatMul(*factors) if len(factors) > 1 else factors[0]
+    number, rest = term.as_coeff_Mul()
+    if not (number.is_Number and number.is_negative):
+        return False, term
+    if rest == 1:
+        return True, -number                      # -1/2
+    return True, rest if number == -1 else sp.Mul(-number, rest, evaluate=False)
+
+
+class _LatexPrinter(LatexPrinter):
+    def _print_MatAdd(self, expr):
+        tex = ""
+        for i, term in enumerate(self._as_ordered_terms(expr)):
+            negative, shown = _signed(term) if i else (False, term)   # -μQ leads as it is
+            tex += (" - " if negative else " + ") if i else ""
+            printed = self._print(shown)
+            tex += rf"\left({printed}\right)" if self._needs_add_brackets(shown) else printed
+        return tex
+
+
+class _PrettyPrinter(PrettyPrinter):
+    def _print_MatAdd(self, expr):
+        pieces = [p for piece in self.sum_pieces(expr) for p in piece if p != ""]
+        return prettyForm(*stringPict.next(*pieces), binding=prettyForm.ADD)
+
+    def sum_pieces(self, expr) -> list[tuple[str, prettyForm]]:
+        """The terms of the sum ``expr`` as (sign, form): "" for the first (its own sign
+        printed with it), " + " or " - " for the others."""
+        terms = expr.args if isinstance(expr, sp.MatAdd) else self._as_ordered_terms(expr)
+        pieces = [("", self._print(terms[0]))]              # -μ⋅Q leads as it is
+        for term in terms[1:]:
+            negative, shown = _signed(term)
+            form = self._print(shown)
+            if negative and form.binding == prettyForm.ADD:
+                form = prettyForm(*form.parens())
+            pieces.append((" - " if negative else " + ", form))
+        return pieces
+
+
 def math_latex(expr: sp.Basic) -> str:
     shown = _for_display(expr, None)      # names are set by the printer's symbol_names
     names = {s: formula_latex(s.name) for s in shown.atoms(sp.Symbol)}
-    return sp.latex(shown, symbol_names=names)
+    return _LatexPrinter({"symbol_names": names}).doprint(shown)
 
 
-def math_text(expr: sp.Basic) -> str:
-    return sp.pretty(_for_display(expr, _symbol_text), use_unicode=True, wrap_line=False)
+def math_text(expr: sp.Basic, width: int | None = None) -> str:
+    """``expr`` as sympy's Unicode picture. With ``width``, an equation wider than that is
+    cut before a term of its right side (a sum), each further line starting with the term's
+    sign under the right side; a piece still too wide is cut by sympy (marked ↪)."""
+    shown = _for_display(expr, _symbol_text)
+    printer = _PrettyPrinter({"use_unicode": True, "wrap_line": False})
+    unicode_before = pretty_use_unicode(True)
+    try:
+        whole = printer._print(shown)
+        if width is None or whole.width() <= width:
+            return whole.render(wrap_line=False)
+        rows = [whole]
+        if isinstance(shown, sp.Equality):
+            lead = stringPict(*stringPict.next(printer._print(shown.lhs), " = "))
+            numerator, denominator = sp.fraction(shown.rhs, exact=True)
+            if isinstance(shown.rhs, (sp.Add, sp.MatAdd)):
+                rows = _rows(lead, printer.sum_pieces(shown.rhs), width)
+            elif denominator != 1 and isinstance(numerator, sp.Add):
+                # a fraction over a long sum (claim 4's T_flow): the sum's lines over one bar
+                top = _rows(stringPict(""), printer.sum_pieces(numerator),
+                            width - lead.width())
+                wide = max(row.width() for row in top)        # stack centres: pad right
+                top = [stringPict(*stringPict.next(row, " " * (wide - row.width())))
+                       for row in top]
+                over = prettyForm(*stringPict.stack(*top)) / printer._print(denominator)
+                rows = [stringPict(*stringPict.next(lead, over))]
+        return "\n".join(row.render(wrap_line=True, num_columns=width, use_unicode=True)
+                         for row in rows)
+    finally:
+        pretty_use_unicode(unicode_before)
+
+
+def _rows(lead: stringPict, pieces: list, width: int) -> list[stringPict]:
+    """``lead`` (``lhs = ``) and the sum's terms, as many on a line as ``width`` allows; a
+    further line is indented by ``lead`` and starts with its term's sign."""
+    row = stringPict(*stringPict.next(lead, pieces[0][1]))
+    rows = []
+    for sign, form in pieces[1:]:
+        longer = stringPict(*stringPict.next(row, sign, form))
+        if longer.width() <= width:
+            row = longer
+            continue
+        rows.append(row)
+        row = stringPict(*stringPict.next(" " * lead.width(), sign.lstrip(), form))
+    return rows + [row]
 
 
 # --- Markdown -------------------------------------------------------------------------
@@ -505,7 +605,8 @@ def print_text(d: Derivation, claim, console=None) -> None:
     for i, step in enumerate(d.steps, 1):
         console.print(Text(f"{i}. ", style="bold") + Text(step.text))
         for expr in step.math:
-            console.print(Text(_indent(math_text(expr), 4)), soft_wrap=True)
+            console.print(Text(_indent(math_text(expr, console.width - 4), 4)),
+                          soft_wrap=True)
         console.print()
     table = Table(title="Checks", show_lines=False)
     for column in ("#", "check", "method", "on", "result"):
