@@ -123,16 +123,22 @@ def expected(gamma, eps, eta, eta_ft):
     return predict(Setting(parallel_shift(gamma), Protocol(eps=eps, eta=eta, eta_ft=eta_ft)))
 
 
-def compare(js: dict, report, where: str) -> None:
+def compare_runs(js: dict, report, where: str) -> None:
+    """What every run of the page shares with predict's: T1, T2 identical, F and F_k to
+    1e-12, each feature's trend."""
     assert "error" not in js, (where, js.get("error"))
     assert js["T1"] == report.pretrain.T1, where
-    assert js["T2"] == report.finetune.T2, where
+    assert js["T2"] == report.finetune.T2, (where, js["T2"], report.finetune.T2)
     F_k = [f.F_k for f in report.forgetting]
     assert np.allclose(js["F_k"], F_k, rtol=0, atol=1e-12), (where, js["F_k"], F_k)
     assert abs(js["F"] - report.F) <= 1e-12, where
+    assert js["trend"] == [f.trend for f in report.forgetting], where
+
+
+def compare(js: dict, report, where: str) -> None:
+    compare_runs(js, report, where)
     assert js["regime"] == [f.regime for f in report.forgetting], where
     assert js["condition"] == [f.condition for f in report.forgetting], where
-    assert js["trend"] == [f.trend for f in report.forgetting], where
     assert js["theorem_holds"] == [f.theorem_holds for f in report.forgetting], where
     assert js["initial_direction"] == [f.initial_direction for f in report.forgetting], where
     assert js["D_k_direction"] == [f.D_k_direction for f in report.forgetting], where
@@ -283,15 +289,9 @@ def run_hook(path: Path, pts, tmp: Path) -> list[dict]:
 
 
 def compare_interventions(js: dict, report, where: str) -> None:
-    assert "error" not in js, (where, js.get("error"))
+    compare_runs(js, report, where)
     assert js["engine"] == "terms on (z_U, z_V) (JavaScript)", where
-    assert js["T1"] == report.pretrain.T1, where
-    assert js["T2"] == report.finetune.T2, (where, js["T2"], report.finetune.T2)
     assert js["reached"] == report.finetune.reached, where
-    F_k = [f.F_k for f in report.forgetting]
-    assert np.allclose(js["F_k"], F_k, rtol=0, atol=1e-12), (where, js["F_k"], F_k)
-    assert abs(js["F"] - report.F) <= 1e-12, where
-    assert js["trend"] == [f.trend for f in report.forgetting], where
     assert js["initial_direction"] == [f.initial_direction for f in report.forgetting], where
     assert np.allclose(js["first_step"], [f.first_step for f in report.forgetting],
                        rtol=1e-9, atol=1e-15), where

@@ -491,11 +491,15 @@ def total_forgetting_block() -> str:
                  + ", ".join(f"{t['eps']:g}" for t in trend) + ".")
     lines.append("- **Large steps** (differential evolution on F / e(T1); \"coarse\": "
                  "predict warns the step is too coarse): the largest F found")
+    def value(name: str, x: float, sign: str = "+") -> str:   # round-off scale: its bound
+        if abs(x) >= 1e-12:
+            return f"{name} = {x:{sign}.1e}"
+        return f"{name if x >= 0 else '|' + name + '|'} {bounded(abs(x))}"
     for c in data["coarse"]:
         lines.append(f"  - K = {c['K']}, ε = {c['eps']:g}, η = {c['eta']:g}"
                      f"{', coarse' if c['coarse'] else ''} "
-                     f"(T1 = {c['T1']}, T2 = {c['T2']}, e(T1) = {c['e_T1']:.1e}): "
-                     f"F = {c['F']:+.1e} at γ = {tup(c['gamma'])}")
+                     f"(T1 = {c['T1']}, T2 = {c['T2']}, {value('e(T1)', c['e_T1'], '')}): "
+                     f"{value('F', c['F'])} at γ = {tup(c['gamma'])}")
     c = data["counterexample"]
     lines.append(
         f"- **Counterexample** (K = {c['K']}): γ = {tup(c['gamma'])}, ε = {c['eps']:g}, "
