@@ -145,7 +145,7 @@ def compare(js: dict, report, where: str) -> None:
     assert np.allclose(js["D_k"], [f.D_k for f in report.forgetting], rtol=1e-9, atol=1e-15)
     assert np.allclose(js["first_step"], [f.first_step for f in report.forgetting],
                        rtol=1e-6, atol=1e-15), where
-    assert abs(js["ood_loss"] - report.ood.error.sum() / len(F_k)) <= 1e-12, where
+    assert abs(js["ood_loss"] - report.ood.error.sum() / len(report.forgetting)) <= 1e-12, where
 
 
 @needs_chromium
@@ -296,7 +296,8 @@ def compare_interventions(js: dict, report, where: str) -> None:
     assert np.allclose(js["first_step"], [f.first_step for f in report.forgetting],
                        rtol=1e-9, atol=1e-15), where
     # the closed forms of claims 8 and 9 are plain fine-tuning's: neither shows them
-    assert js["regime"] == [f.regime for f in report.forgetting] == [None] * len(F_k), where
+    assert js["regime"] == [f.regime for f in report.forgetting], where
+    assert set(js["regime"]) == {None}, where
     assert js["D_k"] == [f.D_k for f in report.forgetting], where
     assert js["note"] == (report.warnings[0] if report.warnings else None), where
 
