@@ -608,11 +608,15 @@ def test_plot_prints_no_matplotlib_cache_warning(where, tmp_path):
         env["XDG_CACHE_HOME"] = str(blocker)
     else:     # root writes into a mode-555 HOME: a HOME under a file cannot be used either
         env["HOME"] = str(blocker / "home")
-    for _ in range(2):      # the second run reuses oodcalc's directory
+    # The fresh directory has no font cache: matplotlib announces its building on a 5-s
+    # timer (FontManager.__init__), so a loaded machine may print that one line, once.
+    building = "Matplotlib is building the font cache; this may take a moment.\n"
+    for run in range(2):      # the second run reuses oodcalc's directory and its font cache
         done = subprocess.run([sys.executable, "-m", "oodcalc", "plot", "losses", "--gamma",
                                "1,-0.9", "-o", tmp_path / "l.png"], capture_output=True,
                               text=True, env=env, cwd=tmp_path)
-        assert done.returncode == 0 and done.stderr == "", done.stderr
+        allowed = ("", building) if run == 0 else ("",)
+        assert done.returncode == 0 and done.stderr in allowed, done.stderr
     assert (tmp_path / "l.png").stat().st_size > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == \
         ["afile", "l.png", f"oodcalc-matplotlib-{os.getuid()}"]
