@@ -2,8 +2,8 @@
 (arXiv 2609.36448) as a calculator, a symbolic engine and a simulator."""
 
 from .errors import ComputationError, InputError, OodcalcError
-from .geometry import (Geometry, from_arrays, from_files, mean_query, orthogonal,
-                       parallel_shift, rotation)
+from .geometry import (Geometry, from_arrays, from_files, gram, mean_query, orthogonal,
+                       overlap, parallel_shift, rotation)
 from .predict import expected_seconds, predict
 from .continual import sequence
 from .finetune.sequence import parallel_shifts, shifts_from_arrays
@@ -15,6 +15,7 @@ from ._version import __version__
 
 __all__ = [
     "ComputationError", "Geometry", "InputError", "OodcalcError", "Protocol", "Report",
-    "Setting", "advise", "expected_seconds", "from_arrays", "from_files", "mean_query", "orthogonal", "parallel_shift",
-    "parallel_shifts", "predict", "rotation", "sequence", "shifts_from_arrays",
+    "Setting", "advise", "expected_seconds", "from_arrays", "from_files", "gram", "mean_query",
+    "orthogonal", "overlap", "parallel_shift", "parallel_shifts", "predict", "rotation",
+    "sequence", "shifts_from_arrays",
 ]

@@ -35,7 +35,7 @@ import numpy as np
 
 from .finetune import compiled
 from .model import features_last, matrices_first
-from .theory import alpha_star, stopping_margin
+from .theory import alpha_star, centred_gram_spectrum, stopping_margin
 
 #: Natural log of the largest step count we express as a float.
 _LOG_MAX = math.log(1e300)
@@ -127,6 +127,15 @@ def column_steps(z: np.ndarray, eps: float, eta: float) -> float:
     """Estimated steps until every column of ``z`` meets the rule (their maximum)."""
     log_t = float(column_log_steps(z, eps, eta).max())
     return 0.0 if log_t == -math.inf else (math.exp(log_t) if log_t < _LOG_MAX else math.inf)
+
+
+def gram_scale(G: np.ndarray) -> float:
+    """How much overlapping features slow the dynamics: the smallest eigenvalue ``c`` of
+    the Gram matrix on the directions the errors live in
+    (:func:`oodcalc.theory.centred_gram_spectrum`). The errors scale by ``c`` and the
+    steps by ``c³`` where ``G`` acts there as ``c I`` (equal overlaps, every K = 2): the
+    step estimates read ``ε/c`` and ``η c³``."""
+    return float(centred_gram_spectrum(G)[0])
 
 
 def step_at_threshold(K: int, eps: float, eta: float) -> float:

@@ -51,13 +51,18 @@ class Geometry:
     #: rotations, orthogonal subspaces), else None: what the cost model reads before any
     #: K × K work (``M`` itself costs a d × K × K product).
     known_diagonal: np.ndarray | None = field(default=None, repr=False)
+    #: Whether V and U are orthonormal (decided by the constructor: a file's within its
+    #: tolerance). Then ``G_V = G_U = I`` without forming the arrays, and the orthonormal
+    #: dynamics run; else the Gram dynamics (:mod:`oodcalc.finetune.gram`).
+    orthonormal: bool = field(default=True, repr=False)
 
     @classmethod
     def of(cls, V: np.ndarray, U: np.ndarray, kind: str, params: dict[str, Any],
-           known_diagonal: np.ndarray | None = None) -> "Geometry":
+           known_diagonal: np.ndarray | None = None, *,
+           orthonormal: bool = True) -> "Geometry":
         """A geometry of arrays that exist already."""
         return cls(kind, params, V.shape[0], V.shape[1], functools.partial(_pair, V, U),
-                   known_diagonal)
+                   known_diagonal, orthonormal)
 
     @functools.cached_property
     def _features(self) -> tuple[np.ndarray, np.ndarray]:
@@ -84,19 +89,56 @@ class Geometry:
         M.setflags(write=False)
         return M
 
+    @functools.cached_property
+    def G_V(self) -> np.ndarray:
+        """The Gram matrix ``VᵀV`` of the training features (read-only; the identity for
+        an orthonormal set)."""
+        return self._gram(0)
+
+    @functools.cached_property
+    def G_U(self) -> np.ndarray:
+        """The Gram matrix ``UᵀU`` of the OOD features (read-only)."""
+        return self._gram(1)
+
+    def _gram(self, which: int) -> np.ndarray:
+        if self.orthonormal:
+            G = np.eye(self.K)
+        else:
+            F = self._features[which]
+            G = F.T @ F
+        G.setflags(write=False)
+        return G
+
     @property
     def gamma(self) -> np.ndarray | None:
-        """``γ_k = ⟨v_k, u_k⟩`` when the geometry is a parallel shift, else ``None``."""
+        """``γ_k = ⟨v_k, u_k⟩`` when the geometry is a parallel shift, else ``None``
+        (overlapping features: see :attr:`shift`)."""
+        if not self.orthonormal:
+            return None
         M = self.M
         off_diagonal = M - np.diag(np.diag(M))
         if np.abs(off_diagonal).max() > PARALLEL_TOL:
             return None
         return np.diag(M).copy()
 
+    @property
+    def shift(self) -> np.ndarray | None:
+        """The ``γ_k`` the paper's forgetting rule reads: :attr:`gamma`, or for overlapping
+        features built as ``u_k = γ_k v_k + √(1 − γ_k²) w_k`` (:func:`overlap`,
+        :func:`gram`) those ``γ_k``; else ``None``."""
+        if self.orthonormal:
+            return self.gamma
+        gamma = self.params.get("gamma")
+        return None if gamma is None else np.array(gamma, dtype=np.float64)
+
     def describe(self) -> dict[str, Any]:
-        """JSON-ready description: enough to rebuild the geometry."""
-        return {"kind": self.kind, **self.params, "K": self.K, "d": self.d,
-                "M": self.M.tolist()}
+        """JSON-ready description: enough to rebuild the geometry (with overlapping
+        features, their Gram matrices too)."""
+        out = {"kind": self.kind, **self.params, "K": self.K, "d": self.d,
+               "M": self.M.tolist()}
+        if not self.orthonormal:
+            out |= {"G_V": self.G_V.tolist(), "G_U": self.G_U.tolist()}
+        return out
 
 
 def _pair(V: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -119,6 +161,11 @@ def describe_text(description: dict[str, Any], max_values: int | None = None) ->
         return "mean-centred query, u_1 = v̄"
     if kind == "orthogonal":
         return "orthogonal subspaces, span(U) ⊥ span(V)"
+    if kind in ("overlap", "gram"):
+        gamma = ", ".join(f"{g:.5g}" for g in description["gamma"])
+        how = (f"⟨v_n, v_k⟩ = ρ = {description['rho']:.5g}" if kind == "overlap"
+               else "VᵀV given")
+        return f"overlapping features ({how}), shifted by γ = ({gamma})"
     return f"features from {description['features']} and {description['ood']}"
 
 
@@ -177,12 +224,55 @@ def check_size(d: int, K: int, d_min: int) -> None:
                                      (param("K"), K, 0.0, param("K", "lower"))])
 
 
-def check_orthonormal(F: np.ndarray, name: str, tol: float) -> None:
+def check_orthonormal(F: np.ndarray, name: str, tol: float, why: str = "") -> None:
     gram_error = np.abs(F.T @ F - np.eye(F.shape[1])).max()
     if gram_error > tol:
         raise InputError(name, f"columns with max |FᵀF − I| = {gram_error:.3g}",
                          f"each column is a feature and the columns must be orthonormal "
-                         f"within {tol:g}")
+                         f"within {tol:g}" + (f": {why}" if why else ""))
+
+
+def check_features(F: np.ndarray, name: str, tol: float) -> None:
+    """Unit-norm, linearly independent columns: what the Gram dynamics need (orthogonal
+    or not). ``tol`` bounds ``|‖f_k‖² − 1|`` and is the smallest eigenvalue of ``FᵀF``
+    accepted (pretraining takes longer as it shrinks: :func:`oodcalc.estimates.gram_slowdown`)."""
+    G = F.T @ F
+    norms = np.abs(np.diag(G) - 1.0)
+    worst = int(np.argmax(norms))
+    if norms[worst] > tol:
+        raise InputError(name, f"column {worst + 1} of squared norm {G[worst, worst]:.6g}",
+                         f"each column is a feature of unit norm (|‖f‖² − 1| <= {tol:g}); "
+                         "scale the columns to length 1")
+    smallest = float(np.linalg.eigvalsh(G)[0])
+    if smallest <= tol:
+        raise InputError(name, f"columns whose Gram matrix FᵀF has smallest eigenvalue "
+                         f"{smallest:.3g}", f"linearly independent features (smallest "
+                         f"eigenvalue of FᵀF > {tol:g}): drop or merge a feature that is a "
+                         "combination of the others")
+
+
+def check_gram(G: Any, name: str, tol: float = ORTHONORMAL_TOL) -> np.ndarray:
+    """A Gram matrix of unit-norm, independent features: square, symmetric, unit
+    diagonal, positive definite (smallest eigenvalue > ``tol``)."""
+    try:
+        G = np.array(G, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(name, shorten(repr(G)), "expected a K × K matrix of real "
+                         "numbers") from None
+    if G.ndim != 2 or G.shape[0] != G.shape[1] or G.shape[0] < 2:
+        raise InputError(name, f"an array of shape {G.shape}", "expected a K × K matrix, "
+                         "K >= 2")
+    if not np.isfinite(G).all():
+        raise InputError(name, "a matrix containing NaN or inf", "every entry must be finite")
+    if np.abs(G - G.T).max() > tol or np.abs(np.diag(G) - 1.0).max() > tol:
+        raise InputError(name, shorten(str(G.tolist())), f"a Gram matrix of unit features: "
+                         f"symmetric with unit diagonal (within {tol:g})")
+    smallest = float(np.linalg.eigvalsh(G)[0])
+    if smallest <= tol:
+        raise InputError(name, f"a matrix of smallest eigenvalue {smallest:.3g}",
+                         f"a positive definite Gram matrix (smallest eigenvalue > {tol:g}): "
+                         "the features must be linearly independent")
+    return (G + G.T) / 2
 
 
 # --- constructors ---------------------------------------------------------------------
@@ -217,14 +307,7 @@ def parallel_shift(gamma: Sequence[float], d: int | None = None, *,
     >>> g.K, g.d, g.gamma.tolist()
     (2, 3, [1.0, -0.9])
     """
-    gamma = check_sequence(gamma, name, "one γ per feature, e.g. [1, -0.9]")
-    values = [check_finite(g, item_name(name, i)) for i, g in enumerate(gamma)]
-    if len(values) < 2:
-        raise InputError(name, ",".join(map(str, gamma)) or "nothing",
-                         "give at least 2 values (one per feature, K >= 2)")
-    for i, g in enumerate(values):
-        if not -1.0 <= g <= 1.0:
-            raise InputError(item_name(name, i), g, "each γ must lie in [-1, 1]")
+    values = _check_gamma(gamma, name)
     return _shifted(np.array(values), d, kind="parallel-shift",
                     params={"gamma": values})
 
@@ -360,6 +443,108 @@ def _orthogonal_arrays(K: int, d: int) -> tuple[np.ndarray, np.ndarray]:
     return _embed(np.eye(2 * K, K), np.eye(2 * K, 2 * K)[:, K:].copy(), d)
 
 
+def overlap(rho: float, gamma: Sequence[float], d: int | None = None, *,
+            names: tuple[str, str] = ("rho", "gamma")) -> Geometry:
+    """Overlapping training features shifted like a parallel shift: unit ``v_k`` with
+    ``⟨v_n, v_k⟩ = ρ`` for every ``n ≠ k``, and ``u_k = γ_k v_k + √(1 − γ_k²) w_k`` with
+    ``w_1, w_2, …`` orthonormal and orthogonal to span(V) (:func:`gram` with
+    ``VᵀV = (1 − ρ) I + ρ 11ᵀ``).
+
+    Parameters
+    ----------
+    rho : float
+        The overlap, ``−1/(K − 1) < ρ < 1`` (the features stay linearly independent).
+    gamma : sequence of float
+        One ``γ_k ∈ [−1, 1]`` per feature, ``K = len(gamma) >= 2``.
+    d : int, optional
+        Dimension; default and minimum ``K + #{k : |γ_k| < 1}``.
+    names : (str, str), keyword-only
+        The names of ``rho`` and ``gamma`` in error messages.
+
+    Returns
+    -------
+    Geometry
+        ``kind = "overlap"``, ``M = VᵀU = G_V diag(γ)``; ``orthonormal`` is False unless
+        ``ρ = 0``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> g = oc.overlap(0.8, [1, 0.5])
+    >>> g.G_V.tolist(), g.M.round(3).tolist()
+    ([[1.0, 0.8], [0.8, 1.0]], [[1.0, 0.4], [0.8, 0.5]])
+    """
+    values = _check_gamma(gamma, names[1])
+    K = len(values)
+    rho = check_finite(rho, names[0])
+    if not -1.0 / (K - 1) < rho < 1.0:
+        raise InputError(names[0], rho, f"the overlap of K = {K} unit features must lie in "
+                         f"(−1/(K−1), 1) = ({-1.0 / (K - 1):.4g}, 1): at either end they are "
+                         "linearly dependent")
+    G = (1.0 - rho) * np.eye(K) + rho
+    return _gram_geometry(G, values, d, "overlap", {"rho": rho, "gamma": values})
+
+
+def gram(G_V: Any, gamma: Sequence[float], d: int | None = None) -> Geometry:
+    """Training features with a given Gram matrix ``VᵀV = G_V`` (``V`` its Cholesky
+    factor), shifted like a parallel shift: ``u_k = γ_k v_k + √(1 − γ_k²) w_k`` with
+    ``w_k`` orthonormal and orthogonal to span(V), so ``M = G_V diag(γ)`` and
+    ``UᵀU = diag(γ) G_V diag(γ) + diag(1 − γ²)``.
+
+    Parameters
+    ----------
+    G_V : array_like
+        ``K × K``, symmetric, unit diagonal, positive definite.
+    gamma : sequence of float
+        ``K`` values in ``[−1, 1]``.
+    d : int, optional
+        As :func:`overlap`.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> oc.gram([[1, 0.3, 0], [0.3, 1, 0.2], [0, 0.2, 1]], [1, 0.5, -0.5]).d
+    5
+    """
+    values = _check_gamma(gamma, "gamma")
+    G = check_gram(G_V, "G_V")
+    if G.shape[0] != len(values):
+        raise InputError("gamma", ",".join(map(str, values)), f"one γ per feature: G_V is "
+                         f"{G.shape[0]} × {G.shape[0]}, so {G.shape[0]} values")
+    return _gram_geometry(G, values, d, "gram", {"G": G.tolist(), "gamma": values})
+
+
+def _check_gamma(gamma: Any, name: str) -> list[float]:
+    gamma = check_sequence(gamma, name, "one γ per feature, e.g. [1, -0.9]")
+    values = [check_finite(g, item_name(name, i)) for i, g in enumerate(gamma)]
+    if len(values) < 2:
+        raise InputError(name, ",".join(map(str, gamma)) or "nothing",
+                         "give at least 2 values (one per feature, K >= 2)")
+    for i, g in enumerate(values):
+        if not -1.0 <= g <= 1.0:
+            raise InputError(item_name(name, i), g, "each γ must lie in [-1, 1]")
+    return values
+
+
+def _gram_geometry(G: np.ndarray, gamma: list[float], d: int | None, kind: str,
+                   params: dict[str, Any]) -> Geometry:
+    K = len(gamma)
+    cosines = np.array(gamma)
+    sines = np.sqrt(np.clip(1.0 - cosines**2, 0.0, None))
+    moved = np.flatnonzero(sines > 0.0)
+    d_min = K + len(moved)
+    d = check_dimension(d, d_min)
+    check_size(d, K, d_min)
+    R = np.linalg.cholesky(G).T                  # RᵀR = G: the columns of R are the v_k
+    V = np.zeros((d_min, K))
+    V[:K] = R
+    U = V * cosines
+    U[K + np.arange(len(moved)), moved] = sines[moved]
+    V, U = _embed(V, U, d)
+    orthonormal = bool(np.abs(G - np.eye(K)).max() <= ORTHONORMAL_TOL)
+    return Geometry.of(V, U, kind, params, orthonormal=orthonormal)
+
+
 def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMAL_TOL,
                 names: tuple[str, str] = ("V", "U"),
                 params: dict[str, Any] | None = None) -> Geometry:
@@ -368,12 +553,15 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
     Parameters
     ----------
     V, U : array_like
-        Training and OOD features, same shape ``d × K`` with ``d >= K >= 2``; each must
-        have orthonormal columns (``|FᵀF − I| <= tol`` entrywise).
+        Training and OOD features, same shape ``d × K`` with ``d >= K >= 2``; columns of
+        unit norm, linearly independent. Orthonormal sets (``|FᵀF − I| <= tol``
+        entrywise) run the orthonormal dynamics; others, overlapping features, the Gram
+        dynamics (:mod:`oodcalc.finetune.gram`).
     d : int, optional
         Must equal the arrays' number of rows if given.
     tol : float, keyword-only, default 1e-6
-        Tolerance of the orthonormality check.
+        Tolerance of the checks: ``|‖f‖² − 1|``, the smallest eigenvalue of ``FᵀF``
+        accepted, and ``|FᵀF − I|`` for orthonormal.
     names : (str, str), keyword-only
         Names of V and U in error messages.
     params : dict, keyword-only, optional
@@ -388,7 +576,8 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
     Raises
     ------
     InputError
-        For a non-numeric, non-finite, mis-shaped or non-orthonormal array.
+        For a non-numeric, non-finite or mis-shaped array, columns not of unit norm, or
+        linearly dependent columns.
 
     Example
     -------
@@ -423,10 +612,12 @@ def from_arrays(V: Any, U: Any, d: int | None = None, *, tol: float = ORTHONORMA
         raise InputError(names[0], f"shape {V.shape}",
                          "need d >= K: at least as many rows as columns (features)")
     for F, name in zip((V, U), names):
-        check_orthonormal(F, name, tol)
+        check_features(F, name, tol)
     if d is not None and d != d_file:
         raise InputError("d", d, f"the feature files fix d = {d_file}; omit d or give {d_file}")
-    return Geometry.of(V, U, "file", dict(params or {}))
+    eye = np.eye(K)
+    orthonormal = all(np.abs(F.T @ F - eye).max() <= tol for F in (V, U))
+    return Geometry.of(V, U, "file", dict(params or {}), orthonormal=orthonormal)
 
 
 #: Largest .npy header read (bytes): numpy writes 118 for a matrix, and refuses more than

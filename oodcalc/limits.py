@@ -410,19 +410,27 @@ def phase_cap(max_steps: int, auto: bool, log_estimate: float, phase: str,
     return cap
 
 
-def pretrain_cap(K: int, protocol, auto: bool | None = None) -> int:
+def pretrain_cap(K: int, protocol, auto: bool | None = None, overlap: float = 1.0) -> int:
     """Pretraining's step cap (:func:`phase_cap`), from the estimate of T1 (``auto``:
-    whether the cap may be raised, default the protocol's ``auto_steps``)."""
+    whether the cap may be raised, default the protocol's ``auto_steps``). ``overlap``:
+    for overlapping features, the smallest eigenvalue ``c`` of ``VᵀV`` on the error
+    directions (:func:`oodcalc.estimates.gram_scale`); the estimate is the orthonormal
+    one at ``ε/c`` and ``η c³`` (exact for equal overlaps), so T1 grows as ``c`` shrinks."""
     auto = protocol.auto_steps if auto is None else auto
-    log_t1 = estimates.log_steps_from_margin(K, protocol.eps, protocol.eta, 0.0)
+    c = overlap
+    eps, eta = protocol.eps / c, protocol.eta * c**3
+    log_t1 = estimates.log_steps_from_margin(K, eps, eta, 0.0)
     reach = protocol.max_steps if not auto else AUTO_STEP_LIMIT
-    fit_eps = estimates.eps_for_steps(K, protocol.eta, reach)
+    fit_eps = estimates.eps_for_steps(K, eta, reach) * c
     fit_eta = protocol.eta * estimates.exp_steps(log_t1) / reach
-    return phase_cap(protocol.max_steps, auto, log_t1, "pretraining",
-                     f"K = {K}, eps = {protocol.eps:g}, eta = {protocol.eta:g}",
+    where = (f"K = {K}, eps = {protocol.eps:g}, eta = {protocol.eta:g}"
+             + ("" if c == 1.0 else f", overlapping features whose VᵀV has smallest "
+                f"eigenvalue {c:.3g} on the error directions: the orthonormal steps at "
+                f"eps/{c:.3g} and eta·{c:.3g}³"))
+    return phase_cap(protocol.max_steps, auto, log_t1, "pretraining", where,
                      f"raise {param('eps')} to about {fit_eps:.2g}"
                      + (f" or {param('eta')} to about {fit_eta:.2g}"
-                        if fit_eta <= estimates.resolving_eta(K, protocol.eps) else ""))
+                        if fit_eta * c**3 <= estimates.resolving_eta(K, eps) else ""))
 
 
 def check_finetune_work(K: int, protocol, log_t2: float, engine: str,

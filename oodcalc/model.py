@@ -27,6 +27,24 @@ def conditional_errors(z: np.ndarray) -> np.ndarray:
     return features_last(errors_first(attention_first(matrices_first(z))))
 
 
+def errors_and_gradient(z: np.ndarray, G: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """``e_k`` (``(..., K)``) and ``g = ∂L/∂z`` (``(..., K, K)``, ``L = (1/K) Σ_k e_k``)
+    from one softmax, for unit-norm features with Gram matrix ``G = FᵀF`` (broadcasting
+    against ``z``; None: orthonormal):
+
+    ``e_k = ½ (a_k − δ_k)ᵀ G (a_k − δ_k)``,  ``g[n, k] = a_nk (s_nk − Σ_m a_mk s_mk) / K``,
+    ``s = G (a − I)``.
+
+    Without the layout below: a few small stacks pay per NumPy call, not per entry."""
+    K = z.shape[-1]
+    a = np.exp(z - z.max(axis=-2, keepdims=True))
+    a /= a.sum(axis=-2, keepdims=True)
+    r = a - np.eye(K)
+    s = r if G is None else G @ r
+    return 0.5 * (r * s).sum(axis=-2), a * (s - (a * s).sum(axis=-2, keepdims=True)) / K
+
+
 # --- the layout the arithmetic runs in ---------------------------------------------------
 #
 # NumPy's loops run along the last axis. A stack of K×K matrices with K small has a last

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from . import estimates, limits, theory
-from .finetune import compiled, engine, terms
+from .finetune import compiled, engine, gram, terms
 from .finetune.dynamics import Descent, _is_diagonal, descend, descend_ray, first_step_change, \
     ood_start, ray_logits, require_converged, source_logits
 from .errors import ComputationError, param
@@ -173,12 +173,17 @@ def predict(setting: Setting, progress: Progress | None = None) -> Report:
     geo, proto, K = check_setting(setting).geometry, setting.protocol, setting.K
     # Refuse what is out of reach first: before M, the report's description or any array
     # (for a constructed geometry the diagonal of M is known without forming it).
-    limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
-                         M=geo.M if geo.known_diagonal is None else None)
+    if geo.orthonormal:
+        limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
+                             M=geo.M if geo.known_diagonal is None else None)
+    else:                 # overlapping features: the fine-tuning's cost is probed later
+        limits.check_predict(K, geo.d, proto)
     params = setting.describe()
     M = geo.M
     warnings: list[str] = []
     try:
+        if not geo.orthonormal:
+            return _predict_gram(geo, proto, K, params, warnings, progress)
         return _predict(setting, geo, proto, K, params, M, warnings, progress)
     except MemoryError:
         need = estimates.dynamics_bytes(K)
@@ -224,6 +229,8 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
     (True, 'fine-tuning ≈ 361 steps on 2×2 logits by the K×K descent (NumPy)')
     """
     geo, proto, K = check_setting(setting).geometry, setting.protocol, setting.K
+    if not geo.orthonormal:
+        return _gram_expected_seconds(geo, proto, K)
     limits.check_predict(K, geo.d, proto, diagonal=geo.known_diagonal,
                          M=geo.M if geo.known_diagonal is None else None)
     pretrain = estimates.pretrain_steps(K, proto.eps, proto.eta)
@@ -262,6 +269,30 @@ def expected_seconds(setting: Setting) -> tuple[float, str]:
     if plan.faster and seconds >= FAST_HINT_SECONDS:
         words += '; pip install "oodcalc[fast]" runs it about 10× faster'
     return seconds, words
+
+
+def _gram_expected_seconds(geo, proto, K: int) -> tuple[float, str]:
+    """:func:`expected_seconds` for overlapping features: both phases by the Gram
+    dynamics, their steps estimated as the orthonormal ones at ``ε/c``, ``η c³``
+    (:func:`oodcalc.estimates.gram_scale`), fine-tuning from the closed-form T1 logits
+    where they are known (equal overlaps), else from the logits a pretraining reaches."""
+    limits.check_predict(K, geo.d, proto)
+    c_V, c_U = estimates.gram_scale(geo.G_V), estimates.gram_scale(geo.G_U)
+    limits.pretrain_cap(K, proto, overlap=c_V)
+    log_t1 = estimates.log_steps_from_margin(K, proto.eps / c_V, proto.eta * c_V**3, 0.0)
+    a_star = theory.gram_alpha_star(geo.G_V, proto.eps)
+    if proto.ft_steps is not None:
+        log_t2 = math.log(max(proto.ft_steps, 1))
+    else:
+        z1 = (theory.symmetric_logits(K, a_star) if a_star is not None else
+              gram.pretrain(geo.G_V, proto.eta, proto.eps, proto.max_steps).z[0])
+        z_ood0 = gram.ood_start(z1, geo.G_V, geo.M)
+        log_t2 = float(estimates.column_log_steps(z_ood0, proto.eps_ft / c_U,
+                                                  proto.eta_ft * c_U**3).max())
+    seconds = estimates.terms_seconds(K, log_t1) + estimates.terms_seconds(K, log_t2)
+    return seconds, (f"pretraining ≈ {estimates.format_steps(log_t1)} and fine-tuning ≈ "
+                     f"{estimates.format_steps(log_t2)} steps on {K}×{K} logits of "
+                     "overlapping features (Gram dynamics, NumPy)")
 
 
 def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
@@ -327,7 +358,8 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     path = _finetune_path(M, K, proto, log_t2) if not proto.interventions else "terms"
 
     if path == "terms":
-        run = _finetune_terms(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
+        run = _finetune_terms(terms.recipe(proto, M, z_ood0, z1), z1, z_ood0, K, proto,
+                              cap2, t2_expected, progress)
     elif path == "ray":
         run = _finetune_ray(z1, z_ood0, M, K, proto, cap2, t2_expected, progress)
     elif path == "compiled":
@@ -382,6 +414,77 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
                   warnings=warnings, run=how)
 
 
+def _predict_gram(geo, proto, K, params, warnings, progress) -> Report:
+    """:func:`predict` for overlapping features (Gram matrices ``G_V``, ``G_U`` not the
+    identity): pretraining by :func:`oodcalc.finetune.gram.pretrain`, fine-tuning (plain
+    or with interventions) by the terms engine with the Grams, both exact population GD
+    in the logits. The paper's verdicts read the γ of the construction (``shift``); the
+    first-order criterion beside them is the overlap-aware ``C_k``
+    (:func:`oodcalc.theory.overlap_first_order`)."""
+    G_V, G_U, M = geo.G_V, geo.G_U, geo.M
+    c_V, c_U = estimates.gram_scale(G_V), estimates.gram_scale(G_U)
+    cap1 = limits.pretrain_cap(K, proto, overlap=c_V)
+    t1_expected = estimates.pretrain_steps(K, proto.eps / c_V, proto.eta * c_V**3)
+    _report(progress, "pretraining", 0, t1_expected)
+    pre = gram.pretrain(G_V, proto.eta, proto.eps, cap1)
+    T1 = int(pre.steps[0])
+    _report(progress, "pretraining", T1, T1)
+    if not pre.converged[0]:
+        raise ComputationError(
+            f"pretraining did not meet the stopping rule (every e_k <= eps) within "
+            f"max_steps = {cap1} for K = {K}, eps = {proto.eps:g}, eta = {proto.eta:g} on "
+            f"overlapping features; {param('max_steps', 'raise')} or {param('eps', 'raise')}")
+    z1 = pre.z[0]
+    pretrain = Pretrain(T1=T1, z=z1, error=terms.column_errors(z1, G_V),
+                        alpha_star=theory.gram_alpha_star(G_V, proto.eps))
+
+    z_ood0 = gram.ood_start(z1, G_V, M)
+    ood = OOD(z=z_ood0, attention=attention(z_ood0), error=terms.column_errors(z_ood0, G_U),
+              corollary=[None] * K)
+
+    if proto.ft_steps is not None:
+        cap2, log_t2 = proto.ft_steps, math.log(max(proto.ft_steps, 1))
+    else:
+        log_t2 = float(estimates.column_log_steps(z_ood0, proto.eps_ft / c_U,
+                                                  proto.eta_ft * c_U**3).max())
+        cap2 = phase_cap(proto.max_steps, proto.auto_steps, log_t2, "fine-tuning",
+                         f"K = {K}, eps_ft = {proto.eps_ft:g}, eta_ft = {proto.eta_ft:g} "
+                         f"on overlapping features", f"raise {param('eps_ft')} or "
+                         f"{param('eta_ft')}")
+    recipe = terms.recipe(proto, M, z_ood0, z1, G_V, G_U)
+    run = _finetune_terms(recipe, z1, z_ood0, K, proto, cap2,
+                          estimates.exp_steps(log_t2), progress)
+    if run.note is not None:
+        warnings.append(run.note)
+    finetune = Finetune(T2=run.T2, z_ood=run.z_ood, z_source=run.z_source,
+                        error_ood=terms.column_errors(run.z_ood, G_U), eta_ft=proto.eta_ft,
+                        reached=run.reached if proto.interventions else None)
+    plain = not proto.interventions
+    shift = geo.shift if plain else None
+    regimes = theory.forgetting_regimes(shift) if shift is not None else [None] * K
+    C = theory.overlap_first_order(z1, G_V, z_ood0, G_U, M) if plain else [None] * K
+    C_directions = directions(np.asarray(C, dtype=np.float64)) if plain else [None] * K
+    first = run.first_step if run.T2 > 0 else np.zeros(K)
+    first_directions = directions(first)
+    forgetting = [
+        FeatureForgetting(k=k + 1, F_k=float(run.loss_after[k] - run.loss_before[k]),
+                          loss_before=float(run.loss_before[k]),
+                          loss_after=float(run.loss_after[k]), trend=run.trend[k],
+                          regime=r.regime if r else None,
+                          condition=r.condition if r else None,
+                          first_step=float(first[k]), initial_direction=first_directions[k],
+                          D_k=None if C[k] is None else float(C[k]),
+                          D_k_direction=C_directions[k])
+        for k, r in enumerate(regimes)]
+    trajectories = {"pretrain": z1[None], "pretrain_steps": np.array([T1]), **run.paths,
+                    "finetune_steps": run.steps}
+    how = {"max_steps": {"pretrain": cap1, "finetune": cap2},
+           "engine": {"pretrain": gram.ENGINE, "finetune": run.engine}}
+    return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
+                  finetune=finetune, forgetting=forgetting, trajectories=trajectories,
+                  warnings=warnings, run=how)
+
+
 def _finetune_path(M: np.ndarray, K: int, proto, log_t2: float) -> str:
     """The fine-tuning engine for ``log_t2`` (log of the estimated steps); raises when a
     K×K fine-tuning is out of reach (more than ``WORK_LIMIT`` logit updates)."""
@@ -420,10 +523,9 @@ class _Finetuned:
     note: str | None = None              # interventions: why the rule does not hold
 
 
-def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetuned:
-    """Fine-tuning with interventions: the terms engine on both logits
-    (:mod:`oodcalc.finetune`), the source losses read off ``z_V`` at every step."""
-    recipe = terms.recipe(proto, M, z_ood0, z1)
+def _finetune_terms(recipe, z1, z_ood0, K, proto, cap, expected, progress) -> _Finetuned:
+    """Fine-tuning with interventions or overlapping features: the terms engine on both
+    logits (:mod:`oodcalc.finetune`), the source losses read off ``z_V`` at every step."""
     fixed = proto.ft_steps is not None
     if not fixed:                      # no closed form for its steps: a probe estimates them
         log_steps, words = _terms_estimate(z1, z_ood0, recipe, K, proto, cap)
@@ -437,7 +539,7 @@ def _finetune_terms(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetu
 
     def observe(t: int, z_U: np.ndarray, z_V: np.ndarray) -> None:
         z_U, z_V = z_U[0].copy(), z_V[0].copy()
-        loss = terms.column_errors(z_V) / K
+        loss = terms.column_errors(z_V, recipe.G_V) / K
         if t < 2:
             losses.append(loss)
         trend.add(loss)
@@ -493,7 +595,7 @@ def _terms_estimate(z1, z_ood0, recipe, K, proto, cap: int) -> tuple[float, str]
 
 def _not_reached(run, recipe, proto, fixed: bool) -> str:
     """Why the rule on U does not hold at T2, for the report's warnings."""
-    e = conditional_errors(run.z_U[0])
+    e = terms.column_errors(run.z_U[0], recipe.G_U)
     above = [k for k in np.flatnonzero(recipe.covered) if e[k] > proto.eps_ft]
     where = ", ".join(f"e_{k + 1} = {e[k]:.3g}" for k in above)
     head = f"the stopping rule on U was not reached ({where} > eps_ft = {proto.eps_ft:g})"

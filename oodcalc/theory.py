@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import attention_first, conditional_errors, features_first, \
+from .model import attention_first, conditional_errors, errors_and_gradient, features_first, \
     features_last, matrices_first, matrices_last
 
 #: |value| below this counts as zero in the exact-equality cases of the theorems.
@@ -36,6 +36,34 @@ def stopping_margin(K: int, eps: float) -> float:
 def alpha_star(K: int, eps: float) -> float:
     """``α*_{K,ε} = (K−1)/K · s*``: the α-type weight at the stopping threshold."""
     return (K - 1) / K * stopping_margin(K, eps)
+
+
+def centred_gram_spectrum(G: np.ndarray) -> np.ndarray:
+    """The eigenvalues of a Gram matrix on the directions the errors live in: every
+    column of ``a − δ_k`` sums to 0, so only ``G`` on ``1⊥`` acts (``P G P``,
+    ``P = I − 11ᵀ/K``; ``K − 1`` values, ascending). Equal values: ``G`` acts there as a
+    multiple of the identity (equal overlaps ``⟨v_n, v_k⟩ = ρ``: ``1 − ρ``)."""
+    K = G.shape[-1]
+    basis = np.linalg.qr(np.eye(K) - 1.0 / K)[0][:, :K - 1]     # orthonormal basis of 1⊥
+    return np.linalg.eigvalsh(basis.T @ G @ basis)
+
+
+def uniform_overlap(G: np.ndarray, tol: float = 1e-12) -> float | None:
+    """``c`` when the Gram matrix acts on ``1⊥`` as ``c I`` (every pair of features at the
+    same overlap ``ρ``: ``c = 1 − ρ``), else None. Then ``s = G r = c r`` and
+    ``G g G = c² g``: the Gram dynamics are the orthonormal ones with ``η c³`` and
+    ``ε / c`` (docs/theory.md, "Overlapping features")."""
+    spectrum = centred_gram_spectrum(G)
+    return float(spectrum.mean()) if spectrum[-1] - spectrum[0] <= tol else None
+
+
+def gram_alpha_star(G: np.ndarray, eps: float) -> float | None:
+    """The α-type weight at the stopping threshold for overlapping features when the
+    dynamics reduce to the orthonormal ones (:func:`uniform_overlap`):
+    ``α*_{K, ε/c}``; K = 2: ``½ ln((1 − q*)/q*)``, ``q* = √(ε/(1 − ρ))``. None otherwise
+    (no closed form known)."""
+    c = uniform_overlap(G)
+    return None if c is None else alpha_star(G.shape[-1], eps / c)
 
 
 def beta_from_alpha(K: int, alpha: float) -> float:
@@ -288,6 +316,25 @@ def first_step_D(gamma: np.ndarray, z_ood: np.ndarray) -> np.ndarray:
     ``(..., K, K)``, ``z[n, k] = u_nᵀQ^(T1)u_k``. Returns ``(..., K)``.
     """
     return first_step_terms(gamma, z_ood)[0]
+
+
+def overlap_first_order(z_V: np.ndarray, G_V: np.ndarray, z_U: np.ndarray,
+                        G_U: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """The first-order criterion for any features: the first plain fine-tuning step
+    changes the source error ``e_k`` by ``η_ft C_k + O(η_ft²)`` with
+
+    ``C_k = −⟨∇_{z_V} e_k, M g_U Mᵀ⟩``,
+
+    ``g_U = ∂L_U/∂z_U`` at the OOD logits ``z_U`` and ``∇_{z_V} e_k`` the gradient of the
+    source error at ``z_V`` (nonzero in column k only: ``K g_V[:, k]``), because the step
+    moves the source logits by ``−η M g_U Mᵀ``. Orthonormal parallel shifts: ``C_k`` is
+    ``g_k D_k / K`` (:func:`first_step_D`); with overlap it replaces the paper's rule.
+    Stacks ``(..., K, K)``; returns ``(..., K)``."""
+    K = z_V.shape[-1]
+    g_U = errors_and_gradient(z_U, G_U)[1]
+    g_V = errors_and_gradient(z_V, G_V)[1]
+    move = M @ g_U @ np.swapaxes(M, -1, -2)
+    return -K * (g_V * move).sum(axis=-2)
 
 
 def directions_from_D(D: np.ndarray, scale: np.ndarray) -> np.ndarray:

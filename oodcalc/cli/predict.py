@@ -14,14 +14,15 @@ from ..errors import ComputationError, InputError
 from .app import app
 from .progress import announce
 from .setting_options import (L2, Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
-                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Project,
+                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Overlap, Project,
                               Replay, Theta, Tolerance, Weights, build_setting,
                               interventions)
 
 
 @app.command()
 def predict(
-    gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
+    gamma: Gamma = None, overlap: Overlap = None, theta: Theta = None,
+    mean_query: MeanQuery = False,
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
@@ -43,7 +44,8 @@ def predict(
     Example: oodcalc predict --gamma 1,-0.9
     """
     if precision is not None:
-        for option, given in (("--eps-ft", eps_ft), ("--ft-steps", ft_steps),
+        for option, given in (("--overlap", overlap), ("--eps-ft", eps_ft),
+                              ("--ft-steps", ft_steps),
                               ("--replay", replay), ("--l2", l2), ("--project", project),
                               ("--weights", weights)):
             if given is not None:
@@ -64,7 +66,8 @@ def predict(
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
                             eps, eta, eta_ft, max_steps, eps_ft=eps_ft, ft_steps=ft_steps,
                             finetuning=interventions(replay, l2, project, weights),
-                            checks=[limits.check_predict])   # predict's own guard, early
+                            checks=[limits.check_predict],   # predict's own guard, early
+                            overlap=overlap)
     try:
         seconds, words = expected_seconds(setting)
     except ComputationError:          # predict refuses it, in its own words

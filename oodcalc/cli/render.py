@@ -149,19 +149,27 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
     table.add_column("quantity")
     table.add_column("closed form (threshold)", justify="right")
     table.add_column("gradient descent at T1", justify="right")
-    table.add_row("α  (every v_k)", f"α* = {fmt(pre.alpha_star)}", fmt(pre.alpha))
-    table.add_row("β  (every pair)", f"−α*/(K−1) = {fmt(-pre.alpha_star / (K - 1))}",
-                  fmt(pre.beta))
+    overlapping = "G_V" in p["geometry"]
+    if pre.alpha_star is None:          # overlapping features without equal overlaps
+        table.add_row("α  (mean over v_k)", "[dim]no closed form known[/dim]", fmt(pre.alpha))
+        table.add_row("β  (mean over pairs)", "", fmt(pre.beta))
+    else:
+        star = "α*(ρ)" if overlapping else "α*"
+        table.add_row("α  (every v_k)", f"{star} = {fmt(pre.alpha_star)}", fmt(pre.alpha))
+        table.add_row("β  (every pair)", f"−{star}/(K−1) = {fmt(-pre.alpha_star / (K - 1))}",
+                      fmt(pre.beta))
     table.add_row("e_k on v_k", f"<= ε = {fmt(p['eps'])}", fmt(float(pre.error.max())))
     table.add_row("T1", "", str(pre.T1))
     console.print(table)
 
     ood = report.ood
-    table = Table(title="2 · OOD features at T1 (claim 5, M = VᵀU)", title_justify="left",
-                  **TABLE)
+    title = ("2 · OOD features at T1 (z_U = Mᵀ G_V⁻¹ z_V G_V⁻¹ M, M = VᵀU)" if overlapping
+             else "2 · OOD features at T1 (claim 5, M = VᵀU)")
+    table = Table(title=title, title_justify="left", **TABLE)
     for name in ("k", "α_{u_k}", "β_{u_n,u_k}, n≠k", "Attn_k", "e_k", "e_k at α*", "corollary"):
         table.add_column(name, justify="left" if name in ("k", "corollary") else "right")
-    closed_error = ood.at_alpha_star["error"]
+    closed_error = (ood.at_alpha_star["error"] if ood.at_alpha_star is not None
+                    else [math.nan] * K)
     off = ~np.eye(K, dtype=bool)
     rows = []
     for k in range(K):
@@ -169,7 +177,9 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
         beta_text = (", ".join(fmt(b, 4) for b in betas) if K <= 4
                      else f"{fmt(betas.min(), 4)} … {fmt(betas.max(), 4)}")
         rows.append((fmt(ood.z[k, k]), beta_text, fmt(ood.attention[k, k]),
-                     fmt(ood.error[k]), fmt(closed_error[k]), escape(ood.corollary[k] or "—")))
+                     fmt(ood.error[k]),
+                     "—" if math.isnan(closed_error[k]) else fmt(closed_error[k]),
+                     escape(ood.corollary[k] or "—")))
     add_feature_rows(table, rows)
     console.print(table)
     say(console, f"Random guessing (uniform attention 1/K) has e_k = "
@@ -195,19 +205,29 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
                    else "[red]exceeds[/red]")
         say(console, f"step-size bound min_(n≠k) exp(−β_(u_n,u_k)) = "
                      f"{fmt(ft.step_size_bound)}; η_ft = {fmt(ft.eta_ft)} {verdict} it.")
+    elif overlapping and not intervened(p):
+        say(console, "The step-size bound of claim 9 is for orthonormal features; the "
+                     "paper's verdicts below read the γ of the construction.")
     else:
         say(console, "The closed forms of claims 8 and 9 (regimes, D_k, step-size bound) "
                      "describe plain fine-tuning and are not shown beside interventions.")
     console.print(_forgetting_table(report, console))
-    if any(f.D_k is not None for f in report.forgetting):
+    if overlapping and any(f.D_k is not None for f in report.forgetting):
+        say(console, "First step: the exact change of L_{v_k} = e_k/K over fine-tuning's "
+                     "first step (F_k: over all of it); below it the overlap-aware "
+                     "first-order change of e_k per unit η_ft, D_k = −⟨∇_(z_V) e_k, "
+                     "M g_U Mᵀ⟩: ✓ its sign is the step's, ✗ it is not.")
+    elif any(f.D_k is not None for f in report.forgetting):
         say(console, "First step: the exact change of L_{v_k} = e_k/K over fine-tuning's "
                      "first step (F_k: over all of it); "
                      "below it D_k = Σ_(n≠k)(−γ_kγ_n)Λ_n − (K−1)γ_k²Δ, whose sign is the step's "
                      "to first order in η_ft (claim 8c): ✓ the signs agree, ✗ they differ "
                      "(near D_k = 0 the O(η_ft²) term decides).")
     if any(f.theorem_holds is False for f in report.forgetting):
-        say(console, "[red]✗[/red] the exact trajectory contradicts the paper's verdict: "
-                     "for K > 2 its condition is not sufficient.")
+        why = ("the paper's rule assumes orthonormal features; with overlap it is wrong "
+               "here" if overlapping else "for K > 2 its condition is not sufficient")
+        say(console, f"[red]✗[/red] the exact trajectory contradicts the paper's verdict: "
+                     f"{why}.")
     F = report.F
     meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
                else "no net change")

@@ -26,6 +26,10 @@ PROTOCOL_PANEL = "Protocol"
 Gamma = Annotated[Text, typer.Option("--gamma", metavar="G1,G2,...",
     help="Parallel shift: γ_k = ⟨v_k, u_k⟩ in [-1, 1], one per feature (K = count).",
     rich_help_panel=GEOMETRY_PANEL)]
+Overlap = Annotated[Text, typer.Option("--overlap", metavar="RHO",
+    help="With --gamma: overlapping training features, ⟨v_n, v_k⟩ = ρ for n ≠ k "
+    "(−1/(K−1) < ρ < 1), each u_k = γ_k v_k + √(1 − γ_k²) w_k.",
+    rich_help_panel=GEOMETRY_PANEL)]
 Theta = Annotated[Text, typer.Option("--theta", metavar="RAD",
     help="Rotation of every feature by θ radians (e.g. 0.5236 or pi/6); needs --K.",
     rich_help_panel=GEOMETRY_PANEL)]
@@ -140,7 +144,8 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
                   features: Text, ood: Text, d: Text, tol: Text,
                   eps: Text, eta: Text, eta_ft: Text, max_steps: Text = None, *,
                   checks: Sequence[Check] = (), eps_ft: Text = None,
-                  ft_steps: Text = None, finetuning: dict | None = None) -> Setting:
+                  ft_steps: Text = None, finetuning: dict | None = None,
+                  overlap: Text = None) -> Setting:
     """Turn the command-line text into a validated Setting (errors name the option).
 
     With ``checks`` (the library's guards of what the command will run), what is out of
@@ -156,6 +161,10 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
     if len(chosen) != 1:
         raise InputError("geometry", " and ".join(chosen) if chosen else "none",
                          f"choose exactly one of {GEOMETRY_OPTIONS}")
+    if overlap is not None and chosen[0] != "--gamma":
+        raise InputError("--overlap", overlap, "--overlap goes with --gamma (one γ per "
+                         "feature): e.g. --overlap 0.8 --gamma 1,0.5")
+    rho = None if overlap is None else options.number("--overlap", overlap)
     d_value = options.integer("--d", d, 2)
     k_value = options.integer("--K", K, 2)
     if k_value is not None and chosen[0] in ("--gamma", "--features/--ood"):
@@ -174,7 +183,8 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
             options.name_parameters({"K": ("--gamma", f"{count} values"),
                                      "lower K": "give fewer --gamma values"})
         if count >= 2:   # fewer: the geometry below says what it needs
-            diagonal = np.array(values) if values is not None and _in_range(values) else None
+            diagonal = (np.array(values) if values is not None and _in_range(values)
+                        and rho is None else None)
             for check in checks:
                 check(count, d_value, protocol, diagonal=diagonal)
     if checks and chosen[0] == "--features/--ood" and features is not None:
@@ -184,7 +194,8 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
             for check in checks:
                 check(shape[1], None, protocol)
     try:
-        geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol)
+        geometry = _geometry(chosen[0], gamma, theta, k_value, features, ood, d_value, tol,
+                             rho)
     except InputError as err:
         if err.what != "d":
             raise
@@ -201,7 +212,10 @@ def _in_range(values: list[float]) -> bool:
 
 
 def _geometry(kind: str, gamma: Text, theta: Text, K: int | None, features: Text,
-              ood: Text, d: int | None, tol: Text) -> geo.Geometry:
+              ood: Text, d: int | None, tol: Text, rho: float | None) -> geo.Geometry:
+    if kind == "--gamma" and rho is not None:
+        return geo.overlap(rho, options.numbers("--gamma", gamma), d,
+                           names=("--overlap", "--gamma"))
     if kind == "--gamma":
         return geo.parallel_shift(options.numbers("--gamma", gamma), d, name="--gamma")
     if kind == "--theta":

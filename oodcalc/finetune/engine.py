@@ -56,7 +56,7 @@ def finetune(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta, eps, max_ste
     live = np.ones(B, dtype=bool)
     reached, blocked, stalled = (np.zeros(B, dtype=bool) for _ in range(3))
     for t in range(max_steps + 1):
-        e_U, g_U = errors_and_gradient(z_U)
+        e_U, g_U = errors_and_gradient(z_U, recipe.G_U)
         within = (e_U <= eps) | free
         met = within.all(axis=-1)
         if observe is not None:
@@ -67,7 +67,7 @@ def finetune(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta, eps, max_ste
             blocked |= done & ~met
         if t == max_steps or not live.any():
             break
-        g_V = loss_gradient(z_V) if recipe.source_gradient else None
+        g_V = loss_gradient(z_V, recipe.G_V) if recipe.source_gradient else None
         dU, dV = np.zeros_like(z_U), np.zeros_like(z_V)
         for term in recipe.terms:
             term.add(z_U, z_V, g_U, g_V, dU, dV)
@@ -106,5 +106,5 @@ def probe(z_U: np.ndarray, z_V: np.ndarray, recipe: Recipe, eta: float, eps: flo
     stopped = bool(run.reached[0] or run.blocked[0] or run.stalled[0]) or \
         int(run.steps[0]) < steps
     movable = recipe.covered & ~recipe.frozen
-    e = float(errors_and_gradient(run.z_U[0])[0][movable].max(initial=0.0))
+    e = float(errors_and_gradient(run.z_U[0], recipe.G_U)[0][movable].max(initial=0.0))
     return stopped, e, run.z_U[0], run.z_V[0]

@@ -74,8 +74,8 @@ import numpy as np
 
 from ..errors import InputError, item_name, param, shorten
 from ..limits import refuse_over_cap
-from ..geometry import check_dimension, check_finite, check_K, check_sequence, from_arrays, \
-    ORTHONORMAL_TOL
+from ..geometry import check_dimension, check_finite, check_K, check_orthonormal, \
+    check_sequence, from_arrays, ORTHONORMAL_TOL
 from ..setting import INTERVENTIONS, STALL_STEP, Protocol
 from .terms import errors_and_gradient, query_weights
 
@@ -227,6 +227,11 @@ def shifts_from_arrays(V: Any, Us: Sequence[Any], *, tol: float = ORTHONORMAL_TO
     if not stages:
         raise InputError("Us", "an empty list", "give at least one shift (a d × K array)")
     checked = [from_arrays(V, U, tol=tol, names=("V", f"Us[{i}]")) for i, U in enumerate(stages)]
+    for i, g in enumerate(checked):      # the sequence engine is the orthonormal one
+        if not g.orthonormal:
+            for F, name in ((g.V, "V"), (g.U, f"Us[{i}]")):
+                check_orthonormal(F, name, tol, "sequences do not take overlapping "
+                                  "features yet (oc.predict does)")
     D = [checked[0].V] + [g.U for g in checked]
     check_size(checked[0].K, len(stages))
     gram = np.array([[a.T @ b for b in D] for a in D])

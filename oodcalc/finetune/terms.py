@@ -18,6 +18,12 @@ sums the ones a recipe asks for. The pair ``(z_U, z_V)`` is a closed system: the
 gradients read only ``z_U`` and ``z_V``, and the pull is linear in ``Q``. Derived by
 sympy with K a Symbol (claim 10: ``oodcalc derive interventions``) and checked against
 full-Q gradient descent doing each term on Q (its ledger row, tests/test_interventions.py).
+
+Overlapping features (Gram matrices ``G_V = VᵀV``, ``G_U = UᵀU`` not the identity) change
+only the matrices: the unprojected ``A`` is ``G_U``, the projected one
+``G_U − Mᵀ G_V⁻¹ M`` (``P = I − V G_V⁻¹ Vᵀ``), replay's source share is ``G_V g_V G_V``, and
+the errors and gradients read ``G`` (:mod:`oodcalc.finetune.gram`). A recipe without
+Grams is the orthonormal one, bit for bit.
 """
 
 from __future__ import annotations
@@ -28,28 +34,21 @@ import numpy as np
 
 from ..errors import InputError, param
 from ..setting import Protocol
+from ..model import errors_and_gradient
+from . import gram
 
 
-def loss_gradient(z: np.ndarray) -> np.ndarray:
+def loss_gradient(z: np.ndarray, G: np.ndarray | None = None) -> np.ndarray:
     """``∂L/∂z`` for ``L = (1/K) Σ_k e_k(z)``, stacks ``(..., K, K)``: column ``k`` is
-    ``a ⊙ (r − Σ_n a r) / K`` with ``a`` the softmax of column ``k`` and ``r = a − e_k``."""
-    return errors_and_gradient(z)[1]
+    ``a ⊙ (r − Σ_n a r) / K`` with ``a`` the softmax of column ``k`` and ``r = a − e_k``
+    (with a Gram matrix, ``r`` becomes ``s = G r`` outside the ``½ rᵀ s`` error)."""
+    return errors_and_gradient(z, G)[1]
 
 
-def errors_and_gradient(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``e_k(z)`` (``(..., K)``) and :func:`loss_gradient`, from one softmax: the engine
-    needs both every step, and small stacks pay per NumPy call, not per entry."""
-    K = z.shape[-1]
-    a = np.exp(z - z.max(axis=-2, keepdims=True))
-    a /= a.sum(axis=-2, keepdims=True)
-    r = a - np.eye(K)
-    return 0.5 * (r * r).sum(axis=-2), a * (r - (a * r).sum(axis=-2, keepdims=True)) / K
-
-
-def column_errors(z: np.ndarray) -> np.ndarray:
+def column_errors(z: np.ndarray, G: np.ndarray | None = None) -> np.ndarray:
     """``e_k(z)`` of a stack ``(..., K, K)`` (:func:`oodcalc.model.conditional_errors`,
     without its layout for large batches: for one matrix, ~7× faster)."""
-    return errors_and_gradient(z)[0]
+    return errors_and_gradient(z, G)[0]
 
 
 class Term:
@@ -70,7 +69,7 @@ class Fit(Term):
 
     scale: np.ndarray | float
     weights: np.ndarray
-    A_left: np.ndarray | None      # None: the identity (no projection)
+    A_left: np.ndarray | None      # None: the identity (orthonormal U, no projection)
     A_right: np.ndarray | None
     B_left: np.ndarray | None      # None: 0 (the key side projected)
     B_right: np.ndarray | None
@@ -84,16 +83,17 @@ class Fit(Term):
 
 @dataclass(frozen=True)
 class Replay(Term):
-    """``λ Mᵀ g_V M`` and ``λ g_V``: a share λ of every step is the source loss."""
+    """``λ Mᵀ g_V M`` and ``λ G_V g_V G_V``: a share λ of every step is the source loss."""
 
     share: np.ndarray | float
     M: np.ndarray
+    G_V: np.ndarray | None = None     # None: orthonormal V
     source_gradient = True
 
     def add(self, z_U, z_V, g_U, g_V, dU, dV) -> None:
         g = self.share * g_V
         dU += np.swapaxes(self.M, -1, -2) @ g @ self.M
-        dV += g
+        dV += gram.gram_step(self.G_V, g)
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,15 @@ def _sandwich(left, g, right):
     return out if right is None else out @ right
 
 
-def centre_cosines(M: np.ndarray) -> np.ndarray:
+def centre_cosines(M: np.ndarray, G_V: np.ndarray | None = None) -> np.ndarray:
     """``cos(u_k, v̄)`` for the pretraining centre ``v̄ = (1/K) Σ v_n``: ``u_kᵀv̄ / ‖v̄‖``
-    ``= Σ_n M[n, k] / √K`` (orthonormal V: ``‖v̄‖ = 1/√K``)."""
-    return M.sum(axis=-2) / np.sqrt(M.shape[-1])
+    ``= Σ_n M[n, k] / √(1ᵀ G_V 1)`` (orthonormal V: ``√K``)."""
+    total = M.shape[-1] if G_V is None else G_V.sum(axis=(-2, -1))[..., None]
+    return M.sum(axis=-2) / np.sqrt(total)
 
 
-def query_weights(protocol: Protocol, M: np.ndarray) -> np.ndarray:
+def query_weights(protocol: Protocol, M: np.ndarray, G_V: np.ndarray | None = None
+                  ) -> np.ndarray:
     """The weights ``c_k`` of the OOD queries: as given, or by a named rule on the
     cosines to the pretraining centre. ``cosine``: ``max(cos_k, 0)`` scaled to mean 1
     (the step size keeps its meaning); ``drop-negative``: 1 where ``cos_k >= 0``, else 0
@@ -132,7 +134,7 @@ def query_weights(protocol: Protocol, M: np.ndarray) -> np.ndarray:
         return np.ones(K)
     if not isinstance(rule, str):
         return np.array(rule, dtype=np.float64)
-    cos = centre_cosines(M)                        # (..., K): one row per geometry
+    cos = centre_cosines(M, G_V)                   # (..., K): one row per geometry
     kept = np.maximum(cos, 0.0) if rule == "cosine" else (cos >= 0).astype(np.float64)
     empty = ~kept.any(axis=-1)
     if empty.any():
@@ -153,6 +155,8 @@ class Recipe:
     covered: np.ndarray
     weights: np.ndarray
     frozen: np.ndarray
+    G_U: np.ndarray | None = None      # the Grams the errors and gradients read
+    G_V: np.ndarray | None = None      # (None: orthonormal features)
 
     @property
     def source_gradient(self) -> bool:
@@ -164,21 +168,27 @@ class Recipe:
         return any(isinstance(term, Pull) for term in self.terms)
 
 
-def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray) -> Recipe:
+def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray,
+           G_V: np.ndarray | None = None, G_U: np.ndarray | None = None) -> Recipe:
     """The terms ``protocol`` asks for, built for ``M = VᵀU`` and the logits at T1 (one
-    geometry, ``(K, K)``, or a stack ``(B, K, K)``: then per row)."""
+    geometry, ``(K, K)``, or a stack ``(B, K, K)``: then per row); ``G_V``, ``G_U``: the
+    Gram matrices of overlapping features (both or neither; None: orthonormal)."""
     K = M.shape[-1]
-    weights = query_weights(protocol, M)
+    weights = query_weights(protocol, M, G_V)
     left = protocol.project in ("key", "both")
     right = protocol.project in ("query", "both")
-    A = np.eye(K) - np.swapaxes(M, -1, -2) @ M
-    terms: list[Term] = [Fit(1.0 - protocol.replay, weights, A if left else None,
-                             A if right else None, None if left else M, None if right else M)]
+    MT = np.swapaxes(M, -1, -2)
+    if G_V is None:
+        A = np.eye(K) - MT @ M
+    else:                                   # UᵀPU with P = I − V G_V⁻¹ Vᵀ
+        A = G_U - MT @ np.linalg.solve(G_V, M)
+    terms: list[Term] = [Fit(1.0 - protocol.replay, weights, A if left else G_U,
+                             A if right else G_U, None if left else M, None if right else M)]
     if protocol.replay:
-        terms.append(Replay(protocol.replay, M))
+        terms.append(Replay(protocol.replay, M, G_V))
     if protocol.l2:
         terms.append(Pull(protocol.l2, z_U1, z_V1))
-    return Recipe(tuple(terms), weights > 0, weights, frozen_columns(terms, K))
+    return Recipe(tuple(terms), weights > 0, weights, frozen_columns(terms, K), G_U, G_V)
 
 
 def frozen_columns(terms: tuple[Term, ...] | list[Term], K: int) -> np.ndarray:
