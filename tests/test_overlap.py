@@ -1,0 +1,121 @@
+"""Overlapping features (Gram matrices not the identity): the exact engine against full-Q
+gradient descent on the same vectors, the equal-overlap reduction, and the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oodcalc as oc
+from oodcalc import theory
+from oodcalc.finetune import gram
+from oodcalc.simulate import population
+
+from cli_run import run
+
+
+def full_q(geometry, protocol=None):
+    """T1, T2 and the per-feature forgetting of full-Q GD on the geometry's own vectors
+    (the population simulator's ``train`` and ``finetune``: no K × K reduction)."""
+    p = protocol or oc.Protocol()
+    V, U = geometry.V, geometry.U
+    d = V.shape[0]
+    Q1, T1 = population.train(np.zeros((d, d)), V, p.eta, p.eps, 10**6, "pretraining")
+    _, T2, watched, _ = population.finetune(Q1, U, V, p)
+    K = V.shape[1]
+    return T1, T2, (watched[-1] - watched[0]) / K
+
+
+def compare(geometry, protocol=None):
+    setting = oc.Setting(geometry, protocol or oc.Protocol())
+    report = oc.predict(setting)
+    T1, T2, F = full_q(geometry, protocol)
+    assert (report.pretrain.T1, report.finetune.T2) == (T1, T2)
+    return max(abs(f.F_k - F[f.k - 1]) for f in report.forgetting), report
+
+
+def random_unit_columns(rng, d, K):
+    F = rng.standard_normal((d, K))
+    return F / np.linalg.norm(F, axis=0)
+
+
+@pytest.mark.parametrize("rho, g2", [(0.8, 0.5), (-0.5, -0.2), (0.5, -0.5)])
+def test_predict_is_full_q_descent_on_overlapping_features(rho, g2):
+    """The issue's cases: at ρ = 0.8, γ2 = +0.5 feature 2 is forgotten against the paper's
+    verdict; at ρ = −0.5, γ2 = −0.2 it is not, though the rule says forgetting."""
+    residual, report = compare(oc.overlap(rho, [1, g2]))
+    assert residual <= 1e-12
+    f2 = report.forgetting[1]
+    if (rho, g2) != (0.5, -0.5):
+        assert f2.theorem_holds is False and f2.D_k_agrees
+
+
+def test_predict_is_full_q_descent_for_a_random_file_geometry_with_interventions():
+    rng = np.random.default_rng(7)
+    V, U = random_unit_columns(rng, 5, 3), random_unit_columns(rng, 5, 3)
+    geometry = oc.from_arrays(V, U)
+    assert not geometry.orthonormal
+    for protocol in (oc.Protocol(eps=0.05), oc.Protocol(eps=0.05, replay=0.3),
+                     oc.Protocol(eps=0.05, l2=0.01)):
+        assert compare(geometry, protocol)[0] <= 1e-12
+
+
+def test_a_mutated_ood_start_is_caught(monkeypatch):
+    """Dropping G_V⁻¹ from the OOD logits at T1 (Q = V W Vᵀ, z_V = G_V W G_V) moves F."""
+    geometry = oc.overlap(0.5, [1, 0.5])
+    monkeypatch.setattr(gram, "ood_start", lambda z, G, M: M.T @ z @ M)
+    with pytest.raises(AssertionError):
+        assert compare(geometry)[0] <= 1e-9
+
+
+def test_equal_overlaps_reduce_to_the_orthonormal_dynamics():
+    """G = (1−ρ)I + ρ11ᵀ acts on the error directions as (1−ρ)I: pretraining is the
+    orthonormal one at ε/(1−ρ), η(1−ρ)³ for every K (T1 identical, logits to round-off);
+    the cube is needed (a square gives another T1)."""
+    for K, rho in ((2, 0.8), (3, 0.5), (4, -0.2)):
+        G = oc.overlap(rho, [1.0] * K).G_V
+        c = 1 - rho
+        assert theory.uniform_overlap(G) == pytest.approx(c, abs=1e-12)
+        mine = gram.pretrain(G, 0.1, 0.01, 10**6)
+        flat = gram.pretrain(np.eye(K), 0.1 * c**3, 0.01 / c, 10**6)
+        assert mine.steps[0] == flat.steps[0]
+        assert np.abs(mine.z - flat.z).max() <= 1e-9
+        assert gram.pretrain(np.eye(K), 0.1 * c**2, 0.01 / c, 10**6).steps[0] != mine.steps[0]
+        alpha = theory.gram_alpha_star(G, 0.01)
+        assert alpha <= mine.z[0, 0, 0] <= alpha + 0.1      # past the threshold by < 1 step
+    assert theory.uniform_overlap(oc.gram([[1, 0.3, 0], [0.3, 1, 0.2], [0, 0.2, 1]],
+                                          [1, 1, 1]).G_V) is None
+
+
+def test_orthonormal_files_take_the_orthonormal_path():
+    """Orthonormal columns within the tolerance run today's engines (bit for bit today's
+    numbers); the Gram path given G = I agrees to round-off."""
+    shift = oc.parallel_shift([1, -0.9])
+    geometry = oc.from_arrays(shift.V, shift.U)
+    assert geometry.orthonormal and geometry.gamma.tolist() == [1.0, -0.9]
+    today = oc.predict(oc.Setting(geometry))
+    assert "Gram" not in today.run["engine"]["pretrain"]
+    forced = oc.Geometry.of(shift.V, shift.U, "file", {}, orthonormal=False)
+    gram_path = oc.predict(oc.Setting(forced))
+    assert "Gram" in gram_path.run["engine"]["pretrain"]
+    assert (gram_path.pretrain.T1, gram_path.finetune.T2) == (today.pretrain.T1,
+                                                              today.finetune.T2)
+    assert abs(gram_path.F - today.F) <= 1e-12
+
+
+def test_cli_overlap_marks_the_paper_rule_wrong(capsys):
+    code, out, err = run(capsys, "predict", "--overlap", "0.8", "--gamma", "1,0.5")
+    assert code == 0 and err == ""
+    assert "T1" in out and "10869" in out and "rising ✗" in out
+    assert "with overlap it is wrong here" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--overlap", "0.8", "--theta", "0.3", "--K", "2"], "--overlap goes with --gamma"),
+    (["--overlap", "1", "--gamma", "1,0.5"], "--overlap: got 1.0"),
+    (["--overlap", "0.5", "--gamma", "1,2"], "--gamma value 2: got 2.0"),
+    (["--overlap", "x", "--gamma", "1,0.5"], "--overlap"),
+])
+def test_cli_overlap_bad_input(capsys, argv, message):
+    code, out, err = run(capsys, "predict", *argv)
+    assert code == 2 and message in err and "Traceback" not in err
