@@ -392,17 +392,8 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
         first = run.first_step
     else:
         first = first_step_change(z1[None], M[None], proto.eta_ft)[0] / K
-    first_directions = directions(first)
-    forgetting = [
-        FeatureForgetting(k=k + 1, F_k=float(loss_after[k] - loss_before[k]),
-                          loss_before=float(loss_before[k]), loss_after=float(loss_after[k]),
-                          trend=trend_names[k],
-                          regime=r.regime if r else None,
-                          condition=r.condition if r else None,
-                          first_step=float(first[k]), initial_direction=first_directions[k],
-                          D_k=None if D[k] is None else float(D[k]),
-                          D_k_direction=D_directions[k])
-        for k, r in enumerate(regimes)]
+    forgetting = _feature_rows(regimes, loss_before, loss_after, trend_names, first, D,
+                               D_directions)
 
     trajectories = {"pretrain": _ray_trajectory(K, ray.path),
                     "pretrain_steps": ray.path_steps, **run.paths,
@@ -465,17 +456,8 @@ def _predict_gram(geo, proto, K, params, warnings, progress) -> Report:
     C = theory.overlap_first_order(z1, G_V, z_ood0, G_U, M) if plain else [None] * K
     C_directions = directions(np.asarray(C, dtype=np.float64)) if plain else [None] * K
     first = run.first_step if run.T2 > 0 else np.zeros(K)
-    first_directions = directions(first)
-    forgetting = [
-        FeatureForgetting(k=k + 1, F_k=float(run.loss_after[k] - run.loss_before[k]),
-                          loss_before=float(run.loss_before[k]),
-                          loss_after=float(run.loss_after[k]), trend=run.trend[k],
-                          regime=r.regime if r else None,
-                          condition=r.condition if r else None,
-                          first_step=float(first[k]), initial_direction=first_directions[k],
-                          D_k=None if C[k] is None else float(C[k]),
-                          D_k_direction=C_directions[k])
-        for k, r in enumerate(regimes)]
+    forgetting = _feature_rows(regimes, run.loss_before, run.loss_after, run.trend, first, C,
+                               C_directions)
     trajectories = {"pretrain": z1[None], "pretrain_steps": np.array([T1]), **run.paths,
                     "finetune_steps": run.steps}
     how = {"max_steps": {"pretrain": cap1, "finetune": cap2},
@@ -483,6 +465,24 @@ def _predict_gram(geo, proto, K, params, warnings, progress) -> Report:
     return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
                   finetune=finetune, forgetting=forgetting, trajectories=trajectories,
                   warnings=warnings, run=how)
+
+
+def _feature_rows(regimes, loss_before, loss_after, trend, first, D, D_directions
+                  ) -> list[FeatureForgetting]:
+    """The report's per-feature rows: the losses before and after, the trend, the
+    paper's verdict (``regimes``, None where it says nothing), the exact first step and
+    the first-order criterion ``D`` (None where there is none)."""
+    first_directions = directions(first)
+    return [FeatureForgetting(k=k + 1, F_k=float(loss_after[k] - loss_before[k]),
+                              loss_before=float(loss_before[k]),
+                              loss_after=float(loss_after[k]), trend=trend[k],
+                              regime=r.regime if r else None,
+                              condition=r.condition if r else None,
+                              first_step=float(first[k]),
+                              initial_direction=first_directions[k],
+                              D_k=None if D[k] is None else float(D[k]),
+                              D_k_direction=D_directions[k])
+            for k, r in enumerate(regimes)]
 
 
 def _finetune_path(M: np.ndarray, K: int, proto, log_t2: float) -> str:
