@@ -485,7 +485,8 @@ def overlap(rho: float, gamma: Sequence[float], d: int | None = None, *,
     return _gram_geometry(G, values, d, "overlap", {"rho": rho, "gamma": values})
 
 
-def gram(G_V: Any, gamma: Sequence[float], d: int | None = None) -> Geometry:
+def gram(G_V: Any, gamma: Sequence[float], d: int | None = None, *,
+         names: tuple[str, str] = ("G_V", "gamma")) -> Geometry:
     """Training features with a given Gram matrix ``VᵀV = G_V`` (``V`` its Cholesky
     factor), shifted like a parallel shift: ``u_k = γ_k v_k + √(1 − γ_k²) w_k`` with
     ``w_k`` orthonormal and orthogonal to span(V), so ``M = G_V diag(γ)`` and
@@ -499,6 +500,8 @@ def gram(G_V: Any, gamma: Sequence[float], d: int | None = None) -> Geometry:
         ``K`` values in ``[−1, 1]``.
     d : int, optional
         As :func:`overlap`.
+    names : (str, str), keyword-only
+        The names of ``G_V`` and ``gamma`` in error messages.
 
     Example
     -------
@@ -506,10 +509,10 @@ def gram(G_V: Any, gamma: Sequence[float], d: int | None = None) -> Geometry:
     >>> oc.gram([[1, 0.3, 0], [0.3, 1, 0.2], [0, 0.2, 1]], [1, 0.5, -0.5]).d
     5
     """
-    values = _check_gamma(gamma, "gamma")
-    G = check_gram(G_V, "G_V")
+    values = _check_gamma(gamma, names[1])
+    G = check_gram(G_V, names[0])
     if G.shape[0] != len(values):
-        raise InputError("gamma", ",".join(map(str, values)), f"one γ per feature: G_V is "
+        raise InputError(names[1], ",".join(map(str, values)), f"one γ per feature: {names[0]} is "
                          f"{G.shape[0]} × {G.shape[0]}, so {G.shape[0]} values")
     return _gram_geometry(G, values, d, "gram", {"G": G.tolist(), "gamma": values})
 

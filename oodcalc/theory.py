@@ -131,6 +131,16 @@ def uniform_error(K: int) -> float:
     return (K - 1) / (2 * K)
 
 
+def uniform_errors(G: np.ndarray) -> np.ndarray:
+    """Per feature, the error of uniform attention for unit features with Gram matrix
+    ``G``: ``e_k = ½ (1/K − δ_k)ᵀ G (1/K − δ_k) = ½ [1 − 2(G1)_k/K + 1ᵀG1/K²]``; every
+    entry is :func:`uniform_error` at ``G = I``, and overlap lowers it."""
+    G = np.asarray(G, dtype=np.float64)
+    K = G.shape[-1]
+    row = G.sum(axis=-1)
+    return 0.5 * (1.0 - 2.0 * row / K + row.sum(axis=-1, keepdims=True) / K**2)
+
+
 def corollary_cases(M: np.ndarray, tol: float = 1e-9) -> list[str | None]:
     """Per OOD feature, which failure case of the corollary applies (claim 6), if any:
     ``"orthogonal-subspaces"`` (``M = 0``) or ``"mean-query"`` (``u_k = v̄`` and

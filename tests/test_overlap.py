@@ -3,6 +3,8 @@ gradient descent on the same vectors, the equal-overlap reduction, and the CLI."
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -110,8 +112,48 @@ def test_cli_overlap_marks_the_paper_rule_wrong(capsys):
     assert "with overlap it is wrong here" in out
 
 
+def test_cli_overlap_takes_a_gram_matrix(capsys, tmp_path):
+    """--overlap given the Gram matrix (inline rows or a file) is oc.gram: the same numbers
+    as the Python API; equal overlaps given as a matrix are the --overlap ρ run."""
+    G = [[1, 0.5, 0], [0.5, 1, 0], [0, 0, 1]]
+    np.save(tmp_path / "G.npy", np.array(G, dtype=float))
+    inline = run(capsys, "predict", "--json", "--overlap", "1,0.5,0;0.5,1,0;0,0,1",
+                 "--gamma", "1,0.5,-0.5")
+    from_file = run(capsys, "predict", "--json", "--overlap", tmp_path / "G.npy",
+                    "--gamma", "1,0.5,-0.5")
+    assert inline[0] == from_file[0] == 0
+    shown = json.loads(inline[1])
+    assert json.loads(from_file[1])["forgetting"] == shown["forgetting"]
+    report = oc.predict(oc.Setting(oc.gram(G, [1, 0.5, -0.5])))
+    assert shown["finetune"]["T2"] == report.finetune.T2
+    assert [f["F_k"] for f in shown["forgetting"]["per_feature"]] == \
+        [f.F_k for f in report.forgetting]
+    as_matrix = json.loads(run(capsys, "predict", "--json", "--overlap", "1,0.8;0.8,1",
+                               "--gamma", "1,0.5")[1])
+    as_rho = json.loads(run(capsys, "predict", "--json", "--overlap", "0.8",
+                            "--gamma", "1,0.5")[1])
+    assert as_matrix["finetune"]["T2"] == as_rho["finetune"]["T2"]
+    assert as_matrix["forgetting"]["F"] == pytest.approx(as_rho["forgetting"]["F"], abs=1e-15)
+
+
+def test_random_guessing_reads_the_ood_gram(capsys):
+    """Uniform attention on overlapping OOD features errs less: ½[1 − 2(G1)_k/K + 1ᵀG1/K²],
+    (1 − ⟨u_1, u_2⟩)/4 at K = 2 (0.15 at ρ = 0.8, γ = (1, 0.5): ⟨u_1, u_2⟩ = 0.4)."""
+    out = run(capsys, "predict", "--overlap", "0.8", "--gamma", "1,0.5")[1]
+    assert "Random guessing (uniform attention 1/K) has e_k = 0.15;" in out
+    G = oc.gram([[1, 0.5, 0], [0.5, 1, 0], [0, 0, 1]], [1, 0.5, -0.5]).G_U
+    exact = population.errors_and_gradient(np.zeros((5, 5)), oc.gram(
+        [[1, 0.5, 0], [0.5, 1, 0], [0, 0, 1]], [1, 0.5, -0.5]).U)[0]
+    assert np.abs(theory.uniform_errors(G) - exact).max() <= 1e-15
+    assert np.abs(theory.uniform_errors(np.eye(3)) - theory.uniform_error(3)).max() <= 1e-15
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--overlap", "0.8", "--theta", "0.3", "--K", "2"], "--overlap goes with --gamma"),
+    (["--overlap", "1,0.5;0.5", "--gamma", "1,0.5"], "each with K numbers"),
+    (["--overlap", "1,2;2,1", "--gamma", "1,0.5"], "positive definite"),
+    (["--overlap", "1,0.5;0.5,1", "--gamma", "1,0.5,0"], "--overlap is 2 × 2"),
+    (["--overlap", "missing.npy", "--gamma", "1,0.5"], "--overlap: got missing.npy"),
     (["--overlap", "1", "--gamma", "1,0.5"], "--overlap: got 1.0"),
     (["--overlap", "0.5", "--gamma", "1,2"], "--gamma value 2: got 2.0"),
     (["--overlap", "x", "--gamma", "1,0.5"], "--overlap"),

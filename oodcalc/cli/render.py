@@ -182,9 +182,15 @@ def render_prediction(report: Report, console: Console | None = None) -> None:
                      escape(ood.corollary[k] or "—")))
     add_feature_rows(table, rows)
     console.print(table)
-    say(console, f"Random guessing (uniform attention 1/K) has e_k = "
-                 f"{fmt(theory.uniform_error(K))}; OOD loss L = Σ e_k/K = "
-                 f"{fmt(float(ood.error.sum() / K))}.")
+    if "G_U" in p["geometry"]:   # overlapping OOD features guess better: e_k depends on G_U
+        guess = theory.uniform_errors(np.array(p["geometry"]["G_U"]))
+        guess_text = (fmt(float(guess[0])) if np.ptp(guess) <= 1e-12 * guess.max() else
+                      "(" + ", ".join(fmt(float(e), 4) for e in guess[:8])
+                      + (", …)" if K > 8 else ")"))
+    else:
+        guess_text = fmt(theory.uniform_error(K))
+    say(console, f"Random guessing (uniform attention 1/K) has e_k = {guess_text}; "
+                 f"OOD loss L = Σ e_k/K = {fmt(float(ood.error.sum() / K))}.")
 
     ft = report.finetune
     console.print()

@@ -6,6 +6,7 @@ Declare them in a command's signature with these aliases, then call ``build_sett
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Callable, Optional, Sequence
 
 import numpy as np
@@ -26,9 +27,10 @@ PROTOCOL_PANEL = "Protocol"
 Gamma = Annotated[Text, typer.Option("--gamma", metavar="G1,G2,...",
     help="Parallel shift: γ_k = ⟨v_k, u_k⟩ in [-1, 1], one per feature (K = count).",
     rich_help_panel=GEOMETRY_PANEL)]
-Overlap = Annotated[Text, typer.Option("--overlap", metavar="RHO",
+Overlap = Annotated[Text, typer.Option("--overlap", metavar="RHO|GRAM",
     help="With --gamma: overlapping training features, ⟨v_n, v_k⟩ = ρ for n ≠ k "
-    "(−1/(K−1) < ρ < 1), each u_k = γ_k v_k + √(1 − γ_k²) w_k.",
+    "(−1/(K−1) < ρ < 1), or their whole Gram matrix VᵀV (rows inline, '1,0.5;0.5,1', or a "
+    "K × K .npy, .csv or .json file); each u_k = γ_k v_k + √(1 − γ_k²) w_k.",
     rich_help_panel=GEOMETRY_PANEL)]
 Theta = Annotated[Text, typer.Option("--theta", metavar="RAD",
     help="Rotation of every feature by θ radians (e.g. 0.5236 or pi/6); needs --K.",
@@ -164,7 +166,7 @@ def build_setting(gamma: Text, theta: Text, K: Text, mean_query: bool, orthogona
     if overlap is not None and chosen[0] != "--gamma":
         raise InputError("--overlap", overlap, "--overlap goes with --gamma (one γ per "
                          "feature): e.g. --overlap 0.8 --gamma 1,0.5")
-    rho = None if overlap is None else options.number("--overlap", overlap)
+    rho = None if overlap is None else _overlap(overlap)
     d_value = options.integer("--d", d, 2)
     k_value = options.integer("--K", K, 2)
     if k_value is not None and chosen[0] in ("--gamma", "--features/--ood"):
@@ -211,8 +213,27 @@ def _in_range(values: list[float]) -> bool:
     return all(-1.0 <= g <= 1.0 for g in values)
 
 
+def _overlap(text: str) -> float | np.ndarray:
+    """``--overlap``: one number ρ, rows of a Gram matrix inline (``1,0.5;0.5,1``) or the
+    path of a K × K file."""
+    if ";" in text:
+        rows = [options.numbers("--overlap", row) for row in text.split(";")]
+        if len({len(row) for row in rows}) > 1:
+            raise InputError("--overlap", repr(text), "a Gram matrix's rows, separated by "
+                             "';', each with K numbers, e.g. '1,0.5;0.5,1'")
+        return np.array(rows)
+    if Path(text).suffix.lower() in geo.FEATURE_FILE_SUFFIXES:
+        return geo.load_features(text, "--overlap")
+    return options.number("--overlap", text, "expected the overlap ρ (a number), a Gram "
+                          "matrix's rows inline ('1,0.5;0.5,1') or a .npy, .csv or .json file")
+
+
 def _geometry(kind: str, gamma: Text, theta: Text, K: int | None, features: Text,
-              ood: Text, d: int | None, tol: Text, rho: float | None) -> geo.Geometry:
+              ood: Text, d: int | None, tol: Text,
+              rho: float | np.ndarray | None) -> geo.Geometry:
+    if kind == "--gamma" and isinstance(rho, np.ndarray):
+        return geo.gram(rho, options.numbers("--gamma", gamma), d,
+                        names=("--overlap", "--gamma"))
     if kind == "--gamma" and rho is not None:
         return geo.overlap(rho, options.numbers("--gamma", gamma), d,
                            names=("--overlap", "--gamma"))
