@@ -161,3 +161,20 @@ def test_random_guessing_reads_the_ood_gram(capsys):
 def test_cli_overlap_bad_input(capsys, argv, message):
     code, out, err = run(capsys, "predict", *argv)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_advise_on_overlapping_features(capsys):
+    """advise runs every arm on the Gram engine: its plain arm is predict's run, and the
+    per-feature replay threshold it finds keeps every F_k <= 0 (re-run through predict)."""
+    code, out, err = run(capsys, "advise", "--overlap", "0.5", "--gamma", "1,-0.5",
+                         "--eps", "0.05", "-f", "json")
+    assert code == 0, err
+    advice = json.loads(out)
+    setting = oc.Setting(oc.overlap(0.5, [1, -0.5]), oc.Protocol(eps=0.05))
+    report = oc.predict(setting)
+    plain = next(a for a in advice["arms"] if a["name"] == "plain")
+    assert plain["steps"] == report.finetune.T2 and plain["F"] == report.F
+    lam = advice["thresholds"]["replay_each"]["value"]
+    assert 0 < lam < 1
+    replayed = oc.predict(oc.Setting(setting.geometry, oc.Protocol(eps=0.05, replay=lam)))
+    assert max(f.F_k for f in replayed.forgetting) <= 1e-9

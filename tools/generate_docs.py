@@ -453,6 +453,36 @@ def _threshold_cell(t) -> str:
     return "none" if t.value is None else f"{t.value:.5f} ({t.arm.steps})"
 
 
+# --- overlapping features: T1 and F as the overlap grows --------------------------------
+
+#: (γ, ρ) of the overlap table: the issue's two shifts at four overlaps, then the case where
+#: a negative overlap makes the paper's rule wrong the other way
+OVERLAP_CASES = tuple(((1, g2), rho) for g2 in (-0.5, 0.5) for rho in (-0.5, 0, 0.5, 0.8)) \
+    + (((1, -0.2), -0.5),)
+
+
+def overlap_table() -> str:
+    """``oodcalc predict --overlap ρ --gamma γ`` per case: T1, T2, F and F_k, the paper's
+    K = 2 rule against the sign of F_k, and the overlap-aware first-order criterion."""
+    import oodcalc as oc
+    rows = ["| γ | ρ | T1 | T2 | F | F_1 | F_2 | paper's rule, feature 2 | "
+            "sign of C_2 (first order) |", "|---|---|---|---|---|---|---|---|---|"]
+    for gamma, rho in OVERLAP_CASES:
+        r = oc.predict(oc.Setting(oc.overlap(rho, list(gamma))))
+        f2 = r.forgetting[1]
+        said = "forgetting" if f2.regime == "forgetting" else "no forgetting"
+        rule = said + (", right" if f2.theorem_holds else ", **wrong**")
+        moved = "rises" if f2.D_k > 0 else "falls"
+        C = moved + (", right" if (f2.D_k > 0) == (f2.F_k > 0) else ", **wrong**")
+        F_k = " | ".join(f"{f.F_k:+.3e}" for f in r.forgetting)
+        rows.append(f"| ({gamma[0]:g}, {gamma[1]:+g}) | {rho:g} | {r.pretrain.T1} | "
+                    f"{r.finetune.T2} | {r.F:+.3e} | {F_k} | {rule} | {C} |")
+    return ("\n".join(rows) + "\n\nK = 2, ε = 0.01, η = η_ft = 0.1; every row a run of "
+            "`oodcalc predict --overlap ρ --gamma γ` (exact: full-Q gradient descent on the "
+            "same vectors gives the same T1 and T2 and F_k within 1e-12, tests/test_overlap.py). "
+            "\"right\"/\"wrong\": against the sign of F_2 over the whole run.")
+
+
 TOTAL_FORGETTING_RECORD = ROOT / "docs" / "total_forgetting.json"
 
 
@@ -666,6 +696,7 @@ BLOCKS: list[Block] = [
     Block("docs/theory.md", "long-finetuning", long_finetuning_table),
     Block("docs/theory.md", "advise", advise_table),
     Block("docs/theory.md", "total-forgetting", total_forgetting_block),
+    Block("docs/theory.md", "overlap", overlap_table),
     *(Block(file, name, depth_block(file, name)) for file, name in DEPTH_BLOCKS),
     Block("docs/real.md", "real", real_block("docs/real.json")),
     Block("docs/real.md", "real-layer3", real_block("docs/real_layer3.json")),

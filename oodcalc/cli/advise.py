@@ -20,8 +20,8 @@ from . import options
 from .app import app
 from .render import TABLE, fmt
 from .setting_options import (Dimension, Eps, Eta, EtaFt, Features, Gamma, MaxSteps,
-                              MeanQuery, NumFeatures, Ood, Orthogonal, Theta, Tolerance,
-                              build_setting)
+                              MeanQuery, NumFeatures, Ood, Orthogonal, Overlap, Theta,
+                              Tolerance, build_setting)
 
 
 class Style(str, Enum):
@@ -39,7 +39,8 @@ StyleOption = Annotated[Style, typer.Option("--format", "-f",
 
 @app.command()
 def advise(
-    gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
+    gamma: Gamma = None, overlap: Overlap = None, theta: Theta = None,
+    mean_query: MeanQuery = False,
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
@@ -54,7 +55,8 @@ def advise(
     width = TOLERANCE if search_tol is None else options.number(
         "--search-tol", search_tol, "expected a width 0 < w <= 0.01")
     setting = build_setting(gamma, theta, K, mean_query, orthogonal, features, ood, d, tol,
-                            eps, eta, eta_ft, max_steps, checks=[limits.check_predict])
+                            eps, eta, eta_ft, max_steps, checks=[limits.check_predict],
+                            overlap=overlap)
     console = make_console(stderr=True)
     show = sys.stderr.isatty() and style is Style.text
 
