@@ -178,3 +178,31 @@ def test_cli_advise_on_overlapping_features(capsys):
     assert 0 < lam < 1
     replayed = oc.predict(oc.Setting(setting.geometry, oc.Protocol(eps=0.05, replay=lam)))
     assert max(f.F_k for f in replayed.forgetting) <= 1e-9
+
+
+def _file_geometry_with_u1_in_span_of_V():
+    rng = np.random.default_rng(3)
+    V = random_unit_columns(rng, 6, 3)
+    U = random_unit_columns(rng, 6, 3)
+    U[:, 0] = V @ np.array([0.6, 0.3, -0.2])
+    U[:, 0] /= np.linalg.norm(U[:, 0])
+    return oc.from_arrays(V, U)
+
+
+def test_a_feature_in_span_of_V_is_frozen_under_the_query_projection(monkeypatch):
+    """u_1 ∈ span(V) from a file: UᵀPU's column 1 comes out ~1e-16, not 0; it is read as
+    frozen (‖Pu_1‖² <= 1e-12), so the run reports the rule not reached because of u_1,
+    instead of refusing a run that would never end."""
+    from oodcalc.errors import ComputationError
+    from oodcalc.finetune import terms
+    geometry = _file_geometry_with_u1_in_span_of_V()
+    A = geometry.G_U - geometry.M.T @ np.linalg.solve(geometry.G_V, geometry.M)
+    assert 0 < np.abs(A[:, 0]).max() <= 1e-15          # round-off, not an exact zero
+    setting = oc.Setting(geometry, oc.Protocol(eps=0.05, project="query"))
+    report = oc.predict(setting)
+    assert report.finetune.reached is False
+    assert "leaves u1 no update (in span(V))" in report.warnings[0]
+    assert report.F == 0.0
+    monkeypatch.setattr(terms, "in_span_exactly", lambda A: A)     # the round-off kept
+    with pytest.raises(ComputationError):
+        oc.predict(setting)

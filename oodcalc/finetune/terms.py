@@ -181,7 +181,7 @@ def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray
     if G_V is None:
         A = np.eye(K) - MT @ M
     else:                                   # UᵀPU with P = I − V G_V⁻¹ Vᵀ
-        A = G_U - MT @ np.linalg.solve(G_V, M)
+        A = in_span_exactly(G_U - MT @ np.linalg.solve(G_V, M))
     terms: list[Term] = [Fit(1.0 - protocol.replay, weights, A if left else G_U,
                              A if right else G_U, None if left else M, None if right else M)]
     if protocol.replay:
@@ -189,6 +189,23 @@ def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray
     if protocol.l2:
         terms.append(Pull(protocol.l2, z_U1, z_V1))
     return Recipe(tuple(terms), weights > 0, weights, frozen_columns(terms, K), G_U, G_V)
+
+
+#: ``‖P u_k‖² = (UᵀPU)_kk`` at or below this is round-off: u_k lies in span(V).
+IN_SPAN_TOL = 1e-12
+
+
+def in_span_exactly(A: np.ndarray) -> np.ndarray:
+    """``UᵀPU`` with the rows and columns of features in span(V) set to exactly 0.
+
+    ``A_kk = ‖P u_k‖²`` and ``|A_jk| <= √(A_jj A_kk)``, so ``A_kk = 0`` zeroes row and
+    column k; computed from Gram matrices it comes out ~1e-16 instead, which would let a
+    projection nudge a column that cannot move (and hide it from :func:`frozen_columns`)."""
+    inside = np.diagonal(A, axis1=-2, axis2=-1) <= IN_SPAN_TOL
+    if not inside.any():
+        return A
+    keep = ~inside
+    return A * keep[..., :, None] * keep[..., None, :]
 
 
 def frozen_columns(terms: tuple[Term, ...] | list[Term], K: int) -> np.ndarray:
