@@ -19,7 +19,7 @@ another; points where fine-tuning takes no step (``T2 = 0``, at ``γ2 = 1``) or 
 not converge are not scored. Pretraining depends on ρ only and runs once per row (a stack
 of Grams); fine-tuning runs all points in batches of similar length, by the same engine
 and operations as ``predict``, so every point equals ``oc.predict(oc.Setting(
-oc.overlap(ρ, [1, γ2])))``: T1 and T2 identical, ``F_k`` to round-off (tests/test_overlap_map.py).
+oc.overlap(ρ, [1, γ2])))``: T1 and T2 identical, ``F_k`` to round-off (tests/test_overlap.py).
 At ρ = 0 the features are orthonormal and the row is the orthonormal K = 2 result.
 """
 
@@ -57,6 +57,9 @@ BATCH = 256
 SPREAD = 1.5
 #: Floats the map holds per point (logits, Grams, the recipe's matrices, results).
 MAP_FLOATS = 64
+#: Largest N: the points cost ~N² × (mean T2 ≈ 570 steps) × ~3 µs of fine-tuning (N = 41:
+#: ~5 s; N = 201: ~1 min; N = 401: ~5 min), and one Python geometry each to build.
+MAX_GRID = 401
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,9 @@ def check_grid(n: Any, rho_max: float = RHO_MAX) -> tuple[int, float]:
     if not (np.isfinite(rho_max) and 0.0 <= rho_max < 1.0):
         raise InputError(param("rho_max"), rho_max, "a number in [0, 1): at ρ = ±1 the two "
                          "features coincide")
-    if n * n > limits.MAX_ROWS:
-        raise InputError(param("n"), n, f"at most {int(np.sqrt(limits.MAX_ROWS)):,} (N × N "
-                         f"points: a map holds at most {limits.MAX_ROWS:,})")
+    if n > MAX_GRID:
+        raise InputError(param("n"), n, f"at most {MAX_GRID} (N × N points of exact Gram "
+                         f"dynamics: N = {MAX_GRID} takes minutes)")
     limits.check_maps({2: int(n) ** 2}, MAP_FLOATS, "the overlap map (N × N points)")
     return int(n), rho_max
 
@@ -145,8 +148,16 @@ def compute(n: int = DEFAULT_GRID, protocol: Protocol | None = None, *,
     n, rho_max = check_grid(n, rho_max)
     rho, gamma2 = axes(n, rho_max)
     K = 2
-    geos = [[overlap(r, [1.0, g]) for g in gamma2] for r in rho]
-    G_V = np.stack([row[0].G_V for row in geos])                     # (n_ρ, 2, 2)
+    # each point's matrices from its own geometry: predict's numbers to the bit
+    G_V, M, G_U = [], [], []
+    for r in rho:
+        for j, g in enumerate(gamma2):
+            geo = overlap(r, [1.0, g])
+            if j == 0:
+                G_V.append(geo.G_V)                  # the same for every γ2 of the row
+            M.append(geo.M)
+            G_U.append(geo.G_U)
+    G_V, M, G_U = np.stack(G_V), np.stack(M), np.stack(G_U)         # (n_ρ, ...), (B, ...)
     # predict's caps, the largest over the rows (each would be refused as predict does)
     cap1 = max(limits.pretrain_cap(K, protocol, overlap=estimates.gram_scale(G))
                for G in G_V)
@@ -154,8 +165,6 @@ def compute(n: int = DEFAULT_GRID, protocol: Protocol | None = None, *,
     shape = (len(rho), len(gamma2))
     z1 = np.broadcast_to(pre.z[:, None], shape + (K, K)).reshape(-1, K, K)
     GV = np.broadcast_to(G_V[:, None], shape + (K, K)).reshape(-1, K, K)
-    M = np.stack([g.M for row in geos for g in row])
-    G_U = np.stack([g.G_U for row in geos for g in row])
     z_ood0 = gram.ood_start(z1, GV, M)
     log_t2 = np.array([float(estimates.column_log_steps(
         z, protocol.eps_ft / estimates.gram_scale(G), protocol.eta_ft
@@ -166,6 +175,8 @@ def compute(n: int = DEFAULT_GRID, protocol: Protocol | None = None, *,
                                       f"raise {param('eps_ft')} or {param('eta_ft')}")
                      for t in log_t2])
     B = len(M)
+    if progress is not None:
+        progress(0, B)
     z_V_end = np.empty_like(z1)
     T2 = np.zeros(B, dtype=np.int64)
     reached = np.zeros(B, dtype=bool)

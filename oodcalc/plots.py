@@ -606,8 +606,7 @@ def overlap_map(m):
     h = (g2[-1] - g2[0]) / (len(g2) - 1)
     extent = (g2[0] - h / 2, g2[-1] + h / 2, rho[0] - h / 2, rho[-1] + h / 2)
     fig, axes = plt.subplots(1, 2, figsize=(14, 6.6), width_ratios=(1.7, 1))
-    cmap = ListedColormap(OVERLAP_SIGN_COLORS)
-    cmap.set_bad("#d9d9d9")
+    cmap = ListedColormap(OVERLAP_SIGN_COLORS).with_extremes(bad="#d9d9d9")
     G, R = np.meshgrid(g2, rho)
     for ax, k in zip(axes, (2, 1)):
         sign = np.where(m.scored, m.F_sign[..., k - 1], np.nan)
@@ -638,11 +637,11 @@ def overlap_map(m):
                                       alpha=0.8))
         f = m.fractions(k)
         rule = (r"forgetting iff $-1 < \gamma_2 < 0$" if k == 2 else
-                r"transfer if $\gamma_2 > -1$")
+                r"backward transfer if $\gamma_2 > -1$")
         ax.set_title(f"source feature {k}: sign of $F_{k}$ (exact, whole run)\n"
-                     f"paper's rule ({rule}) contradicts it on "
-                     f"{100 * f['paper']:.1f} % of the points,\n$C_{k}$ (first order, "
-                     f"with overlap) on {100 * f['C_sign']:.1f} %", fontsize=9.5)
+                     f"paper's rule ({rule}): wrong on {100 * f['paper']:.1f} % of the "
+                     f"points\nsign of $C_{k}$ (first order, with overlap): wrong on "
+                     f"{100 * f['C_sign']:.1f} %", fontsize=9.5)
         ax.set_xlim(extent[0], extent[1])
         ax.set_ylim(extent[2], extent[3])
         ax.set_xlabel(r"$\gamma_2 = \langle v_2, u_2 \rangle$  ($\gamma_1$ = 1)")
