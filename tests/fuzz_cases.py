@@ -110,6 +110,8 @@ OUT_HTML = Pool(("out.html", "out.htm", "out.HTML", "adir/out.html"),
                 ("out.png", "out", "", ".", "adir", "adir/", "missing/out.html",
                  "afile/out.html", "a" * 300 + ".html", "/proc/version", "fifo.csv",
                  "rodir/out.html", "\x00.html"))
+RHO_MAX = Pool(("0", "0.3", "0.5", "-0"), JUNK + ("1", "-0.1", "1.5", "0.999999"),
+               slow=("0.9", "0.95", "0.99"))
 GAMMA1 = Pool(("1", "0.5", "1,0.5", "-0.7", "0", "-0", " 0.25 "),
               JUNK + ("1.5", "-1.01", "2,0", ",", "1,", "0.5;1"))
 OUT_SWEEP = Pool(("out.csv", "out.npz", "-", "existing.csv", "out.CSV", "link.csv"),
@@ -283,6 +285,9 @@ ENTRIES: tuple[Entry, ...] = (
           output="-o"),
     Entry(("plot", "phase-k3"), {"-o": OUT_PLOT, "--gamma1": GAMMA1, "--grid": GRID,
                                  **PROTOCOL}, output="-o", prefix=("--grid", "4"), weight=0.5),
+    Entry(("plot", "overlap-map"), {"-o": OUT_PLOT, "--grid": GRID, "--rho-max": RHO_MAX,
+                                    **PROTOCOL}, output="-o",
+          prefix=("--grid", "4", "--rho-max", "0.5"), weight=0.5),
     Entry(("explore",), {"-o": OUT_HTML, "--grid": GRID, "--k3-grid": GRID,
                          "--gamma1": GAMMA1, **PROTOCOL}, output="-o",
           prefix=("--grid", "5", "--k3-grid", "5", "--gamma1", "0.5"), weight=0.5),
