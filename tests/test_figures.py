@@ -291,7 +291,8 @@ def test_rows_progress_draws_a_bar_with_the_time_left_on_a_terminal_and_nothing_
     (["plot", "phase-diagram", "--grid", "9", "-o", "{tmp}/k2.png"], "K = 2 grid"),
     (["plot", "overlap-map", "--grid", "5", "--rho-max", "0.5", "-o", "{tmp}/o.png"],
      "overlap map"),
-    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "-o", "{tmp}/e.html"],
+    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "--overlap-grid", "5",
+      "-o", "{tmp}/e.html"],
      "computing the maps"),
 ])
 def test_long_map_commands_show_progress_on_a_terminal_never_in_piped_output(
