@@ -11,7 +11,10 @@ a projection off span(V), query weights c_k or a cosine rule), run by a port of 
 engine (``oodcalc.finetune.terms`` and ``engine``: both logits, the stopping rule on the
 covered features, blocked and stalled runs) with the same agreement, the reached flag and
 predict's note included; the embedded maps stay plain fine-tuning, and the page says so
-when an intervention is set. Everything is inlined: no network, no library, works from
+when an intervention is set. A K = 2 point may have overlapping training features
+(⟨v1, v2⟩ = ρ, ``oodcalc predict --overlap``), run by a port of the Gram dynamics
+(:mod:`oodcalc.finetune.gram`), beside the overlap map of :mod:`oodcalc.overlap_map`
+over (γ2, ρ). Everything is inlined: no network, no library, works from
 ``file://``.
 """
 

@@ -13,6 +13,10 @@
 //   - with interventions (replay, the L2 pull, projections, query weights): the terms engine
 //     of finetune/terms.py and finetune/engine.py on both logits (z_U, z_V), with its
 //     stopping rule on the covered features and its blocked and stalled outcomes.
+//   - overlapping training features (K = 2, ⟨v_1, v_2⟩ = ρ, oodcalc predict --overlap): the
+//     Gram dynamics of finetune/gram.py and predict._predict_gram (see runOverlap), plain
+//     fine-tuning; their 2×2 products and solves in NumPy may use fused multiply-adds, so
+//     there F_k agrees to ~1e-15 rather than to the bit.
 // Only Math.exp may differ from the C library's exp in the last bit, so T1 and T2 come out
 // identical and F_k agrees to rounding (the tests compare both with `oodcalc predict`).
 "use strict";

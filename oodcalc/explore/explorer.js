@@ -508,6 +508,7 @@
       schedule();
       return;
     }
+    state.rho = "";                      // the K = 2 and K = 3 maps are of orthonormal features
     state.gamma = state.map === "k2" ? [p[1], p[0]] : [k3[state.slice].gamma1, p[0], p[1]];
     $("gamma").value = state.gamma.join(",");
     schedule();
