@@ -57,8 +57,10 @@ BATCH = 256
 SPREAD = 1.5
 #: Floats the map holds per point (logits, Grams, the recipe's matrices, results).
 MAP_FLOATS = 64
-#: Largest N: the points cost ~N² × (mean T2 ≈ 570 steps) × ~3 µs of fine-tuning (N = 41:
-#: ~5 s; N = 201: ~1 min; N = 401: ~5 min), and one Python geometry each to build.
+#: Largest N. Measured (CPU, 2-core machine under load): N = 41 at ρ ≤ 0.9, 12 s, set by
+#: the longest runs (T1 = 40,878 at ρ = 0.9, T2 = 40,878 at ρ = −0.9, γ2 = −1); at ρ ≤ 0.8,
+#: 4.2 s. The rest grows as N² × mean T2 (~570 steps) × ~3 µs, plus one Python geometry
+#: per point: about a minute at N = 201 and several at 401 (estimates).
 MAX_GRID = 401
 
 
