@@ -140,10 +140,12 @@ def compute(n: int = DEFAULT_GRID, protocol: Protocol | None = None, *,
     """The map over ``n`` values of γ2 in [−1, 1] and the same step of ρ in
     ``[−rho_max, rho_max]``. ``progress(done, total)`` is called as points finish.
 
-    >>> m = compute(11)                     # ρ, γ2 in steps of 0.2
+    >>> m = compute(11)               # ρ within ±0.9 and γ2 in steps of 0.2 (10 s)
     >>> i, j = list(m.rho).index(0.8), list(m.gamma2).index(0.6)
     >>> int(m.F_sign[i, j, 1]), m.verdicts["paper"][i, j, 1], m.verdicts["C_sign"][i, j, 1]
-    (1, 'backward-transfer', 'rising')
+    (1, 'backward-transfer', 'falling')
+    >>> bool(m.disagrees("paper")[i, j, 1] and m.disagrees("C_sign")[i, j, 1])   # both wrong
+    True
     """
     protocol = protocol or Protocol()
     require_plain(protocol, "the overlap map")
