@@ -583,6 +583,103 @@ def phase_k3_slices(gamma1=(0.25,), n: int = 201, protocol: Protocol | None = No
     return phase_k3(maps), maps
 
 
+# --- the overlap phase diagram (K = 2, ⟨v_1, v_2⟩ = ρ) ------------------------------
+
+OVERLAP_SIGN_COLORS = ("#9ecae1", "#f7f7f7", "#fc9272")      # F_k < 0, = 0, > 0
+
+
+def overlap_map(m):
+    """Per source feature k (feature 2 first, where the rules differ) the exact sign of F_k
+    over (γ2, ρ), the paper's K = 2 rule's boundary (it ignores ρ), the overlap-aware
+    criterion's boundary ``C_k = 0`` and the points where each contradicts the exact sign
+    (:mod:`oodcalc.overlap_map`); the issue's two counterexamples starred."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    rho, g2 = m.rho, m.gamma2
+    if not m.scored.any():
+        raise NothingToDraw(
+            "overlap map: nothing to draw: no point of the grid fine-tunes (T2 = 0 "
+            f"everywhere: at ε = {m.protocol['eps']:g} the OOD loss meets the stopping level "
+            f"at T1); {param('eps', 'lower')}")
+    h = (g2[-1] - g2[0]) / (len(g2) - 1)
+    extent = (g2[0] - h / 2, g2[-1] + h / 2, rho[0] - h / 2, rho[-1] + h / 2)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 6.6), width_ratios=(1.7, 1))
+    cmap = ListedColormap(OVERLAP_SIGN_COLORS).with_extremes(bad="#d9d9d9")
+    G, R = np.meshgrid(g2, rho)
+    for ax, k in zip(axes, (2, 1)):
+        sign = np.where(m.scored, m.F_sign[..., k - 1], np.nan)
+        ax.imshow(sign, origin="lower", extent=extent, cmap=cmap, vmin=-1.5, vmax=1.5,
+                  interpolation="nearest", aspect="auto")
+        # the paper's K = 2 rule: forgetting iff −γ_kγ_m > γ_k², i.e. for feature 2
+        # −1 < γ2 < 0 at every ρ; for feature 1 never (unaffected at γ2 = −1)
+        for x in ((-1.0, 0.0) if k == 2 else (-1.0,)):
+            ax.axvline(x, color="black", lw=2.0, ls="--")
+        C = m.C[..., k - 1]
+        if (C > 0).any() and (C < 0).any():      # flat points (C_k = 0 exactly) left out:
+            flat = m.verdicts["C_sign"][..., k - 1] == "flat"   # a line along the edge
+            ax.contour(G, R, np.ma.masked_where(flat, C), levels=[0.0], colors="#006d2c",
+                       linewidths=2.0)
+        wrong_paper = m.disagrees("paper")[..., k - 1]
+        wrong_C = m.disagrees("C_sign")[..., k - 1]
+        ax.plot(G[wrong_paper], R[wrong_paper], ls="none", marker="x", ms=5, mew=1.2,
+                color="black")
+        ax.plot(G[wrong_C], R[wrong_C], ls="none", marker="o", ms=7, mfc="none", mew=1.4,
+                color="#006d2c")
+        for r, g in m.counterexamples:
+            if rho[0] <= r <= rho[-1]:
+                ax.plot(g, r, marker="*", ms=18, mfc="yellow", mec="black", mew=1.2)
+                i, j = np.argmin(np.abs(rho - r)), np.argmin(np.abs(g2 - g))
+                ax.annotate(f"$F_{k}$ = {m.F[i, j, k - 1]:+.2e}", (g, r), xytext=(8, 8),
+                            textcoords="offset points", fontsize=8, fontweight="bold",
+                            bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none",
+                                      alpha=0.8))
+        f = m.fractions(k)
+        rule = (r"forgetting iff $-1 < \gamma_2 < 0$" if k == 2 else
+                r"backward transfer if $\gamma_2 > -1$")
+        ax.set_title(f"source feature {k}: sign of $F_{k}$ (exact, whole run)\n"
+                     f"paper's rule ({rule}): wrong on {100 * f['paper']:.1f} % of the "
+                     f"points\nsign of $C_{k}$ (first order, with overlap): wrong on "
+                     f"{100 * f['C_sign']:.1f} %", fontsize=9.5)
+        ax.set_xlim(extent[0], extent[1])
+        ax.set_ylim(extent[2], extent[3])
+        ax.set_xlabel(r"$\gamma_2 = \langle v_2, u_2 \rangle$  ($\gamma_1$ = 1)")
+        ax.set_ylabel(r"$\rho = \langle v_1, v_2 \rangle$")
+    not_scored = int((~m.scored).sum())
+    fig.legend(handles=[
+        Patch(color=OVERLAP_SIGN_COLORS[2], label="$F_k > 0$ (forgetting)"),
+        Patch(color=OVERLAP_SIGN_COLORS[0], label="$F_k < 0$ (backward transfer)"),
+        Patch(facecolor=OVERLAP_SIGN_COLORS[1], edgecolor="grey", label="$F_k = 0$"),
+        Patch(color="#d9d9d9", label="not scored ($T_2$ = 0)"),
+        Line2D([], [], color="black", lw=2.0, ls="--",
+               label=r"paper's boundary $-\gamma_k\gamma_m = \gamma_k^2$ (ignores $\rho$)"),
+        Line2D([], [], color="#006d2c", lw=2.0, label="$C_k = 0$ (overlap-aware, first order)"),
+        Line2D([], [], ls="none", marker="x", color="black", label="paper's rule wrong"),
+        Line2D([], [], ls="none", marker="o", mfc="none", color="#006d2c",
+               label="sign of $C_k$ wrong"),
+        Line2D([], [], ls="none", marker="*", ms=12, mfc="yellow", mec="black",
+               label=r"$(\rho, \gamma_2)$ = (0.8, 0.5), (−0.5, −0.2)")],
+        loc="lower center", ncol=5, fontsize=8.5, frameon=False)
+    fig.suptitle(f"K = 2, overlapping training features: {len(rho)} × {len(g2)} points "
+                 f"(ρ, γ2), $u_k = \\gamma_k v_k + \\sqrt{{1-\\gamma_k^2}}\\, w_k$ "
+                 f"({protocol_text(m.protocol)})"
+                 + (f"; {not_scored} points with $T_2$ = 0 not scored" if not_scored else ""),
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    return fig
+
+
+def overlap_map_figure(n: int = 41, protocol: Protocol | None = None, *,
+                       rho_max: float | None = None, progress=None):
+    """Compute the map with :func:`oodcalc.overlap_map.compute` and draw it; returns
+    ``(figure, map)``."""
+    from . import overlap_map as om
+    m = om.compute(n, protocol, rho_max=om.RHO_MAX if rho_max is None else rho_max,
+                   progress=progress)
+    return overlap_map(m), m
+
+
 # --- what to do about forgetting: every intervention side by side ----------------------
 
 def advice_figure(advice):

@@ -52,7 +52,7 @@ def page(tmp_path_factory) -> Path:
     """A small page (coarse maps: the point's dynamics do not depend on them)."""
     path = tmp_path_factory.mktemp("explore") / "explorer.html"
     code = main(["explore", "-o", str(path), "--grid", "41", "--k3-grid", "31",
-                 "--gamma1", "1,0.5,-0.7"])
+                 "--gamma1", "1,0.5,-0.7", "--overlap-grid", "11"])
     assert code == 0
     return path
 
@@ -85,6 +85,11 @@ def test_page_is_one_self_contained_file(page):
     # claim 8b's counterexamples are marked on the slices through them
     assert payload["k3"]["slices"][1]["counterexamples"] == [[0.5, -0.9, -0.9]]
     assert payload["k3"]["slices"][2]["counterexamples"] == [[-0.7, 0.9, 0.95]]
+    # the overlap map: ρ in steps of 0.2 within ±0.8, γ2 over [−1, 1], both cases starred
+    overlap = payload["overlap"]
+    assert overlap["rho"] == [-0.8, -0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6, 0.8]
+    assert len(overlap["gamma2"]) == 11 and overlap["counterexamples"] == [[0.8, 0.5], [-0.5, -0.2]]
+    assert overlap["fractions"]["2"]["paper"] > overlap["fractions"]["2"]["C_sign"] > 0
 
 
 @pytest.mark.parametrize("args, option", [
@@ -457,3 +462,138 @@ def test_the_intervention_fields_run_the_point(page, tmp_path):
     assert shown_text(dom, "intervention-error") == ("L2 μ: got '-2'; expected a finite "
                                                      "number >= 0")
     assert 'data-ready="1"' in dom and 'data-key="T2" data-value="undefined"' in dom
+
+
+# --- overlapping training features (K = 2, ⟨v1, v2⟩ = ρ): the page's Gram port ------------
+
+def overlap_points() -> list[tuple[float, list[float], float, float, float]]:
+    """The two cases of the overlap map (ρ = 0.8, γ2 = 0.5: forgotten against the paper's
+    backward transfer; ρ = −0.5, γ2 = −0.2: the reverse), its edges (ρ = −0.9 at γ2 = −0.95:
+    T2 = 20,656; γ2 = 1: T2 = 0), γ1 ≠ 1, and 12 random points near the defaults."""
+    rng = np.random.default_rng(32)
+    out = [(0.8, [1.0, 0.5], 0.01, 0.1, 0.1), (-0.5, [1.0, -0.2], 0.01, 0.1, 0.1),
+           (-0.9, [1.0, -0.95], 0.01, 0.1, 0.1), (0.6, [1.0, 1.0], 0.01, 0.1, 0.1),
+           (0.3, [0.7, -0.4], 0.02, 0.2, 0.1), (0.5, [-0.3, 0.9], 0.05, 0.5, 0.3)]
+    for _ in range(12):
+        rho = round(float(rng.uniform(-0.7, 0.7)), 3)
+        gamma = rng.uniform(-1, 1, 2).round(rng.integers(2, 4)).tolist()
+        out.append((rho, gamma, float(rng.choice([0.01, 0.02, 0.05])),
+                    float(rng.choice([0.1, 0.2, 0.5])), float(rng.choice([0.1, 0.3]))))
+    return out
+
+
+def overlap_predicted(rho, gamma, eps, eta, eta_ft):
+    from oodcalc import overlap
+    return predict(Setting(overlap(rho, gamma), Protocol(eps=eps, eta=eta, eta_ft=eta_ft)))
+
+
+@pytest.fixture(scope="module")
+def overlap_reports():
+    return [overlap_predicted(*p) for p in overlap_points()]
+
+
+def compare_overlap(js: dict, report, where: str) -> None:
+    """predict's Gram path: T1, T2 identical, F_k within 1e-12, the trends, the paper's
+    verdict and C_k (its column D_k) with its direction."""
+    compare_runs(js, report, where)
+    assert js["rho"] == report.parameters["geometry"]["rho"], where
+    assert js["engine"].startswith("Gram-matrix"), where
+    assert js["regime"] == [f.regime for f in report.forgetting], where
+    assert js["theorem_holds"] == [f.theorem_holds for f in report.forgetting], where
+    assert np.allclose(js["D_k"], [f.D_k for f in report.forgetting], rtol=1e-9, atol=1e-15), \
+        (where, js["D_k"], [f.D_k for f in report.forgetting])
+    assert js["D_k_direction"] == [f.D_k_direction for f in report.forgetting], where
+    assert np.allclose(js["first_step"], [f.first_step for f in report.forgetting],
+                       rtol=1e-9, atol=1e-15), where
+    assert abs(js["ood_loss"] - report.ood.error.sum() / 2) <= 1e-12, where
+
+
+def overlap_hook(pts):
+    """``[rho, gamma, eps, eta, eta_ft]`` as the hook takes it (ρ last)."""
+    return [[gamma, eps, eta, eta_ft, None, rho] for rho, gamma, eps, eta, eta_ft in pts]
+
+
+@needs_chromium
+def test_the_page_runs_predicts_overlapping_features(page, tmp_path, overlap_reports):
+    """18 points with ⟨v1, v2⟩ = ρ (one browser launch): T1 and T2 identical to predict's,
+    F_k within 1e-12; both cases of the overlap map contradict the paper's rule on the page
+    too. ρ = 0 is the orthonormal run; bad ρ is named."""
+    pts = overlap_points()
+    results = run_hook(page, overlap_hook(pts), tmp_path)
+    assert len(results) == len(pts)
+    for (rho, gamma, *_), js, report in zip(pts, results, overlap_reports):
+        compare_overlap(js, report, f"ρ = {rho}, γ = {gamma}")
+    assert results[0]["F_k"][1] > 0 and results[0]["regime"][1] == "backward-transfer"
+    assert results[1]["F_k"][1] < 0 and results[1]["regime"][1] == "forgetting"
+    assert results[2]["T2"] == 20656 and results[3]["T2"] == 0
+    zero, bad = run_hook(page, [[[1.0, -0.9], 0.01, 0.1, 0.1, None, 0],
+                                [[1.0, -0.9], 0.01, 0.1, 0.1, None, 1]], tmp_path), None
+    compare(zero[0], expected([1.0, -0.9], 0.01, 0.1, 0.1), "ρ = 0")
+    errors = run_hook(page, [[[1.0, -0.9], 0.01, 0.1, 0.1, None, 1],
+                             [[1.0, -0.9, 0.5], 0.01, 0.1, 0.1, None, 0.5],
+                             [[1.0, -0.9], 0.01, 0.1, 0.1, {"replay": 0.5}, 0.5]], tmp_path)
+    assert errors[0]["error"].startswith("overlap ρ: got '1'; expected a number with −1 < ρ < 1")
+    assert "for K = 2" in errors[1]["error"] and "plain fine-tuning only" in errors[2]["error"]
+    assert all("T2" not in e for e in errors)
+
+
+#: Wrong ports of the Gram dynamics the comparison must catch.
+GRAM_MUTATIONS = [
+    ("pretraining step without G_V", "const X = mm2(mm2(G_V, g), G_V);", "const X = g;"),
+    ("OOD start without G_V⁻¹", "const W = tr2(solve2(G_V, tr2(solve2(G_V, zV))));",
+     "const W = zV;"),
+    ("source step with M untransposed", "dV = mm2(mm2(M, gU), tr2(M));",
+     "dV = mm2(mm2(M, gU), M);"),
+    ("errors without the Gram", "const s = mm2(G, r);", "const s = r;"),
+]
+
+
+@needs_chromium
+@pytest.mark.parametrize("what, line, mutant", GRAM_MUTATIONS, ids=[m[0] for m in GRAM_MUTATIONS])
+def test_a_wrong_gram_port_fails_the_comparison(what, line, mutant, page, tmp_path,
+                                                monkeypatch, overlap_reports):
+    import oodcalc.explore as explore
+    source = explore._asset("dynamics.js")
+    assert source.count(line) == 1, line
+    real = explore._asset
+    monkeypatch.setattr(explore, "_asset", lambda name: source.replace(line, mutant)
+                        if name == "dynamics.js" else real(name))
+    text = page.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="oodcalc-data">(.*?)</script>', text, re.S).group(1))
+    mutated = tmp_path / "mutated.html"
+    mutated.write_text(explore.build_page(data), encoding="utf-8")
+    js = run_hook(mutated, overlap_hook(overlap_points()[:1]), tmp_path)[0]
+    with pytest.raises(AssertionError):
+        compare_overlap(js, overlap_reports[0], what)
+
+
+@needs_chromium
+def test_an_overlap_point_from_the_fragment_and_its_map(page, tmp_path, capsys):
+    """ρ from the URL fragment: the numbers in the tables are predict's, the command the
+    page exports runs as is; the overlap map is drawn (a screenshot: its classes' colours
+    fill the map's region) with the point on it."""
+    from matplotlib.image import imread
+    dom = browse(page, "gamma=1,0.5&rho=0.8&map=overlap", tmp_path)
+    values = dom_values(dom)
+    report = overlap_predicted(0.8, [1.0, 0.5], 0.01, 0.1, 0.1)
+    assert int(values["T1"]) == report.pretrain.T1 == 10869
+    assert int(values["T2"]) == report.finetune.T2
+    for f in report.forgetting:
+        assert abs(float(values[f"F_k.{f.k}"]) - f.F_k) <= 1e-12
+    assert float(values["F_k.2"]) > 0 and values["regime.2"] == "backward-transfer"
+    exported = html.unescape(re.search(r'<pre id="command-text"[^>]*>(.*?)</pre>', dom,
+                                       re.S).group(1))
+    assert exported == "oodcalc predict --overlap 0.8 --gamma 1,0.5 --eps 0.01 --eta 0.1"
+    assert main(exported.split()[1:]) == 0
+    assert f"T2 = {report.finetune.T2} steps" in capsys.readouterr().out
+    negative = browse(page, "gamma=1,-0.2&rho=-0.5", tmp_path)
+    assert html.unescape(re.search(r'<pre id="command-text"[^>]*>(.*?)</pre>', negative,
+                                   re.S).group(1)).startswith("oodcalc predict --overlap=-0.5 ")
+    shot = tmp_path / "overlap.png"
+    browse(page, "gamma=1,0.5&rho=0.8&map=overlap", tmp_path, screenshot=shot,
+           size="1300,900")
+    left = imread(shot)[150:700, 0:520, :3]
+    r, g, b = left[..., 0], left[..., 1], left[..., 2]
+    orange = ((r > 0.9) & (g > 0.4) & (g < 0.6) & (b < 0.15)).mean()    # #ff7f00: paper wrong
+    purple = ((abs(r - 0.6) < 0.05) & (abs(g - 0.31) < 0.05) & (abs(b - 0.64) < 0.05)).mean()
+    assert orange > 0.02 and purple > 0.01, (orange, purple)            # #984ea3: both wrong

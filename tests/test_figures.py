@@ -43,6 +43,8 @@ FIGURES = {
         3, simulators={}),
     "phase-diagram": lambda: __import__("oodcalc.plots").plots.phase_diagram_k2(11),
     "phase-k3": lambda: __import__("oodcalc.plots").plots.phase_k3_slices((0.25, 0.5), 15)[0],
+    "overlap-map": lambda: __import__("oodcalc.plots").plots.overlap_map_figure(
+        9, rho_max=0.5)[0],
     "real-rotation": lambda: _real("rotation"),
     "real-shift": lambda: _real("shift"),
     "advise": lambda: __import__("oodcalc.plots").plots.advice_figure(
@@ -218,6 +220,7 @@ NOTHING = [
     (["phase-diagram", "--grid", "3", "--eps", "1"], "no point of the grid fine-tunes",
      "lower --eps"),
     (["phase-k3", "--grid", "3", "--eps", "1"], "no point fine-tunes", "lower --eps"),
+    (["overlap-map", "--grid", "3", "--eps", "1"], "T2 = 0 everywhere", "lower --eps"),
 ]
 
 
@@ -286,7 +289,10 @@ def test_rows_progress_draws_a_bar_with_the_time_left_on_a_terminal_and_nothing_
 @pytest.mark.parametrize("args, title", [
     (["plot", "phase-k3", "--grid", "9", "-o", "{tmp}/k3.png"], "K = 3 slices"),
     (["plot", "phase-diagram", "--grid", "9", "-o", "{tmp}/k2.png"], "K = 2 grid"),
-    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "-o", "{tmp}/e.html"],
+    (["plot", "overlap-map", "--grid", "5", "--rho-max", "0.5", "-o", "{tmp}/o.png"],
+     "overlap map"),
+    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "--overlap-grid", "5",
+      "-o", "{tmp}/e.html"],
      "computing the maps"),
 ])
 def test_long_map_commands_show_progress_on_a_terminal_never_in_piped_output(

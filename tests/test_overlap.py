@@ -206,3 +206,112 @@ def test_a_feature_in_span_of_V_is_frozen_under_the_query_projection(monkeypatch
     monkeypatch.setattr(terms, "in_span_exactly", lambda A: A)     # the round-off kept
     with pytest.raises(ComputationError):
         oc.predict(setting)
+
+# --- the overlap phase diagram over (ρ, γ2) (oodcalc/overlap_map.py) -----------------------
+
+@pytest.fixture(scope="module")
+def overlap_grid():
+    """ρ ∈ [−0.8, 0.8] × γ2 ∈ [−1, 1] in steps of 0.1 (17 × 21 points; T1 up to 10,869)."""
+    from oodcalc import overlap_map
+    return overlap_map.compute(21, rho_max=0.8)
+
+
+def _cell(m, rho, g2):
+    return list(m.rho).index(rho), list(m.gamma2).index(g2)
+
+
+@pytest.mark.parametrize("rho, g2", [(0.8, 0.5), (-0.5, -0.2), (-0.8, -1.0), (0.3, 0.9),
+                                     (-0.1, 0.0), (0.8, 1.0)])
+def test_every_map_point_is_predict_on_its_geometry(overlap_grid, rho, g2):
+    """Batched pretraining (one per ρ) and fine-tuning (all points, sorted into batches):
+    T1 and T2 identical to predict's, F_k within 1e-12 (to the bit here)."""
+    m = overlap_grid
+    i, j = _cell(m, rho, g2)
+    report = oc.predict(oc.Setting(oc.overlap(rho, [1, g2])))
+    assert (m.T1[i], m.T2[i, j]) == (report.pretrain.T1, report.finetune.T2)
+    assert max(abs(m.F[i, j, k] - report.forgetting[k].F_k) for k in range(2)) <= 1e-12
+    assert [m.C[i, j, k] for k in range(2)] == pytest.approx(
+        [f.D_k for f in report.forgetting], rel=1e-12, abs=1e-18)
+    assert m.converged[i, j]
+
+
+def test_the_zero_overlap_row_is_the_orthonormal_k2_result(overlap_grid):
+    """ρ = 0: every point equals predict on the parallel shift (the orthonormal engines):
+    T2, F_k within 1e-12, the paper's verdict and the direction of D_k."""
+    m = overlap_grid
+    i = list(m.rho).index(0.0)
+    for j, g2 in enumerate(m.gamma2):
+        report = oc.predict(oc.Setting(oc.parallel_shift([1.0, g2])))
+        assert m.T1[i] == report.pretrain.T1 and m.T2[i, j] == report.finetune.T2
+        for k, f in enumerate(report.forgetting):
+            assert abs(m.F[i, j, k] - f.F_k) <= 1e-12
+            assert m.verdicts["paper"][i, j, k] == f.regime
+            assert m.verdicts["C_sign"][i, j, k] == f.D_k_direction
+    assert not m.disagrees("paper")[i].any()        # the theorem holds without overlap
+
+
+def test_the_map_shows_both_counterexamples_and_only_feature_2_is_wrong(overlap_grid):
+    m = overlap_grid
+    i, j = _cell(m, 0.8, 0.5)        # forgotten against the paper's backward transfer
+    assert m.F[i, j, 1] == pytest.approx(8.19e-4, abs=5e-7)   # predict --overlap 0.8 --gamma 1,0.5
+    assert m.verdicts["paper"][i, j, 1] == "backward-transfer" and m.disagrees("paper")[i, j, 1]
+    assert not m.disagrees("C_sign")[i, j, 1]
+    i, j = _cell(m, -0.5, -0.2)      # the rule says forgetting; F_2 < 0
+    assert m.F[i, j, 1] < 0 and m.verdicts["paper"][i, j, 1] == "forgetting"
+    assert m.disagrees("paper")[i, j, 1] and not m.disagrees("C_sign")[i, j, 1]
+    f2, f1 = m.fractions(2), m.fractions(1)
+    assert f2["paper"] > f2["C_sign"] > 0               # first order: wrong near its boundary
+    assert f1 == {"paper": 0.0, "C_sign": 0.0}
+    assert not m.scored[:, -1].any() and m.scored[:, :-1].all()    # γ2 = 1: T2 = 0
+
+
+def test_a_criterion_blind_to_the_overlap_changes_the_map(monkeypatch):
+    """C_k with ρ dropped (G_V = G_U = I, M = diag(γ): the orthonormal first-order D_k)
+    draws the paper's boundary again and gets more points wrong."""
+    from oodcalc import overlap_map
+    real = overlap_map.compute(11, rho_max=0.6)
+    blind = theory.overlap_first_order
+
+    def without_rho(z_V, G_V, z_U, G_U, M):
+        I = np.broadcast_to(np.eye(2), G_V.shape)
+        return blind(z_V, I, z_U, I, np.diagonal(M, axis1=-2, axis2=-1)[..., None, :] * I)
+    monkeypatch.setattr(overlap_map.theory, "overlap_first_order", without_rho)
+    mutated = overlap_map.compute(11, rho_max=0.6)
+    assert (mutated.verdicts["C_sign"] != real.verdicts["C_sign"]).any()
+    assert mutated.fractions(2)["C_sign"] > real.fractions(2)["C_sign"]
+    assert np.array_equal(mutated.F, real.F)
+
+
+def test_a_map_whose_fine_tuning_drops_g_u_is_no_longer_predict(monkeypatch):
+    """Fine-tuning as if the OOD features were orthonormal (G_U = I) moves F_k."""
+    from oodcalc import overlap_map
+    report = oc.predict(oc.Setting(oc.overlap(0.6, [1, 0.6])))      # before the mutation
+    recipe = overlap_map.terms.recipe
+    monkeypatch.setattr(overlap_map.terms, "recipe", lambda p, M, zU, zV, GV, GU: recipe(
+        p, M, zU, zV, GV, np.broadcast_to(np.eye(2), GU.shape)))
+    m = overlap_map.compute(11, rho_max=0.6)
+    i, j = _cell(m, 0.6, 0.6)
+    assert abs(m.F[i, j, 1] - report.forgetting[1].F_k) > 1e-9
+
+
+def test_cli_overlap_map_draws_and_prints_the_fractions(capsys, tmp_path):
+    out = tmp_path / "overlap.png"
+    code, stdout, err = run(capsys, "plot", "overlap-map", "--grid", "5", "--rho-max", "0.5",
+                            "-o", str(out))
+    assert code == 0 and err == ""
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert "feature 2: the paper's rule contradicts the sign of F_2" in stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "2"], "--grid: got '2'; expected an integer >= 3"),
+    (["--grid", "402"], "--grid: got '402'; at most 401"),
+    (["--rho-max", "1"], "--rho-max: got 1"),
+    (["--rho-max", "-0.1"], "--rho-max: got -0.1"),
+    (["--grid", "5", "--eps", "1"], "nothing to draw"),
+])
+def test_cli_overlap_map_bad_input(capsys, tmp_path, argv, message):
+    out = tmp_path / "x.png"
+    code, _, err = run(capsys, "plot", "overlap-map", *argv, "-o", str(out))
+    assert code in (1, 2) and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

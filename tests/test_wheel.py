@@ -81,7 +81,8 @@ COMMANDS = [
     (["simulate", "--gamma", "1,-0.9"], "T1"),
     (["sweep", "--gamma", "1,-0.9", "-o", "sweep.csv"], None),
     (["plot", "losses", "--gamma", "1,-0.9", "-o", "losses.png"], None),
-    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "-o", "e.html"], None),
+    (["explore", "--grid", "5", "--k3-grid", "5", "--gamma1", "0.5", "--overlap-grid", "5",
+      "-o", "e.html"], None),
 ]
 
 

@@ -151,6 +151,41 @@ def phase_diagram(
     draw(make, output)
 
 
+@plot_app.command("overlap-map")
+def overlap_map(
+    output: Output,
+    grid: Annotated[str, typer.Option("--grid", metavar="N",
+        help="N points of γ2 over [-1, 1]; ρ takes the same step within [-RHO_MAX, RHO_MAX].")
+    ] = "41",
+    rho_max: Annotated[str, typer.Option("--rho-max", metavar="RHO_MAX",
+        help="Largest |ρ|, in [0, 1) (T1 grows as 1/(1-ρ)³: 10,869 steps at ρ = 0.8, "
+             "40,878 at 0.9).")] = "0.9",
+    eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
+) -> None:
+    """K = 2 with overlapping training features (⟨v1, v2⟩ = ρ, γ1 = 1): the exact sign of
+    F_k over (ρ, γ2), the paper's rule (which ignores ρ) and the overlap-aware first-order
+    criterion C_k, where each is wrong; prints the fractions."""
+    from .. import plots
+    from ..overlap_map import MAX_GRID, check_grid
+    protocol = build_protocol(eps, eta, eta_ft, max_steps)
+    n = options.integer("--grid", grid, 3, MAX_GRID,
+                        "N × N points of exact Gram dynamics: N = 401 takes minutes")
+    top = options.number("--rho-max", rho_max, "a number in [0, 1)")
+    options.name_parameters({"n": ("--grid", grid), "rho_max": ("--rho-max", rho_max)})
+    check_grid(n, top)                                  # before the output is checked
+    from .progress import rows_progress
+    plots.check_output(output)
+    with rows_progress("overlap map") as progress:
+        figure, m = plots.overlap_map_figure(n, protocol, rho_max=top, progress=progress)
+    written = plots.save(figure, output)
+    for k in (2, 1):
+        f = m.fractions(k)
+        print(f"feature {k}: the paper's rule contradicts the sign of F_{k} on "
+              f"{100 * f['paper']:.1f} % of the {m.F_sign[..., 0].size:,} points, the sign "
+              f"of C_{k} on {100 * f['C_sign']:.1f} %")
+    print(written)
+
+
 Gamma1 = Annotated[str, typer.Option("--gamma1", metavar="G1[,G1...]",
     help="γ_1 of each slice, in [-1, 1] (comma-separated: one block of panels per slice).")]
 K3Grid = Annotated[str, typer.Option("--grid", metavar="N",

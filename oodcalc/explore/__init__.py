@@ -11,7 +11,10 @@ a projection off span(V), query weights c_k or a cosine rule), run by a port of 
 engine (``oodcalc.finetune.terms`` and ``engine``: both logits, the stopping rule on the
 covered features, blocked and stalled runs) with the same agreement, the reached flag and
 predict's note included; the embedded maps stay plain fine-tuning, and the page says so
-when an intervention is set. Everything is inlined: no network, no library, works from
+when an intervention is set. A K = 2 point may have overlapping training features
+(⟨v1, v2⟩ = ρ, ``oodcalc predict --overlap``), run by a port of the Gram dynamics
+(:mod:`oodcalc.finetune.gram`), beside the overlap map of :mod:`oodcalc.overlap_map`
+over (γ2, ρ). Everything is inlined: no network, no library, works from
 ``file://``.
 """
 
@@ -36,6 +39,10 @@ DEFAULT_GRID = 201
 #: K = 3 slices: N × N points of (γ2, γ3) per slice, at these γ1.
 DEFAULT_K3_GRID = 101
 DEFAULT_GAMMA1 = (1.0, 0.75, 0.5, 0.25, -0.7)
+#: Overlap map (K = 2, ⟨v1, v2⟩ = ρ, γ1 = 1): N points of γ2, ρ the same step within
+#: ±OVERLAP_RHO_MAX (0.8: T1 = 10,869 at the edge, a few seconds; 0.9 would quadruple it).
+DEFAULT_OVERLAP_GRID = 41
+OVERLAP_RHO_MAX = 0.8
 #: Largest grids the page takes (its size grows as N²: 201 and 101 make about 1.3 MB).
 MAX_GRID = 801
 MAX_SLICES = 16
@@ -53,11 +60,14 @@ def _asset(name: str) -> str:
 def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
               gamma1: Sequence[float] = DEFAULT_GAMMA1,
               protocol: Protocol | None = None, *,
+              overlap_grid: int = DEFAULT_OVERLAP_GRID,
               progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """The maps the page embeds, computed by the exact batched dynamics (``sweep``):
-    float32 values and uint8 codes, base64. ``progress(done, total)`` is told of the
-    configurations of both maps together as they finish."""
+    """The maps the page embeds, computed by the exact batched dynamics (``sweep``; the
+    overlap map by :func:`oodcalc.overlap_map.compute`): float32 values and uint8 codes,
+    base64. ``progress(done, total)`` is told of the configurations of the maps together
+    as they finish."""
     from .. import k3maps, plots
+    from .. import overlap_map as om
     from ..sweep import gamma_grid, sweep
     protocol = protocol or Protocol()
     for name, n in (("grid", grid), ("k3_grid", k3_grid)):
@@ -68,9 +78,11 @@ def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
         raise InputError("gamma1", f"{len(gamma1):,} slices", f"at most {MAX_SLICES}")
     limits.check_maps({2: grid * grid, 3: len(gamma1) * k3_grid * k3_grid}, 16,
                       "the explorer's maps (one sweep per map)")
+    overlap_grid, _ = om.check_grid(overlap_grid, OVERLAP_RHO_MAX)
     for K in (2, 3):    # predict's refusal, as k3maps.slices: no row would be scored
         limits.pretrain_cap(K, protocol, auto=False)
-    total = grid * grid + len(gamma1) * k3_grid * k3_grid
+    n_overlap = len(om.axes(overlap_grid, OVERLAP_RHO_MAX)[0]) * overlap_grid
+    total = grid * grid + len(gamma1) * k3_grid * k3_grid + n_overlap
 
     def counted(offset: int):     # each sweep counts its own rows; the page counts both
         return None if progress is None else lambda done, _: progress(offset + done, total)
@@ -107,7 +119,27 @@ def page_data(grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
                     "fractions": s.fractions(),
                     "counterexamples": [list(c) for c in s.counterexamples]}
                    for s in maps]}
+    m = om.compute(overlap_grid, protocol, rho_max=OVERLAP_RHO_MAX,
+                   progress=counted(total - n_overlap))
+    F_sign = m.F_sign + 1
+    data["overlap"] = {
+        "rho": m.rho.tolist(), "gamma2": m.gamma2.tolist(), "rho_max": OVERLAP_RHO_MAX,
+        "scored": _b64(m.scored.astype(np.uint8)),
+        "counterexamples": [list(c) for c in m.counterexamples],
+        **{f"F_{k}": _b64(m.F[..., k - 1].astype(np.float32)) for k in (1, 2)},
+        **{f"F_sign_{k}": _b64(F_sign[..., k - 1].astype(np.uint8)) for k in (1, 2)},
+        **{f"paper_{k}": _b64(verdict_codes(m.verdicts["paper"][..., k - 1])) for k in (1, 2)},
+        **{f"C_sign_{k}": _b64(_codes(m.verdicts["C_sign"][..., k - 1],
+                                      k3maps.DIRECTION_CODES)) for k in (1, 2)},
+        "fractions": {str(k): m.fractions(k) for k in (1, 2)}}
     return data
+
+
+def _codes(names: np.ndarray, table: dict[str, int]) -> np.ndarray:
+    out = np.zeros(names.shape, dtype=np.uint8)
+    for name, code in table.items():
+        out[names == name] = code
+    return out
 
 
 def build_page(data: dict[str, Any]) -> str:
@@ -126,8 +158,9 @@ def build_page(data: dict[str, Any]) -> str:
 
 def write_page(path: str | Path, grid: int = DEFAULT_GRID, k3_grid: int = DEFAULT_K3_GRID,
                gamma1: Sequence[float] = DEFAULT_GAMMA1, protocol: Protocol | None = None,
-               *, option: str = "--output",
+               *, overlap_grid: int = DEFAULT_OVERLAP_GRID, option: str = "--output",
                progress: Callable[[int, int], None] | None = None) -> Path:
     """Compute the maps and write the page atomically; returns ``path``."""
-    page = build_page(page_data(grid, k3_grid, gamma1, protocol, progress=progress))
+    page = build_page(page_data(grid, k3_grid, gamma1, protocol, overlap_grid=overlap_grid,
+                                progress=progress))
     return write_text_atomic(path, page, option=option)

@@ -13,6 +13,10 @@
 //   - with interventions (replay, the L2 pull, projections, query weights): the terms engine
 //     of finetune/terms.py and finetune/engine.py on both logits (z_U, z_V), with its
 //     stopping rule on the covered features and its blocked and stalled outcomes.
+//   - overlapping training features (K = 2, ⟨v_1, v_2⟩ = ρ, oodcalc predict --overlap): the
+//     Gram dynamics of finetune/gram.py and predict._predict_gram (see runOverlap), plain
+//     fine-tuning; their 2×2 products and solves in NumPy may use fused multiply-adds, so
+//     there F_k agrees to ~1e-15 rather than to the bit.
 // Only Math.exp may differ from the C library's exp in the last bit, so T1 and T2 come out
 // identical and F_k agrees to rounding (the tests compare both with `oodcalc predict`).
 "use strict";
@@ -352,6 +356,206 @@ const OOD = (function () {
     return { zU, zV, steps, reached, blocked, stalled };
   }
 
+  // --- overlapping features, K = 2 (finetune/gram.py, predict._predict_gram) ---------------
+  //
+  // Unit v_1, v_2 with ⟨v_1, v_2⟩ = ρ: the columns of the Cholesky factor of [[1, ρ], [ρ, 1]]
+  // (geometry.overlap), u_k = γ_k v_k + √(1 − γ_k²) w_k; G_V = VᵀV, G_U = UᵀU and M = VᵀU
+  // are the products of those vectors. Pretraining z ← z − η (G_V g G_V) from 0; the OOD
+  // start Mᵀ G_V⁻¹ z_V G_V⁻¹ M (two LU solves with partial pivoting, as numpy.linalg.solve);
+  // fine-tuning the terms engine's plain step on (z_U, z_V): z_U −= η (G_U g_U G_U),
+  // z_V −= η (M g_U Mᵀ); e_k = ½ Σ_n r_n s_n, g = a (s − Σ_n a s) / K with s = G r.
+  // Matrices are column-major like z: A[k*2 + n] = A[n, k]. NumPy's 2×2 products and solves
+  // may run through BLAS and LAPACK (fused multiply-adds, reciprocals): the last bits may
+  // differ, so F_k agrees to ~1e-15 and T1, T2 are identical unless a stop falls within
+  // rounding of ε (the tests compare both with `oodcalc predict --overlap`).
+  const ORTHONORMAL_TOL = 1e-6;   // geometry.ORTHONORMAL_TOL
+
+  function mm2(A, B) {            // A B, each term in NumPy's order (j = 0, then 1)
+    const C = new Float64Array(4);
+    for (let k = 0; k < 2; k++)
+      for (let n = 0; n < 2; n++) C[k * 2 + n] = A[n] * B[k * 2] + A[2 + n] * B[k * 2 + 1];
+    return C;
+  }
+  const tr2 = (A) => Float64Array.of(A[0], A[2], A[1], A[3]);
+
+  // errors_and_gradient(z, G) for K = 2 (model.errors_and_gradient).
+  function gramErrorsAndGradient(z, G, e, g) {
+    const a = new Float64Array(4), r = new Float64Array(4);
+    for (let k = 0; k < 2; k++) {
+      const o = 2 * k;
+      const mx = z[o + 1] > z[o] ? z[o + 1] : z[o];
+      const w0 = Math.exp(z[o] - mx), w1 = Math.exp(z[o + 1] - mx), sum = w0 + w1;
+      a[o] = w0 / sum; a[o + 1] = w1 / sum;
+      r[o] = a[o] - (k === 0 ? 1.0 : 0.0); r[o + 1] = a[o + 1] - (k === 1 ? 1.0 : 0.0);
+    }
+    const s = mm2(G, r);
+    for (let k = 0; k < 2; k++) {
+      const o = 2 * k;
+      e[k] = 0.5 * (r[o] * s[o] + r[o + 1] * s[o + 1]);
+      if (g) {
+        const S = a[o] * s[o] + a[o + 1] * s[o + 1];
+        g[o] = a[o] * (s[o] - S) / 2;
+        g[o + 1] = a[o + 1] * (s[o + 1] - S) / 2;
+      }
+    }
+    return e;
+  }
+
+  // The vectors of geometry.overlap(ρ, γ) and their Grams.
+  function overlapGeometry(rho, gamma) {
+    const K = 2, L = Math.sqrt(1.0 - rho * rho);          // cholesky([[1, ρ], [ρ, 1]])
+    const moved = [0, 1].filter((k) => Math.sqrt(Math.max(1.0 - gamma[k] ** 2, 0.0)) > 0.0);
+    const d = K + moved.length;
+    const V = [new Float64Array(d), new Float64Array(d)];
+    V[0][0] = 1.0; V[1][0] = rho; V[1][1] = L;
+    const U = V.map((v, k) => Float64Array.from(v, (x) => x * gamma[k]));
+    moved.forEach((k, i) => { U[k][K + i] = Math.sqrt(Math.max(1.0 - gamma[k] ** 2, 0.0)); });
+    const dot = (x, y) => { let t = 0.0; for (let i = 0; i < d; i++) t += x[i] * y[i]; return t; };
+    const gramOf = (P, Q) => {
+      const G = new Float64Array(4);
+      for (let k = 0; k < 2; k++) for (let n = 0; n < 2; n++) G[k * 2 + n] = dot(P[n], Q[k]);
+      return G;
+    };
+    return { G_V: gramOf(V, V), G_U: gramOf(U, U), M: gramOf(V, U) };
+  }
+
+  // numpy.linalg.solve(G, B) for 2×2: LU with partial pivoting (LAPACK getrf, getrs).
+  function solve2(G, B) {
+    const swap = Math.abs(G[1]) > Math.abs(G[0]);
+    const p0 = swap ? 1 : 0, p1 = 1 - p0;
+    const u00 = G[p0], u01 = G[2 + p0], l = G[p1] * (1.0 / u00);
+    const u11 = G[2 + p1] - l * u01;
+    const X = new Float64Array(4);
+    for (let k = 0; k < 2; k++) {
+      const y0 = B[k * 2 + p0], y1 = B[k * 2 + p1] - l * y0;
+      const x1 = y1 / u11;
+      X[k * 2 + 1] = x1;
+      X[k * 2] = (y0 - u01 * x1) / u00;
+    }
+    return X;
+  }
+
+  // gram.ood_start: Mᵀ G_V⁻¹ z_V G_V⁻¹ M.
+  function gramOodStart(zV, G_V, M) {
+    const W = tr2(solve2(G_V, tr2(solve2(G_V, zV))));
+    return mm2(mm2(tr2(M), W), M);
+  }
+
+  // predict for oc.overlap(ρ, γ) at K = 2, plain fine-tuning (predict._predict_gram).
+  function runOverlap(result, rho, gamma, eps, eta, etaFt, maxSteps, record, started) {
+    const K = 2;
+    const { G_V, G_U, M } = overlapGeometry(rho, gamma);
+    result.rho = rho;
+    const e = new Float64Array(2), g = new Float64Array(4);
+    // 1. pretraining: z ← z − η (G_V g G_V) from Q = 0
+    const preSnaps = record ? new Snapshots(SNAPSHOTS) : null;
+    const cap1 = Math.min(maxSteps, LIMITS.pretrainSteps);
+    let z = new Float64Array(4), T1 = 0;
+    for (;; T1++) {
+      gramErrorsAndGradient(z, G_V, e, g);
+      const done = e[0] <= eps && e[1] <= eps;
+      if (preSnaps) { const zz = Float64Array.from(z), ee = Float64Array.from(e); preSnaps.offer(T1, () => [zz, ee]); }
+      if (done) break;
+      if (T1 >= cap1) {
+        result.error = `pretraining did not meet the stopping rule within ${T1.toLocaleString()} ` +
+          "steps (the page's budget); run the command below";
+        result.ms = performance.now() - started;
+        return result;
+      }
+      const X = mm2(mm2(G_V, g), G_V);
+      for (let i = 0; i < 4; i++) z[i] -= eta * X[i];
+    }
+    if (preSnaps) { const zz = Float64Array.from(z), ee = Float64Array.from(e); preSnaps.close(T1, () => [zz, ee]); }
+    const z1 = z;
+    result.T1 = T1;
+    result.alpha = z1[0];
+    result.beta = z1[1];
+    result.alpha_star = alphaStar(K, eps / (1.0 - rho));    // theory.gram_alpha_star, K = 2
+    const eSrc0 = gramErrorsAndGradient(z1, G_V, new Float64Array(2), null);
+    result.pretrain_error = eSrc0[0];
+    // 2. the OOD logits at T1
+    const z0 = gramOodStart(z1, G_V, M);
+    const eOod0 = gramErrorsAndGradient(z0, G_U, new Float64Array(2), null);
+    result.ood_error = Array.from(eOod0);
+    result.ood_loss = (eOod0[0] + eOod0[1]) / K;
+    result.step_size_bound = null;
+    // 3. fine-tuning (engine.finetune with terms.recipe's plain Fit: A = G_U, B = M)
+    const cap = Math.min(maxSteps, Math.floor(LIMITS.termsWork / (K * K)));
+    const ftSnaps = record ? new Snapshots(SNAPSHOTS) : null;
+    const zU = Float64Array.from(z0), zV = Float64Array.from(z1);
+    const eU = new Float64Array(2), gU = new Float64Array(4), eV = new Float64Array(2);
+    const first = [0, 0], prev = [0, 0], rises = [false, false], falls = [false, false];
+    const losses = [];
+    let T2 = 0;
+    for (;; T2++) {
+      gramErrorsAndGradient(zU, G_U, eU, gU);
+      gramErrorsAndGradient(zV, G_V, eV, null);
+      for (let k = 0; k < K; k++) {
+        const loss = eV[k] / K;
+        if (T2 === 0) first[k] = loss;
+        else {
+          const change = loss - prev[k];
+          if (change > TREND_TOL) rises[k] = true;
+          if (change < -TREND_TOL) falls[k] = true;
+        }
+        prev[k] = loss;
+      }
+      if (T2 < 2) losses.push(prev.slice());
+      if (ftSnaps) { const u = Float64Array.from(zU), eu = Float64Array.from(eU), ev = Float64Array.from(eV), v = Float64Array.from(zV); ftSnaps.offer(T2, () => [u, eu, ev, v]); }
+      if (eU[0] <= eps && eU[1] <= eps) break;
+      if (T2 >= cap) return stuck(result, T2, started, cap < maxSteps && LIMITS.termsWork);
+      const dU = mm2(mm2(G_U, gU), G_U), dV = mm2(mm2(M, gU), tr2(M));
+      for (let i = 0; i < 4; i++) { zU[i] -= dU[i] * etaFt; zV[i] -= dV[i] * etaFt; }
+    }
+    if (ftSnaps) { const u = Float64Array.from(zU), eu = Float64Array.from(eU), ev = Float64Array.from(eV), v = Float64Array.from(zV); ftSnaps.close(T2, () => [u, eu, ev, v]); }
+    result.engine = "Gram-matrix K×K descent, terms on (z_U, z_V) (JavaScript)";
+    result.T2 = T2;
+    result.F_k = prev.map((v, k) => v - first[k]);
+    result.F = result.F_k[0] + result.F_k[1];
+    result.loss_before = first.slice();
+    result.loss_after = prev.slice();
+    result.trend = rises.map((r, k) => trendName(r, falls[k]));
+    result.ood_error_after = Array.from(gramErrorsAndGradient(zU, G_U, new Float64Array(2), null));
+    result.first_step = T2 > 0 ? losses[1].map((v, k) => v - losses[0][k]) : [0, 0];
+    result.initial_direction = result.first_step.map(direction);
+    // the overlap-aware first-order criterion C_k = −K Σ_n g_V[n, k] (M g_U Mᵀ)[n, k]
+    // (theory.overlap_first_order), at the logits of T1
+    const gU0 = new Float64Array(4), gV1 = new Float64Array(4);
+    gramErrorsAndGradient(z0, G_U, new Float64Array(2), gU0);
+    gramErrorsAndGradient(z1, G_V, new Float64Array(2), gV1);
+    const move = mm2(mm2(M, gU0), tr2(M));
+    result.D_k = [0, 1].map((k) => -K * (gV1[2 * k] * move[2 * k] + gV1[2 * k + 1] * move[2 * k + 1]));
+    result.D_k_direction = result.D_k.map(direction);
+    result.D_k_agrees = result.D_k_direction.map((d, k) => d === result.initial_direction[k]);
+    const paper = regimes(gamma, false), corr = regimes(gamma, true);
+    result.regime = paper.map((r) => r.regime);
+    result.condition = paper.map((r) => r.condition);
+    result.corrected_regime = corr.map((r) => r.regime);
+    result.corrected_condition = corr.map((r) => r.condition);
+    const expected = { "forgetting": "rising", "backward-transfer": "falling", "unaffected": "flat" };
+    result.theorem_holds = result.regime.map((r, k) =>
+      expected[r] === undefined ? null : result.trend[k] === expected[r]);
+    result.ms = performance.now() - started;
+    if (record) result.paths = { pre: preSnaps, ft: ftSnaps, z1, z0, gamma: gamma.slice(), gram: true };
+    return result;
+  }
+
+  // The overlap ρ as the page takes it: { rho } (0: orthonormal features) or { error }.
+  function checkOverlap(value, K) {
+    if (value === undefined || value === null || value === "") return { rho: 0 };
+    const rho = number(value);
+    if (!(Number.isFinite(rho) && rho > -1 && rho < 1))
+      return { error: `overlap ρ: got '${shown(value)}'; expected a number with −1 < ρ < 1 ` +
+               "(at either end the two features coincide)" };
+    if (rho !== 0 && K !== 2)
+      return { error: `overlap ρ: got '${shown(value)}' with K = ${K}; the page runs ` +
+               "overlapping features for K = 2 (oodcalc predict --overlap takes any K)" };
+    if (rho !== 0 && Math.abs(rho) <= ORTHONORMAL_TOL)
+      return { error: `overlap ρ: got '${shown(value)}'; give 0 or |ρ| > ${ORTHONORMAL_TOL} ` +
+               "(features within that of orthonormal run the orthonormal dynamics)" };
+    return { rho };
+  }
+
   // --- closed forms (theory.py) ----------------------------------------------------------
 
   function alphaStar(K, eps) {
@@ -480,6 +684,15 @@ const OOD = (function () {
     }
     const iv = asked.interventions;
     result.interventions = iv;
+    const overlap = checkOverlap(options.rho, K);
+    if (overlap.error || (overlap.rho !== 0 && iv)) {
+      result.error = overlap.error || "overlap ρ: the page runs overlapping features with " +
+        "plain fine-tuning only (oodcalc predict --overlap takes the interventions)";
+      result.ms = performance.now() - started;
+      return result;
+    }
+    if (overlap.rho !== 0)
+      return runOverlap(result, overlap.rho, gamma, eps, eta, etaFt, maxSteps, record, started);
 
     // 1. pretraining: the ray's scalar recurrence from Q = 0
     const preSnaps = record ? new Snapshots(SNAPSHOTS) : null;
@@ -702,6 +915,7 @@ const OOD = (function () {
     return result;
   }
 
-  return { run, checkInterventions, regimes, alphaStar, columnErrors, oodStart, sourceLogits, rayLogits,
+  return { run, checkInterventions, checkOverlap, overlapGeometry, gramErrorsAndGradient,
+           gramOodStart, regimes, alphaStar, columnErrors, oodStart, sourceLogits, rayLogits,
            firstStepTerms, fmtG, TREND_TOL, LIMITS };
 })();

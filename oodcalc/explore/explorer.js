@@ -49,9 +49,30 @@
     return out;
   });
 
+  // the overlap map: rows ρ, columns γ2 (γ1 = 1); rules that contradict the exact sign of
+  // F_k per point (bit 0: the paper's rule, bit 1: the sign of C_k; 255: not scored)
+  const OV = DATA.overlap;
+  const ov = { rho: OV.rho, gamma2: OV.gamma2, nx: OV.gamma2.length, ny: OV.rho.length,
+               scored: bytes(OV.scored), counterexamples: OV.counterexamples,
+               fractions: OV.fractions };
+  for (const k of [1, 2]) {
+    for (const key of ["F_sign", "paper", "C_sign"]) ov[`${key}_${k}`] = bytes(OV[`${key}_${k}`]);
+    ov[`F_${k}`] = f32(OV[`F_${k}`]);
+    const bits = new Uint8Array(ov.nx * ov.ny);
+    for (let i = 0; i < bits.length; i++) {
+      if (!ov.scored[i]) { bits[i] = 255; continue; }
+      const sign = ov[`F_sign_${k}`][i] - 1;
+      const p = PROMISE[VERDICTS[ov[`paper_${k}`][i]]], c = PROMISE[DIRECTIONS[ov[`C_sign_${k}`][i]]];
+      bits[i] = (p !== undefined && p !== sign ? 1 : 0) | (c !== undefined && c !== sign ? 2 : 0);
+    }
+    ov[`classes_${k}`] = bits;
+  }
+  const OV_SHORT = ["the paper's rule", "the sign of C_k"];
+
   // --- state and the URL fragment -------------------------------------------------------
   const state = { gamma: [1, -0.9], eps: DATA.protocol.eps, eta: DATA.protocol.eta,
                   eta_ft: null, map: "k2", layer: "F", slice: 0, view: "source",
+                  rho: "",             // the overlap ⟨v1, v2⟩ as typed ("": 0, orthonormal)
                   // interventions as typed (OOD.checkInterventions reads and checks them);
                   // weights: "none", a rule, or "list" with the numbers in `list`
                   iv: { replay: "", l2: "", project: "none", weights: "none", list: "" } };
@@ -117,6 +138,7 @@
       if (x === null) messages.push(`${key}: got '${f[key]}'; expected a number > 0`);
       else state[key] = x;
     }
+    state.rho = f.rho === undefined ? "" : f.rho;
     for (const key of ["replay", "l2"]) state.iv[key] = f[key] === undefined ? "" : f[key];
     state.iv.project = f.project === undefined ? "none" : f.project;
     const w = f.weights === undefined ? "none" : f.weights;
@@ -129,6 +151,7 @@
   function writeFragment() {
     let h = `gamma=${state.gamma.map(String).join(",")}&eps=${state.eps}&eta=${state.eta}`;
     if (state.eta_ft !== null) h += `&eta_ft=${state.eta_ft}`;
+    if (state.rho.trim()) h += `&rho=${state.rho.trim()}`;
     const iv = state.iv;
     if (iv.replay.trim()) h += `&replay=${iv.replay.trim()}`;
     if (iv.l2.trim()) h += `&l2=${iv.l2.trim()}`;
@@ -139,7 +162,11 @@
 
   function command() {
     const g = state.gamma.map(String).join(",");
-    let c = "oodcalc predict " + (g.startsWith("-") ? `--gamma=${g}` : `--gamma ${g}`);
+    let c = "oodcalc predict ";
+    const overlap = OOD.checkOverlap(state.rho.trim(), state.gamma.length);
+    if (!overlap.error && overlap.rho !== 0)          // only what the page accepted
+      c += (overlap.rho < 0 ? `--overlap=${overlap.rho} ` : `--overlap ${overlap.rho} `);
+    c += (g.startsWith("-") ? `--gamma=${g}` : `--gamma ${g}`);
     c += ` --eps ${state.eps} --eta ${state.eta}`;
     if (state.eta_ft !== null) c += ` --eta-ft ${state.eta_ft}`;
     const iv = OOD.checkInterventions(interventionSpec(), state.gamma.length).interventions;
@@ -169,6 +196,13 @@
     if (state.map === "k2")
       return [["F", "F (total forgetting)"], ["F_1", "F_1"], ["F_2", "F_2"],
               ["regime_1", "paper's verdict, feature 1"], ["regime_2", "paper's verdict, feature 2"]];
+    if (state.map === "overlap")
+      return [["classes_2", "feature 2: where the rules contradict sign F_2"],
+              ["F_sign_2", "feature 2: exact sign of F_2"], ["paper_2", "feature 2: paper's rule"],
+              ["C_sign_2", "feature 2: sign of C_2 (first order, with overlap)"],
+              ["F_2", "feature 2: F_2 (value)"],
+              ["classes_1", "feature 1: where the rules contradict sign F_1"],
+              ["F_sign_1", "feature 1: exact sign of F_1"], ["F_1", "feature 1: F_1 (value)"]];
     return [["paper", RULE_LABELS.paper], ["corrected", RULE_LABELS.corrected],
             ["D_sign", RULE_LABELS.D_sign], ["first_step", RULE_LABELS.first_step],
             ["F_sign", "exact sign of F_1"], ["F_1", "F_1 (value)"],
@@ -176,6 +210,7 @@
   }
 
   function mapPixels() {
+    if (state.map === "overlap") return overlapPixels();
     const s = state.map === "k2" ? null : k3[state.slice];
     const n = s ? s.n : k2.n, N = n * n, rgba = new Uint8ClampedArray(4 * N);
     const legend = [];
@@ -226,7 +261,48 @@
         legend.push({ color: b === 255 ? "#ffffff" : CLASS_COLORS[b], label: `${label} (${(100 * count.get(b) / N).toFixed(2)} %)` });
       }
     }
-    return { n, rgba, legend };
+    return { nx: n, ny: n, rgba, legend, x: [-1, 1], y: [-1, 1] };
+  }
+
+  function overlapPixels() {
+    const N = ov.nx * ov.ny, rgba = new Uint8ClampedArray(4 * N), legend = [];
+    const layer = state.layer, k = Number(layer.slice(-1));
+    const count = new Map();
+    const paint = (i, color, label) => {
+      const c = hex(color);
+      rgba.set([c[0], c[1], c[2], 255], 4 * i);
+      if (!count.has(label)) count.set(label, { color, n: 0 });
+      count.get(label).n += 1;
+    };
+    if (layer.startsWith("F_") && !layer.startsWith("F_sign")) {
+      const values = ov[layer];
+      let low = 0, high = 0;
+      for (let i = 0; i < N; i++) { low = Math.min(low, values[i]); high = Math.max(high, values[i]); }
+      for (let i = 0; i < N; i++) {
+        const v = values[i], c = diverging(v > 0 ? v / high : v < 0 ? -v / low : 0);
+        rgba.set([c[0], c[1], c[2], 255], 4 * i);
+      }
+      legend.push({ gradient: true, low, high });
+    } else {
+      for (let i = 0; i < N; i++) {
+        if (layer.startsWith("classes")) {
+          const b = ov[layer][i];
+          if (b === 255) { paint(i, "#ffffff", "not scored (no fine-tuning step, T2 = 0)"); continue; }
+          const wrong = OV_SHORT.filter((_, j) => b >> j & 1).map((x) => x.replace("C_k", `C_${k}`));
+          paint(i, CLASS_COLORS[b], b === 0 ? `both rules agree with the sign of F_${k}`
+                : `contradicted by ${wrong.join(" and ")}`);
+        } else if (layer.startsWith("paper")) {
+          const name = VERDICTS[ov[layer][i]];
+          paint(i, VERDICT_COLORS[name], name);
+        } else {
+          const name = DIRECTIONS[ov[layer][i]];
+          paint(i, DIRECTION_COLORS[name], name + (layer.startsWith("F_sign") ? ` (F_${k} ${name === "rising" ? "> 0" : name === "falling" ? "< 0" : "= 0"})` : ""));
+        }
+      }
+      for (const [label, { color, n }] of count) legend.push({ color, label: `${label} (${(100 * n / N).toFixed(1)} %)` });
+    }
+    return { nx: ov.nx, ny: ov.ny, rgba, legend, x: [ov.gamma2[0], ov.gamma2[ov.nx - 1]],
+             y: [ov.rho[0], ov.rho[ov.ny - 1]] };
   }
 
   function drawMap() {
@@ -235,31 +311,43 @@
     const side = Math.min(W - p.l - p.r, H - p.t - p.b);
     MAP.box = { x: p.l, y: p.t, side };
     ctx.clearRect(0, 0, W, H);
-    const { n, rgba, legend } = mapPixels();
+    const { nx, ny, rgba, legend, x: xr, y: yr } = mapPixels();
+    MAP.x = xr; MAP.y = yr;
     const off = document.createElement("canvas");
-    off.width = n; off.height = n;
-    const octx = off.getContext("2d"), img = octx.createImageData(n, n);
-    // row 0 of the data is the bottom of the picture (y = −1)
-    for (let r = 0; r < n; r++) img.data.set(rgba.subarray(4 * r * n, 4 * (r + 1) * n), 4 * (n - 1 - r) * n);
+    off.width = nx; off.height = ny;
+    const octx = off.getContext("2d"), img = octx.createImageData(nx, ny);
+    // row 0 of the data is the bottom of the picture (y = −1, or the lowest ρ)
+    for (let r = 0; r < ny; r++) img.data.set(rgba.subarray(4 * r * nx, 4 * (r + 1) * nx), 4 * (ny - 1 - r) * nx);
     octx.putImageData(img, 0, 0);
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(off, p.l, p.t, side, side);
     ctx.strokeStyle = "#333"; ctx.lineWidth = 1;
     ctx.strokeRect(p.l + 0.5, p.t + 0.5, side, side);
-    const X = (g) => p.l + (g + 1) / 2 * side, Y = (g) => p.t + (1 - (g + 1) / 2) * side;
+    const X = (g) => p.l + (g - xr[0]) / (xr[1] - xr[0]) * side;
+    const Y = (g) => p.t + (1 - (g - yr[0]) / (yr[1] - yr[0])) * side;
     ctx.fillStyle = "#222"; ctx.font = "12px sans-serif"; ctx.textAlign = "center";
-    for (const v of [-1, -0.5, 0, 0.5, 1]) {
-      ctx.fillText(String(v), X(v), p.t + side + 15);
-      ctx.textAlign = "right"; ctx.fillText(String(v), p.l - 5, Y(v) + 4); ctx.textAlign = "center";
-    }
-    const [xl, yl] = state.map === "k2" ? ["γ2", "γ1"] : ["γ2", "γ3"];
+    for (const v of [-1, -0.5, 0, 0.5, 1]) ctx.fillText(String(v), X(v), p.t + side + 15);
+    ctx.textAlign = "right";
+    const yTicks = state.map === "overlap" ? [-0.8, -0.4, 0, 0.4, 0.8].filter((v) => v >= yr[0] - 1e-9 && v <= yr[1] + 1e-9)
+      : [-1, -0.5, 0, 0.5, 1];
+    for (const v of yTicks) ctx.fillText(String(v), p.l - 5, Y(v) + 4);
+    ctx.textAlign = "center";
+    const [xl, yl] = state.map === "k2" ? ["γ2", "γ1"] : state.map === "overlap"
+      ? ["γ2 = ⟨v2, u2⟩ (γ1 = 1)", "ρ = ⟨v1, v2⟩"] : ["γ2", "γ3"];
     ctx.fillText(xl, p.l + side / 2, p.t + side + 32);
     ctx.save(); ctx.translate(14, p.t + side / 2); ctx.rotate(-Math.PI / 2); ctx.fillText(yl, 0, 0); ctx.restore();
     // guides: the axes, and for K = 2 the theorem's line γ1 + γ2 = 0
     ctx.strokeStyle = "rgba(0,0,0,0.35)"; ctx.setLineDash([4, 3]);
-    line(ctx, X(-1), Y(0), X(1), Y(0)); line(ctx, X(0), Y(-1), X(0), Y(1));
+    line(ctx, X(xr[0]), Y(0), X(xr[1]), Y(0)); line(ctx, X(0), Y(yr[0]), X(0), Y(yr[1]));
     if (state.map === "k2") line(ctx, X(-1), Y(1), X(1), Y(-1));
     ctx.setLineDash([]);
+    if (state.map === "overlap") {
+      // the paper's K = 2 boundaries for feature 2 (γ2 = 0 and γ2 = −1), the same at every ρ
+      ctx.strokeStyle = "#000"; ctx.lineWidth = 2; ctx.setLineDash([7, 4]);
+      line(ctx, X(0), Y(yr[0]), X(0), Y(yr[1]));
+      ctx.setLineDash([]); ctx.lineWidth = 1;
+      for (const c of ov.counterexamples) star(ctx, X(c[1]), Y(c[0]), 9, "#ffeb3b");
+    }
     if (state.map === "k3") {
       for (const c of k3[state.slice].counterexamples) star(ctx, X(c[1]), Y(c[2]), 9, "#ffeb3b");
     }
@@ -268,6 +356,10 @@
     let pt = null;
     if (state.map === "k2" && g.length === 2) pt = [g[1], g[0]];
     if (state.map === "k3" && g.length === 3 && g[0] === k3[state.slice].gamma1) pt = [g[1], g[2]];
+    if (state.map === "overlap" && g.length === 2 && g[0] === 1) {
+      const o = OOD.checkOverlap(state.rho.trim(), 2);
+      if (!o.error && o.rho >= yr[0] && o.rho <= yr[1]) pt = [g[1], o.rho];
+    }
     if (pt) {
       ctx.strokeStyle = "#000"; ctx.lineWidth = 2;
       ctx.beginPath(); ctx.arc(X(pt[0]), Y(pt[1]), 6, 0, 2 * Math.PI); ctx.stroke();
@@ -310,6 +402,14 @@
       }
       el.append(row);
     }
+    if (state.map === "overlap") {
+      const row = document.createElement("span");
+      row.className = "legend-item";
+      row.textContent = "★ (ρ, γ2) = " + ov.counterexamples.map((x) => `(${x.join(", ")})`).join(", ") +
+        ": the paper's rule is wrong for feature 2 (forgotten at the first, backward transfer at the second); " +
+        "thick dashes: its boundary γ2 = 0 (the other, γ2 = −1, is the left edge)";
+      el.append(row);
+    }
     if (state.map === "k3") {
       const c = k3[state.slice].counterexamples;
       if (c.length) {
@@ -324,6 +424,7 @@
   function drawFractions() {
     const el = $("fractions");
     el.textContent = "";
+    if (state.map === "overlap") { drawOverlapFractions(el); return; }
     if (state.map !== "k3") { el.hidden = true; return; }
     el.hidden = false;
     const s = k3[state.slice];
@@ -342,22 +443,46 @@
     el.append(t);
   }
 
+  function drawOverlapFractions(el) {
+    el.hidden = false;
+    const t = document.createElement("table");
+    t.innerHTML = `<caption>Points (${ov.ny} ρ × ${ov.nx} γ2) where a rule contradicts the exact sign of F_k</caption>` +
+      "<tr><th>feature</th><th>paper's rule</th><th>sign of C_k</th></tr>";
+    for (const k of [2, 1]) {
+      const f = ov.fractions[String(k)], tr = document.createElement("tr");
+      for (const v of [String(k), f.paper, f.C_sign]) {
+        const td = document.createElement("td");
+        td.textContent = typeof v === "number" ? (100 * v).toFixed(2) + " %" : v;
+        tr.append(td);
+      }
+      t.append(tr);
+    }
+    el.append(t);
+  }
+
   function mapPoint(ev) {
     const rect = $("map").getBoundingClientRect(), b = MAP.box;
     const x = (ev.clientX - rect.left - b.x) / b.side, y = (ev.clientY - rect.top - b.y) / b.side;
     if (x < 0 || x > 1 || y < 0 || y > 1) return null;
     const round = (v) => Math.round(v * 1000) / 1000;
-    return [round(2 * x - 1), round(1 - 2 * y)];
+    const [x0, x1] = MAP.x || [-1, 1], [y0, y1] = MAP.y || [-1, 1];
+    return [round(x0 + x * (x1 - x0)), round(y1 - y * (y1 - y0))];
   }
 
   function hover(ev) {
     const p = mapPoint(ev);
     if (!p) { $("hover").textContent = ""; return; }
+    const plain = $("map-plain").hidden ? "" : " (plain fine-tuning)";
+    if (state.map === "overlap") {
+      const i = nearest(ov.gamma2, p[0]), j = nearest(ov.rho, p[1]), at = j * ov.nx + i;
+      const say = (k) => `F_${k} = ${ov[`F_${k}`][at].toPrecision(4)} (paper ${VERDICTS[ov[`paper_${k}`][at]]}, C_${k} ${DIRECTIONS[ov[`C_sign_${k}`][at]]})`;
+      $("hover").textContent = `ρ = ${ov.rho[j]}, γ = (1, ${ov.gamma2[i]}): ${say(2)}, ${say(1)}${plain}`;
+      return;
+    }
     const s = state.map === "k2" ? null : k3[state.slice];
     const n = s ? s.n : k2.n;
     const i = Math.round((p[0] + 1) / 2 * (n - 1)), j = Math.round((p[1] + 1) / 2 * (n - 1));
     const at = j * n + i;
-    const plain = $("map-plain").hidden ? "" : " (plain fine-tuning)";
     if (!s) {
       $("hover").textContent = `γ = (${p[1]}, ${p[0]}): F = ${k2.F[at].toPrecision(4)}, F_1 = ${k2.F_1[at].toPrecision(4)} ` +
         `(${VERDICTS[k2.regime_1[at]]}), F_2 = ${k2.F_2[at].toPrecision(4)} (${VERDICTS[k2.regime_2[at]]})${plain}`;
@@ -367,9 +492,23 @@
     }
   }
 
+  function nearest(axis, v) {
+    let best = 0;
+    for (let i = 1; i < axis.length; i++) if (Math.abs(axis[i] - v) < Math.abs(axis[best] - v)) best = i;
+    return best;
+  }
+
   function pick(ev) {
     const p = mapPoint(ev);
     if (!p) return;
+    if (state.map === "overlap") {       // the grid's point: the page's run is that point of the map
+      state.gamma = [1, ov.gamma2[nearest(ov.gamma2, p[0])]];
+      state.rho = String(ov.rho[nearest(ov.rho, p[1])]);
+      $("gamma").value = state.gamma.join(",");
+      schedule();
+      return;
+    }
+    state.rho = "";                      // the K = 2 and K = 3 maps are of orthonormal features
     state.gamma = state.map === "k2" ? [p[1], p[0]] : [k3[state.slice].gamma1, p[0], p[1]];
     $("gamma").value = state.gamma.join(",");
     schedule();
@@ -488,10 +627,16 @@
     // errors: source e_k (solid) and OOD e_k (dashed), pretraining then fine-tuning
     const series = [];
     const preX = pre.steps.map(Number), ftX = ft.steps.map((t) => T1 + t);
-    const preOod = pre.items.map(([o, b]) => OOD.columnErrors(OOD.oodStart(OOD.rayLogits(K, o, b), gamma, K), K, new Float64Array(K), w));
+    const gram = res.paths.gram ? OOD.overlapGeometry(res.rho, gamma) : null;
+    // overlap: the pretraining snapshots hold (z_V, e), the OOD errors read with G_U
+    const preLogits = pre.items.map((it) => gram ? it[0] : OOD.rayLogits(K, it[0], it[1]));
+    const preSrc = pre.items.map((it) => gram ? it[1] : new Float64Array(K).fill(it[2]));
+    const preOod = preLogits.map((z) => gram
+      ? OOD.gramErrorsAndGradient(OOD.gramOodStart(z, gram.G_V, gram.M), gram.G_U, new Float64Array(2), null)
+      : OOD.columnErrors(OOD.oodStart(z, gamma, K), K, new Float64Array(K), w));
     for (let k = 0; k < K; k++) {
       const color = PALETTE[k % PALETTE.length];
-      series.push({ x: preX.concat(ftX), y: pre.items.map((it) => it[2]).concat(ft.items.map((it) => it[2][k])), color, width: 1.8 });
+      series.push({ x: preX.concat(ftX), y: preSrc.map((e) => e[k]).concat(ft.items.map((it) => it[2][k])), color, width: 1.8 });
       series.push({ x: preX.concat(ftX), y: preOod.map((e) => e[k]).concat(ft.items.map((it) => it[1][k])), color, dash: [5, 3], width: 1.2 });
     }
     chart($("chart-errors"), series, { logY: true, xlabel: "gradient step (pretraining on V, then fine-tuning on U)",
@@ -504,10 +649,8 @@
     // weights: α (diagonal, solid) and β (off-diagonal, dashed), source or OOD view
     const view = state.view;
     const ws = [];
-    const preZ = pre.items.map(([o, b]) => {
-      const z = OOD.rayLogits(K, o, b);
-      return view === "source" ? z : OOD.oodStart(z, gamma, K);
-    });
+    const preZ = preLogits.map((z) => view === "source" ? z
+      : gram ? OOD.gramOodStart(z, gram.G_V, gram.M) : OOD.oodStart(z, gamma, K));
     // with interventions the items carry z_V (claim 7's source view is plain fine-tuning's)
     const ftZ = ft.items.map((it) => view !== "source" ? it[0]
       : it[3] || OOD.sourceLogits(z1, gamma, z0, it[0], K, new Float64Array(K * K)));
@@ -568,6 +711,7 @@
       ["step-size bound min exp(−β_u)", res.step_size_bound === undefined ? "" : res.step_size_bound === null ? plainOnly : fmt(res.step_size_bound), "step_size_bound", res.step_size_bound],
     ];
     if (iv) rows.push(["interventions (this point only)", describeInterventions(iv), "interventions", JSON.stringify(iv)]);
+    if (res.rho) rows.push(["overlap ρ = ⟨v1, v2⟩", `${res.rho} (Gram dynamics: G_V, G_U, M = VᵀU)`, "rho", res.rho]);
     rows.push(
       ["T2 (fine-tuning steps)", res.T2, "T2"]);
     if (iv && res.reached !== undefined)
@@ -585,7 +729,8 @@
     }
     if (res.error) return;
     const head = document.createElement("tr");
-    const heads = ["k", "γ_k", "paper's verdict (claim 8)", "corrected", "first step ΔL_{v_k} (exact)", "D_k", "F_k = ΔL_{v_k} (exact)", "L_{v_k} trend"];
+    const heads = ["k", "γ_k", "paper's verdict (claim 8)", "corrected", "first step ΔL_{v_k} (exact)",
+                   res.rho ? "C_k (first order, with overlap)" : "D_k", "F_k = ΔL_{v_k} (exact)", "L_{v_k} trend"];
     if (iv) heads.push("c_k (query weight)");
     for (const h of heads) {
       const th = document.createElement("th"); th.textContent = h; head.append(th);
@@ -620,7 +765,9 @@
     if (res.theorem_holds.includes(false)) {
       const tr = document.createElement("tr"), td = document.createElement("td");
       td.colSpan = 8; td.className = "condition";
-      td.textContent = "✗ the exact trajectory contradicts the paper's verdict: for K > 2 its condition is not sufficient.";
+      td.textContent = res.rho
+        ? "✗ the exact trajectory contradicts the paper's verdict: its rule reads γ only, and overlapping training features (ρ ≠ 0) change the answer."
+        : "✗ the exact trajectory contradicts the paper's verdict: for K > 2 its condition is not sufficient.";
       tr.append(td); table.append(tr);
     }
   }
@@ -645,7 +792,8 @@
     banner.hidden = !asked.interventions;
     banner.textContent = asked.interventions ? "The maps show plain fine-tuning (no intervention). " +
       `The interventions set (${describeInterventions(asked.interventions)}) apply to the point's run only, on the right.` : "";
-    last = OOD.run(state.gamma, state.eps, state.eta, etaFt, { interventions: interventionSpec() });
+    last = OOD.run(state.gamma, state.eps, state.eta, etaFt, { interventions: interventionSpec(),
+                                                              rho: state.rho.trim() });
     showNumbers(last);
     drawCharts(last);
     drawMap();
@@ -668,6 +816,7 @@
     $("weights-list").hidden = state.iv.weights !== "list";
     if (document.activeElement !== $("weights-list")) $("weights-list").value = state.iv.list;
     if (document.activeElement !== $("gamma")) $("gamma").value = state.gamma.map(String).join(",");
+    if (document.activeElement !== $("rho")) $("rho").value = state.rho;
     $("K").textContent = `K = ${state.gamma.length}`;
   }
 
@@ -694,6 +843,7 @@
     });
     for (const key of ["replay", "l2"])
       $(key).addEventListener("change", () => { state.iv[key] = $(key).value; schedule(); });
+    $("rho").addEventListener("change", () => { state.rho = $("rho").value; schedule(); });
     $("project").addEventListener("change", () => { state.iv.project = $("project").value; schedule(); });
     $("weights").addEventListener("change", () => { state.iv.weights = $("weights").value; schedule(); });
     $("weights-list").addEventListener("change", () => { state.iv.list = $("weights-list").value; schedule(); });
@@ -738,15 +888,15 @@
     t.remove();
   }
 
-  // --- the test hook: #test=[[gamma, eps, eta, eta_ft, interventions], ...] ----------------
+  // --- the test hook: #test=[[gamma, eps, eta, eta_ft, interventions, rho], ...] -----------
   // Runs every point as the page does (OOD.run) and writes the numbers as JSON into
   // <pre id="test-output">, for a browser test that reads the DOM (--dump-dom).
   function testHook(f) {
     let points;
     try { points = JSON.parse(f.test); } catch (e) { $("test-output").textContent = JSON.stringify({ error: String(e) }); return; }
-    const out = points.map(([gamma, eps, eta, etaFt, interventions]) => {
+    const out = points.map(([gamma, eps, eta, etaFt, interventions, rho]) => {
       const r = OOD.run(gamma, eps, eta, etaFt === undefined || etaFt === null ? eta : etaFt,
-                        { record: false, interventions });
+                        { record: false, interventions, rho });
       delete r.paths;
       return r;
     });
@@ -757,6 +907,7 @@
     setupControls();
     const f = applyFragment();
     if (f.map === "k3") { state.map = "k3"; state.layer = "classes"; fillLayers(); document.querySelector("input[value=k3]").checked = true; }
+    if (f.map === "overlap") { state.map = "overlap"; state.layer = "classes_2"; fillLayers(); document.querySelector("input[value=overlap]").checked = true; }
     if (f.slice !== undefined) { state.slice = Math.max(0, Math.min(k3.length - 1, Number(f.slice) || 0)); $("slice").value = String(state.slice); }
     if (f.test !== undefined) testHook(f);
     update();
