@@ -483,6 +483,27 @@ def overlap_table() -> str:
             "\"right\"/\"wrong\": against the sign of F_2 over the whole run.")
 
 
+def overlap_map_summary() -> str:
+    """What ``oodcalc plot overlap-map`` (its defaults) counts: where each rule contradicts
+    the exact sign of F_k."""
+    from oodcalc import overlap_map
+    m = overlap_map.compute()
+    points, unscored = m.T2.size, int((~m.scored).sum())
+    wrong = {k: {rule: int(m.disagrees(rule)[..., k - 1].sum()) for rule in ("paper",
+                                                                            "C_sign")}
+             for k in (1, 2)}
+
+    def share(count: int) -> str:
+        return f"{count} ({100 * count / points:.1f} %)"
+    return (f"Over the whole plane (γ1 = 1, {len(m.gamma2)} values of γ2 in [−1, 1], "
+            f"{len(m.rho)} of ρ in [{m.rho[0]:g}, {m.rho[-1]:g}]; {unscored} points with "
+            f"`T2 = 0` not scored), the paper's rule contradicts the exact sign of `F_2` at "
+            f"{share(wrong[2]['paper'])} of the {points:,} points and the sign of `C_2` at "
+            f"{share(wrong[2]['C_sign'])}; for feature 1 at {share(wrong[1]['paper'])} and "
+            f"{share(wrong[1]['C_sign'])}. Recipe: `oodcalc plot overlap-map` (its defaults; "
+            f"ε = {m.protocol['eps']:g}, η = η_ft = {m.protocol['eta']:g}).")
+
+
 TOTAL_FORGETTING_RECORD = ROOT / "docs" / "total_forgetting.json"
 
 
@@ -697,6 +718,7 @@ BLOCKS: list[Block] = [
     Block("docs/theory.md", "advise", advise_table),
     Block("docs/theory.md", "total-forgetting", total_forgetting_block),
     Block("docs/theory.md", "overlap", overlap_table),
+    Block("docs/theory.md", "overlap-map", overlap_map_summary),
     *(Block(file, name, depth_block(file, name)) for file, name in DEPTH_BLOCKS),
     Block("docs/real.md", "real", real_block("docs/real.json")),
     Block("docs/real.md", "real-layer3", real_block("docs/real_layer3.json")),
