@@ -63,9 +63,11 @@ CLAIMED = {
     "paper-forgets": lambda g_k, g_m: -g_k * g_m > g_k ** 2,
     # 13a, 13b, 13d's forms, as the engine states them (13g substitutes G = I)
     "gram-error": lambda r, G: r.T * G * r / 2,             # r = a_k − δ_k
-    "gram-s": lambda G, r: G * r,                           # g[:, k] = a∘(s − aᵀs)/K
+    "gram-s": lambda G, r: G * r,                           # K·g[n, k] = a_n(s_n − aᵀs)
     "gram-step": lambda G, g: G * g * G,                    # pretraining Δz_V ÷ (−η)
     "ood-start": lambda M, G_V, z: M.T * G_V.inv() * z * G_V.inv() * M,
+    # 13g: 13f's C_k at G = I, M = diag(γ) from 8c's D_k and the T1 column's g
+    "orthonormal-C": lambda D, g, K: g * D / K,
 }
 
 
@@ -292,7 +294,7 @@ def derive_forgetting(claimed: dict = CLAIMED):
         gj, ok_ = margin_grad(j, pU, hs[j])
         gU += gj / 2
         chain_ok &= ok_
-    X = Mx * gU * Mx.T
+    X = claimed["dz-V"](Mx, gU)                   # 13e: the source logits move by −ηX
     table = {sp.expand(2 * alpha): hV, sp.expand(margins[0]): hs[0],
              sp.expand(margins[1]): hs[1]}
 
@@ -428,7 +430,7 @@ def derive_orthonormal(claimed: dict = CLAIMED):
                and is_zero(other - claim2["grad-other"](a_k, a_n, S, e_k)))
     r.step("its gradient K·g[n, k] = a_n(s_n − aᵀs), s = Gr: at G = I, s = r and",
            eq(sp.Symbol("K g_kk"), sp.factor(own)), eq(sp.Symbol("K g_nk"), sp.factor(other)))
-    r.check("gradient", "K·g = a∘(s − aᵀs), s = Gr, at G = I is claim 2's ∂e_k/∂z_kk = "
+    r.check("gradient", "K·g[n, k] = a_n(s_n − aᵀs), s = Gr, at G = I is claim 2's ∂e_k/∂z_kk = "
             "−2a_k e_k and ∂e_k/∂z_nk = a_n(a_n + a_k − S) (symbolic K)", SYMBOLIC, ok_grad,
             decisive=True)
 
@@ -485,11 +487,11 @@ def derive_orthonormal(claimed: dict = CLAIMED):
     others = sp.Sum(gpos * claim7["entry"](gam[n], g_k, Lam[n] / K), (n, 1, K - 1))
     C = -(own_term + others)
     D = claim8["D"](g_k, gam, Lam, Delta, K, n)
-    ok_C = sp.simplify(sp.expand(C - claimed_numeric_C(D, gpos, K))) == 0 or \
-        sp.simplify((C - claimed_numeric_C(D, gpos, K)).doit()) == 0
+    want = claimed["orthonormal-C"](D, gpos, K)
+    ok_C = sp.simplify(sp.expand(C - want)) == 0 or sp.simplify((C - want).doit()) == 0
     r.step("13f's C_k = −⟨∇e_k, M g_U Mᵀ⟩ with M = diag(γ), the symmetric T1 column (8c: g "
            "off the diagonal, −(K − 1)g on it) and claim 2's OOD column (−Δ/K, Λ_n/K):",
-           eq(sp.Symbol("C_k"), C), eq(sp.Symbol("(g/K) D_k"), claimed_numeric_C(D, gpos, K)))
+           eq(sp.Symbol("C_k"), C), eq(sp.Symbol("(g/K) D_k"), want))
     r.check("criterion", "13f's C_k at G = I, M = diag(γ) is (g/K)·D_k, 8c's criterion (its "
             "CLAIMED D_k; symbolic K)", SYMBOLIC, ok_C, decisive=True)
     g1, g2, alpha2 = sp.symbols("gamma_1 gamma_2 alpha", positive=True)
@@ -501,11 +503,6 @@ def derive_orthonormal(claimed: dict = CLAIMED):
                     "Symbolic K: G_V = G_U = I substituted in the Gram error and gradient, the "
                     "Gram step, the OOD start, 13e's views and 13f's C_k gives claims 1, 2, 5, "
                     "7 and 8c's forms (their CLAIMED).")
-
-
-def claimed_numeric_C(D, g, K):
-    """13g: C_k at G = I from 8c's D_k (the symbolic twin of NUMERIC_CLAIMED's)."""
-    return g * D / K
 
 
 # --- numeric checks against gradient descent -------------------------------------------
@@ -630,7 +627,7 @@ def check_forgetting(ctx, claimed: dict = NUMERIC_CLAIMED):
         "simulator (a)'s first fine-tuning step and F_k against C_k (closed form at its own "
         "T1 logit); the closed form against theory.overlap_first_order; the two "
         "counterexamples to the paper's rule",
-        first_gap, None,
+        None, first_gap,
         f"closed form = any-K C_k (< 1e-9 rel.); first step = ηC_k/K within "
         f"{FIRST_STEP_RTOL:.0%} and of C_k's sign for every feature; the counterexamples "
         "reproduce (the whole run's sign is reported, not required)", passed,
@@ -640,7 +637,9 @@ def check_forgetting(ctx, claimed: dict = NUMERIC_CLAIMED):
          f"right for {paper_agree}/{n}",
          f"counterexamples (ρ = 0.8, γ = (1, 0.5); ρ = −0.5, γ = (1, −0.2)): "
          f"{'reproduced' if counter_ok else 'NOT reproduced'}"]
-        + run_misses + paper_misses + table)
+        + run_misses + paper_misses
+        + ["signs per (ρ, γ_2), features 1 and 2: F_k and C_k (+ rising, − falling), the "
+           "paper's rule (+ forgetting, − backward transfer)"] + table)
     findings = [f"with overlap the paper's K = 2 rule gave the sign of F_k for "
                 f"{paper_agree}/{n} features of the grid, C_k for {run_agree}/{n}"]
     return population, None, findings
