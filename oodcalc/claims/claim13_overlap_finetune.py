@@ -238,8 +238,11 @@ def derive_forgetting(claimed: dict = CLAIMED):
               and is_zero(_gram_error([y, x], Gp, 1) - claimed["k2-error"](p, x - y)))
     slope_ok = sp.simplify(sp.diff(claimed["k2-error"](p, s), s) + (1 - p) * _h(s)) == 0
     r.step("K = 2, ⟨v_1, v_2⟩ = ρ, u_k = γ_k v_k + √(1 − γ_k²) w_k (oc.overlap): sympy "
-           "builds the vectors and finds", eq(sp.Symbol("G_V"), GVx), eq(sp.Symbol("M"), Mx),
-           eq(sp.Symbol("G_U"), GUx))
+           "builds the vectors and finds unit diagonals in G_V = VᵀV and G_U = UᵀU, "
+           "M_kk = γ_k, and off the diagonal",
+           *[eq(sp.Symbol(name), value) for name, value in (
+               ("(G_V)_12", GVx[0, 1]), ("M_12", Mx[0, 1]), ("M_21", Mx[1, 0]),
+               ("(G_U)_12", GUx[0, 1]))])
     r.step("From e_k = ½(a_k − δ_k)ᵀG(a_k − δ_k) with G_12 = p, sympy finds that a K = 2 "
            "column's error depends on its margin s = z_kk − z_mk alone, and h = −e'/(1 − p):",
            eq(sp.Symbol("e_k"), claimed["k2-error"](p, s)), eq(sp.Function("h")(s), _h(s)))
@@ -263,16 +266,19 @@ def derive_forgetting(claimed: dict = CLAIMED):
     stepV = claimed["gram-step"](GVx, grad(sum(errors(GVx)) / 2, Zw))
     on_form = all(is_zero(sp.expand(stepV[i, j] - (-1) ** (i + j) * stepV[0, 0]))
                   for i in range(2) for j in range(2))
-    r.step("The T1 state (13c): the Gram step −ηG_V g G_V at z_V = w(2I − 11ᵀ) is again a "
+    r.step("The T1 state (claim 13c): the Gram step −ηG_V g G_V at z_V = w(2I − 11ᵀ) is again a "
            "multiple of 2I − 11ᵀ, so pretraining from Q = 0 stays there and stops at "
            "z_V = α(2I − 11ᵀ), α the T1 logit; each source margin is 2α.")
-    r.check("t1-form", "K = 2: G_V g G_V at w(2I − 11ᵀ) is a multiple of 2I − 11ᵀ (13c)",
+    r.check("t1-form", "K = 2: G_V g G_V at w(2I − 11ᵀ) is a multiple of 2I − 11ᵀ (claim 13c)",
             EXPLICIT, on_form, ks=(2,), decisive=True)
     ZU = claimed["ood-start"](Mx, GVx, ZV).applyfunc(sp.simplify)
     margins = [sp.expand(ZU[j, j] - ZU[1 - j, j]) for j in range(2)]
     gam = (g1, g2)
     s_ok = all(sp.expand(margins[j] - alpha * gam[j] * (g1 + g2)) == 0 for j in range(2))
-    r.step("The OOD start (13d) Mᵀ G_V⁻¹ z_V G_V⁻¹ M, by sympy:", eq(sp.Symbol("z_U(T1)"), ZU))
+    s_ok &= (ZU - sp.diag(*gam) * ZV * sp.diag(*gam)).applyfunc(sp.simplify) == sp.zeros(2)
+    r.step("The OOD start of claim 13d, Mᵀ G_V⁻¹ z_V G_V⁻¹ M, is diag(γ) z_V diag(γ) (sympy); its "
+           "column margins z_jj − z_mj are",
+           *[eq(sp.Symbol(f"s_{j + 1}"), sp.factor(margins[j])) for j in range(2)])
     r.check("ood-margins", "the OOD start's column margins are s_j = αγ_j(γ_1 + γ_2)",
             EXPLICIT, s_ok, ks=(2,), decisive=True)
 
@@ -348,9 +354,10 @@ def derive_forgetting(claimed: dict = CLAIMED):
             "backward transfer" if C2.is_negative else "undecided")
         fails &= paper == says and sign not in (says, "undecided")
         root = sp.pretty(e2a + 1, use_unicode=True).replace("⋅", "")
-        lines.append(f"ρ = {rho_v}, γ = ({gm}, {gk}), k = 2: e^(2α*) = {root} − 1, the rule "
+        rho_t, gk_t, gm_t = (str(v).replace("-", "−") for v in (rho_v, gk, gm))
+        lines.append(f"ρ = {rho_t}, γ = ({gm_t}, {gk_t}), k = 2: e^(2α*) = {root} − 1, the rule "
                      f"says {paper}, C_2 = {float(C2):+.3e} ({sign})")
-        r.step(f"ρ = {rho_v}, γ = ({gm}, {gk}), ε = 1/100: α* solves (1 − ρ)e(2α) = ε, "
+        r.step(f"ρ = {rho_t}, γ = ({gm_t}, {gk_t}), ε = 1/100: α* solves (1 − ρ)e(2α) = ε, "
                f"e^(2α*) = {root} − 1; the paper's rule says {paper} for feature 2, and "
                "(sign by sympy, value rounded)", eq(sp.Symbol("C_2"), sp.N(C2, 4)))
     r.check("rule-fails", "with overlap the paper's K = 2 rule is wrong both ways at first "
@@ -459,7 +466,7 @@ def derive_orthonormal(claimed: dict = CLAIMED):
     theirs = sp.expand(claim5["ood"](alpha, K, M, b_is))
     ok_start = (matrix_expr_is_zero(sp.expand(start - M.T * z * M))
                 and matrix_expr_is_zero(sp.expand(mine - theirs)))
-    r.step("the OOD start Mᵀ G_V⁻¹ z G_V⁻¹ M (13d):", eq(sp.Symbol("z_U(T1)"), start))
+    r.step("the OOD start Mᵀ G_V⁻¹ z G_V⁻¹ M of claim 13d:", eq(sp.Symbol("z_U(T1)"), start))
     r.check("ood-start", "Mᵀ G_V⁻¹ z G_V⁻¹ M at G_V = I is MᵀzM, and at claim 3's T1 logits "
             "claim 5's αK/(K−1)(MᵀM − bbᵀ), b = Mᵀ1/√K (matrix symbols)", SYMBOLIC, ok_start,
             decisive=True)
