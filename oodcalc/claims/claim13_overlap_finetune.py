@@ -167,15 +167,14 @@ def derive_source(claimed: dict = CLAIMED):
     ok = True
     for Kx in (2, 3):
         Vx, Ux, rho, gs = overlap_frames(Kx)
-        GVx, Mx = (Vx.T * Vx).applyfunc(sp.simplify), (Vx.T * Ux).applyfunc(sp.simplify)
-        GUx = (Ux.T * Ux).applyfunc(sp.simplify)
+        GVx, Mx, GUx = overlap_grams(Kx)
         Gam = sp.diag(*gs)
         ok &= (Mx - GVx * Gam).applyfunc(sp.simplify) == sp.zeros(Kx)
         ok &= (GUx - Gam * GVx * Gam - sp.diag(*[1 - x ** 2 for x in gs])).applyfunc(
             sp.simplify) == sp.zeros(Kx)
         Wx = sp.Matrix(Kx, Kx, lambda a, b: sp.Symbol(f"W_{{{a + 1}{b + 1}}}", real=True))
         change = (Vx.T * Ux * Wx * Ux.T * Vx).applyfunc(sp.expand)
-        ok &= (change - claimed["source-view"](Mx, Wx)).applyfunc(sp.simplify) == sp.zeros(Kx)
+        ok &= (change - claimed["source-view"](Mx, Wx)).applyfunc(sp.expand) == sp.zeros(Kx)
     r.step("For oc.overlap's construction (⟨v_n, v_k⟩ = ρ, u_k = γ_k v_k + √(1 − γ_k²) w_k) "
            "sympy finds M = G_V diag(γ) and G_U = diag(γ)G_V diag(γ) + diag(1 − γ²), so the "
            "source change is G_V diag(γ) W diag(γ) G_V: an OOD change in entry (i, j) reaches "
@@ -201,6 +200,14 @@ def overlap_frames(K: int):
     W = sp.Matrix.vstack(sp.zeros(K, K), sp.eye(K))
     U = V * sp.diag(*gs) + W * sp.diag(*[sp.sqrt(1 - x ** 2) for x in gs])
     return V, U, rho, gs
+
+
+@functools.lru_cache(maxsize=None)
+def overlap_grams(K: int):
+    """G_V = VᵀV, M = VᵀU and G_U = UᵀU of :func:`overlap_frames`, simplified (computed once:
+    the mutation tests rerun the derivations)."""
+    V, U, _, _ = overlap_frames(K)
+    return tuple((A.T * B).applyfunc(sp.simplify) for A, B in ((V, V), (V, U), (U, U)))
 
 
 # --- 13f -------------------------------------------------------------------------------
@@ -230,8 +237,7 @@ def derive_forgetting(claimed: dict = CLAIMED):
 
     # K = 2, oc.overlap's construction, from the definitions
     Vx, Ux, rho, (g1, g2) = overlap_frames(2)
-    GVx, Mx = (Vx.T * Vx).applyfunc(sp.simplify), (Vx.T * Ux).applyfunc(sp.simplify)
-    GUx = (Ux.T * Ux).applyfunc(sp.simplify)
+    GVx, Mx, GUx = overlap_grams(2)
     x, y, s, p = sp.symbols("x y s p", real=True)
     Gp = sp.Matrix([[1, p], [p, 1]])
     margin = (is_zero(_gram_error([x, y], Gp, 0) - claimed["k2-error"](p, x - y))
@@ -253,18 +259,27 @@ def derive_forgetting(claimed: dict = CLAIMED):
     alpha = sp.Symbol("alpha", positive=True)
     z = sm.logits(2)
     ZV = alpha * sp.Matrix([[1, -1], [-1, 1]])
-    w = sp.Symbol("w", real=True)
-    Zw = w * sp.Matrix([[1, -1], [-1, 1]])
 
-    def errors(G):
-        return [_gram_error(list(z[:, k]), G, k) for k in range(2)]
+    # the gradients through the margin form (exact, the k2-error check above): e_k's
+    # column only, h at each margin a symbol
+    hV, hs = sp.Symbol("h_V", positive=True), sp.symbols("h_1 h_2", positive=True)
+    pU = GUx[0, 1]
 
-    def grad(expr, Z):
-        return sp.Matrix(2, 2, lambda i, j: sp.diff(expr, z[i, j])).subs(
-            dict(zip(list(z), list(Z))), simultaneous=True)
-    # 13c: the Gram step keeps pretraining on z_V = w(2I − 11ᵀ) (w = 0 at Q = 0)
-    stepV = claimed["gram-step"](GVx, grad(sum(errors(GVx)) / 2, Zw))
-    on_form = all(is_zero(sp.expand(stepV[i, j] - (-1) ** (i + j) * stepV[0, 0]))
+    def margin_grad(k, p_, hval):
+        """∇ of e_k in the logits, from the margin form's derivative: column k only."""
+        out = sp.zeros(2, 2)
+        de = sp.diff(claimed["k2-error"](p_, z[k, k] - z[1 - k, k]), z[k, k])
+        ok_ = is_zero(de + (1 - p_) * _h(z[k, k] - z[1 - k, k]))
+        de_other = sp.diff(claimed["k2-error"](p_, z[k, k] - z[1 - k, k]), z[1 - k, k])
+        ok_ &= is_zero(de_other + de)
+        out[k, k], out[1 - k, k] = -(1 - p_) * hval, (1 - p_) * hval
+        return out, ok_
+    # 13c: the Gram step keeps pretraining on z_V = w(2I − 11ᵀ) (w = 0 at Q = 0): there
+    # both column margins are 2w, so h(2w) is one symbol
+    h_w = sp.Symbol("h_w", positive=True)
+    g_w = sum((margin_grad(k, GVx[0, 1], h_w)[0] for k in range(2)), sp.zeros(2, 2)) / 2
+    stepV = claimed["gram-step"](GVx, g_w)
+    on_form = all(sp.expand(stepV[i, j] - (-1) ** (i + j) * stepV[0, 0]) == 0
                   for i in range(2) for j in range(2))
     r.step("The T1 state (claim 13c): the Gram step −ηG_V g G_V at z_V = w(2I − 11ᵀ) is again a "
            "multiple of 2I − 11ᵀ, so pretraining from Q = 0 stays there and stops at "
@@ -282,19 +297,6 @@ def derive_forgetting(claimed: dict = CLAIMED):
     r.check("ood-margins", "the OOD start's column margins are s_j = αγ_j(γ_1 + γ_2)",
             EXPLICIT, s_ok, ks=(2,), decisive=True)
 
-    # the gradients through the margin form (exact): h at each margin a symbol
-    hV, hs = sp.Symbol("h_V", positive=True), sp.symbols("h_1 h_2", positive=True)
-    pU = GUx[0, 1]
-
-    def margin_grad(k, p_, hval):
-        """∇ of e_k in the logits, from the margin form's derivative: column k only."""
-        out = sp.zeros(2, 2)
-        de = sp.diff(claimed["k2-error"](p_, z[k, k] - z[1 - k, k]), z[k, k])
-        ok_ = is_zero(de + (1 - p_) * _h(z[k, k] - z[1 - k, k]))
-        de_other = sp.diff(claimed["k2-error"](p_, z[k, k] - z[1 - k, k]), z[1 - k, k])
-        ok_ &= is_zero(de_other + de)
-        out[k, k], out[1 - k, k] = -(1 - p_) * hval, (1 - p_) * hval
-        return out, ok_
     gU, chain_ok = sp.zeros(2, 2), True
     for j in range(2):
         gj, ok_ = margin_grad(j, pU, hs[j])
