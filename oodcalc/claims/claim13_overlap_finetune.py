@@ -419,7 +419,7 @@ def derive_orthonormal(claimed: dict = CLAIMED):
     values = {a.T * a: S, a.T * e: a_k, e.T * a: a_k, e.T * e: 1}
     r.step("Substitute G_V = G_U = I (orthonormal features) in each overlap formula and "
            "compare with the orthonormal claim's own CLAIMED form. With r = a_k − δ_k, "
-           "aᵀa = S = Σ_m a_m², aᵀδ_k = a_k (symbolic K):")
+           "aᵀa = S = Σ_m a_m², aᵀδ_k = a_k (symbolic K), each in turn.")
 
     err = claimed["gram-error"](a - e, G).subs(at_I).doit()
     err_s = as_scalar(err.expand(), values)
@@ -450,7 +450,7 @@ def derive_orthonormal(claimed: dict = CLAIMED):
     sums = (one * step).subs(at_I).doit()
     ok_step = (matrix_expr_is_zero(sp.expand(step - claim2["logit-step"](eta, g)))
                and matrix_expr_is_zero(sp.expand(sums + eta * one * g)))
-    r.step("the pretraining step −ηG_V g G_V (13b):", eq(sp.Symbol("Delta z_V"), step),
+    r.step("the pretraining step −ηG_V g G_V of claim 13b:", eq(sp.Symbol("Delta z_V"), step),
            eq(sp.Symbol("1^T Delta z_V"), sums))
     r.check("step", "−ηG_V g G_V at G_V = I is claim 2's logit step −ηg, so its column sums "
             "are −η1ᵀg = 0: conservation (the softmax gradient's columns sum to 0)",
