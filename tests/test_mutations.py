@@ -412,6 +412,12 @@ def _CL12():
     return dict(importlib.import_module(f"oodcalc.claims.{C12}").CLAIMED)
 
 
+# --- 13e–g (claim13_overlap_finetune): their tables are in tests/mutations_overlap.py ---
+from mutations_overlap import NUMERIC_OVERLAP, NUMERIC_PART_OVERLAP, SYMBOLIC_OVERLAP  # noqa: E402
+
+SYMBOLIC_MUTATIONS.update(SYMBOLIC_OVERLAP)
+# --- end of 13e–g ---
+
 _SYMBOLIC_CASES = [(cid, name) for cid, table in SYMBOLIC_MUTATIONS.items() for name in table]
 _killed: dict[tuple[str, str], set[str]] = {}
 
@@ -562,6 +568,11 @@ def _num12():
     return dict(importlib.import_module(f"oodcalc.claims.{C12}").NUMERIC_CLAIMED)
 
 
+# --- 13e–g: tests/mutations_overlap.py ---
+NUMERIC_MUTATIONS.update(NUMERIC_OVERLAP)
+# --- end of 13e–g ---
+
+
 #: a row that compares several formulas: a mutation of each other one (the detector of
 #: claim 6 included) must fail the row's population check too
 NUMERIC_PART_MUTATIONS = {
@@ -588,6 +599,11 @@ NUMERIC_PART_MUTATIONS = {
     "8e: closed form E^{c/4}": ("8e", numeric(C8E, uniform=lambda a, c, E: 1 / (1 + np.exp(
         a * (2 - c ** 2 / 2)) * np.asarray(E, dtype=np.float64) ** (c / 4)) ** 2)),
 }
+
+
+# --- 13e–g: tests/mutations_overlap.py ---
+NUMERIC_PART_MUTATIONS.update(NUMERIC_PART_OVERLAP)
+# --- end of 13e–g ---
 
 
 def _neighbour_D(shift):

@@ -256,6 +256,40 @@ CLAIMS: tuple[Claim, ...] = (
           "claim 10's Vᵀ(I − VVᵀ) = 0 removes the fit from Δz_V on each projected side; "
           "UᵀP u_k = UᵀP V m = 0 for u_k = V m zeroes column k of A_r",
           _M + "claim12_advice", "derive_projection", "check_projection"),
+    # 13e–g: claim13_overlap_finetune
+    Claim("13e", "overlap-finetune-source", "Fine-tuning seen from the source, overlap",
+          "Unit-norm V, U (G_V = VᵀV, G_U = UᵀU, M = VᵀU, any K): a fine-tuning step moves Q "
+          "by −ηU g_U Uᵀ, so Δz_U = −ηG_U g_U G_U and Δz_V = −ηM g_U Mᵀ; over fine-tuning "
+          "z_V(t) − z_V(T1) = M W Mᵀ with z_U(t) − z_U(T1) = G_U W G_U (W = −ηΣ g_U). At "
+          "G = I, M = diag(γ) this is claim 7.",
+          "symbolic K",
+          "the OOD gradient is U g_U Uᵀ, and UᵀU = G_U, VᵀU = M as rewriting rules (matrix "
+          "symbols) give both views of each step and of Q^(T1) + UWUᵀ",
+          _M + "claim13_overlap_finetune", "derive_source", "check_source"),
+    Claim("13f", "overlap-forgetting", "Forgetting criterion with overlap",
+          "Any K: the first fine-tuning step changes e_k on v_k by ηC_k + O(η²), C_k = "
+          "−⟨∇_{z_V}e_k, M g_U Mᵀ⟩. K = 2, ⟨v_1, v_2⟩ = ρ, u_k = γ_k v_k + √(1 − γ_k²)w_k: "
+          "C_k = −(1 − ρ)²(1 − ργ_1γ_2)h(2α)(γ_1 + γ_2)(γ_k h(s_k) − ργ_m h(s_m))/2, s_j = "
+          "αγ_j(γ_1 + γ_2), h(s) = 2e^s/(1 + e^s)³, α the T1 logit; at ρ = 0 the paper's "
+          "K = 2 rule. With overlap the rule fails: ρ = 0.8, γ = (1, 0.5): C_2 > 0 at α* "
+          "(F_2 = +8.19e-4) though it says backward transfer; ρ = −0.5, γ = (1, −0.2): C_2 < 0 "
+          "(F_2 = −1.31e-3) though it says forgetting. C_k gives the first step's sign, not "
+          "always the whole run's (ρ = 0.8, γ = (1, 0.7): C_2 < 0, F_2 > 0).",
+          "K = 2",
+          "13e's Δz_V in the first-order term (matrix symbols); K = 2: the Gram error is "
+          "(1 − G_12)(1 + e^s)^(−2) in the column margin, the T1 state α(2I − 11ᵀ) and the OOD "
+          "margins αγ_j(γ_1 + γ_2) from Mᵀ G_V⁻¹ z_V G_V⁻¹ M; exact signs at α*",
+          _M + "claim13_overlap_finetune", "derive_forgetting", "check_forgetting"),
+    Claim("13g", "overlap-orthonormal-limit", "The orthonormal limit",
+          "At G_V = G_U = I every overlap formula is the orthonormal one: the Gram error and "
+          "its gradient are claims 1 and 2's, the step −ηG g G is claim 2's −ηg (conservation), "
+          "the OOD start Mᵀ G_V⁻¹ z G_V⁻¹ M is claim 5's MᵀzM, 13e is claim 7 and 13f's C_k is "
+          "8c's (g/K)D_k (8a for K = 2). Measured: the Gram path forced on orthonormal arrays "
+          "gives the orthonormal path's T1, T2 and F (within 1e-12).",
+          "symbolic K",
+          "G = I substituted in each form (matrix symbols, symbolic K) and compared with the "
+          "orthonormal claims' CLAIMED forms",
+          _M + "claim13_overlap_finetune", "derive_orthonormal", "check_orthonormal"),
 )
 
 
