@@ -164,12 +164,14 @@ def test_share_errors_and_hessian():
         assert np.abs(tc.share_errors(z, G, p) - errors_and_gradient(z, G)[0]).max() < 1e-15
         H, h = tc.share_hessian(z, G), 1e-4
         fd = np.empty_like(H)
+
+        def e(s):
+            return tc.share_errors(z, G, s)
         for i in range(K):
             for j in range(K):
                 di, dj = np.eye(K)[i] * h, np.eye(K)[j] * h
-                fd[:, i, j] = (tc.share_errors(z, G, p + di + dj) - tc.share_errors(z, G, p + di - dj)
-                               - tc.share_errors(z, G, p - di + dj)
-                               + tc.share_errors(z, G, p - di - dj)) / (4 * h * h)
+                fd[:, i, j] = (e(p + di + dj) - e(p + di - dj) - e(p - di + dj)
+                               + e(p - di - dj)) / (4 * h * h)
         assert np.abs(H - fd).max() < 1e-6
 
 
@@ -299,3 +301,21 @@ def test_cli_simulate_refuses_non_unit_columns(capsys, tmp_path):
     code, out, err = run(capsys, "simulate", "--features", tmp_path / "V.npy", "--ood",
                          tmp_path / "U.npy")
     assert code == 2 and "--features" in one_line(err)
+
+
+def test_simulate_refuses_what_predict_refuses_on_overlap(capsys, monkeypatch):
+    """ρ = 0.95 slows pretraining to T1 = 71,957 (Gram scale c = 0.05: the orthonormal
+    steps at ε/c, ηc³): over --max-steps 10000 both refuse before any step (the
+    orthonormal estimate, about 1,600 steps, let the simulator run into its cap)."""
+    def no_steps(*a, **k):
+        raise AssertionError("a simulator started")
+    from oodcalc.simulate import prompts
+    monkeypatch.setattr(population, "train", no_steps)
+    monkeypatch.setattr(prompts, "train_on_prompts", no_steps)
+    argv = ["--overlap", "0.95", "--gamma", "1,0.5", "--max-steps", "10000"]
+    lines = []
+    for command in (["predict"], ["simulate"], ["simulate", "-s", "prompts"]):
+        code, out, err = run(capsys, *command, *argv)
+        lines.append(one_line(err))
+        assert code == 1 and "about 71,957 steps" in lines[-1]
+    assert len(set(lines)) == 1

@@ -152,10 +152,11 @@ def announce_simulation(setting, tokens: int = 0, **prompts) -> None:
     from .. import estimates
     from .progress import announce
     geo, proto, K = setting.geometry, setting.protocol, setting.K
-    limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
-                            M=geo.M if geo.known_diagonal is None else None)
-    t1, t2 = estimates.simulation_steps(K, proto, diagonal=geo.known_diagonal,
-                                        M=geo.M if geo.known_diagonal is None else None)
+    shape = {"diagonal": geo.known_diagonal,
+             "M": geo.M if geo.known_diagonal is None else None,
+             "grams": None if geo.orthonormal else (geo.G_V, geo.G_U)}
+    limits.check_simulation(K, proto, **shape)
+    t1, t2 = estimates.simulation_steps(K, proto, **shape)
     seconds = estimates.simulation_seconds(K, geo.d, t1, t2, tokens)
     if prompts:
         memory = estimates.prompts_bytes(K, geo.d, prompts["N"], prompts["n_batch"],

@@ -218,7 +218,8 @@ def simulate_population(setting: Setting) -> Report:
     geo, proto = check_setting(setting).geometry, setting.protocol
     limits.check_population(geo.K, geo.d, proto)       # every iterate Q: refused first
     limits.check_simulation(geo.K, proto, diagonal=geo.known_diagonal,
-                            M=geo.M if geo.known_diagonal is None else None)
+                            M=geo.M if geo.known_diagonal is None else None,
+                            grams=None if geo.orthonormal else (geo.G_V, geo.G_U))
     V, U, K = geo.V, geo.U, geo.K
     pre_path: list = []
     ft_path: list = []

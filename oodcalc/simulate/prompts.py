@@ -31,7 +31,7 @@ readings, and the simulator offers both:
   practitioner without the population formula would do. Its estimate has a finite-N floor:
   a prompt that lacks the query's feature has error ``>= ½`` in expectation over w, which
   happens with probability ``(1 − 1/K)^N``, so small ``N`` may never meet a small ``ε``
-  (reported as a ComputationError naming the phase).
+  (reported as a ComputationError naming the phase); balanced prompts have no such floor.
 
 Token counts. Averaged over the task, a prompt with ``c_n`` tokens of ``f_n`` has the error
 ``½‖Σ_n a_n f_n − f_k‖²`` with ``a = softmax(z_k + log c)`` (:func:`task_averaged_errors`):
@@ -204,8 +204,8 @@ def finetune_on_prompts(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
     """Fine-tuning with the protocol's interventions, each done to the sampled gradient
     on Q: a share λ of every batch's prompts comes from V (replay: ``λ·batch`` of them,
     the rest from U), the U prompts' gradient is weighted by their query's ``c_k`` and
-    projected (``P_l ∇ P_r``, ``P`` the projector off span(V) on a projected side), and the pull adds
-    ``μ(Q − Q1)``. Its expectation is the population step of
+    projected (``P_l ∇ P_r``, ``P`` the projector off span(V) on a projected side), and
+    the pull adds ``μ(Q − Q1)``. Its expectation is the population step of
     :func:`oodcalc.simulate.population.finetune`; it stops as that one does (the weighted
     queries within ε, or only queries no update reaches left above it), except that a
     stochastic step never settles exactly: a pull that holds fine-tuning short of its rule
@@ -347,7 +347,8 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     limits.check_prompts(K, geo.d, proto, N=N, batch=batch, holdout=holdout,
                          heldout=stop == "heldout")
     limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
-                            M=geo.M if geo.known_diagonal is None else None)
+                            M=geo.M if geo.known_diagonal is None else None,
+                            grams=None if geo.orthonormal else (geo.G_V, geo.G_U))
     V, U = geo.V, geo.U
     pre_rng, ft_rng, hold_rng = phase_generators(seed)
     queries = np.repeat(np.arange(K), holdout // K)       # balanced over the features
