@@ -438,15 +438,32 @@ def exp_steps(log_steps: float) -> float:
 SIMULATOR_SECONDS = {"step": 2e-5, "update": 1.5e-9, "token": 3e-8}
 
 
-def simulation_steps(K: int, protocol, *, diagonal=None, M=None) -> tuple[float, float]:
+def simulation_steps(K: int, protocol, *, diagonal=None, M=None,
+                     grams=None) -> tuple[float, float]:
     """The steps a simulator will run per phase: the estimates (fine-tuning from the
-    logits at α*), never more than the caps (``ft_steps`` exactly)."""
-    t1 = min(float(protocol.max_steps), pretrain_steps(K, protocol.eps, protocol.eta))
+    logits at α*), never more than the caps (``ft_steps`` exactly). ``grams``:
+    ``(G_V, G_U)`` of overlapping features (:func:`simulation_log_steps`)."""
+    log_t1, log_t2 = simulation_log_steps(K, protocol, diagonal=diagonal, M=M, grams=grams)
+    t1 = min(float(protocol.max_steps), exp_steps(log_t1))
     if protocol.ft_steps is not None:
         return t1, float(protocol.ft_steps)
-    log_t2 = finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal, M=M,
-                                eps_ft=protocol.eps_ft)[0]
     return t1, min(float(protocol.max_steps), exp_steps(log_t2))
+
+
+def simulation_log_steps(K: int, protocol, *, diagonal=None, M=None,
+                         grams=None) -> tuple[float, float]:
+    """Logs of the estimated steps of a simulator's two phases (fine-tuning ``nan`` with
+    ``ft_steps``). For overlapping features (``grams = (G_V, G_U)``) the orthonormal
+    estimates at ``ε/c``, ``η c³`` with ``c`` each set's :func:`gram_scale` (exact for
+    pretraining on equal overlaps; predict's rule); fine-tuning from the logits at α* of
+    ``ε/c_V``."""
+    c_V, c_U = (1.0, 1.0) if grams is None else (gram_scale(grams[0]), gram_scale(grams[1]))
+    log_t1 = log_steps_from_margin(K, protocol.eps / c_V, protocol.eta * c_V**3, 0.0)
+    if protocol.ft_steps is not None:
+        return log_t1, math.nan
+    log_t2 = finetune_log_steps(K, protocol.eps / c_V, protocol.eta_ft * c_U**3,
+                                diagonal=diagonal, M=M, eps_ft=protocol.eps_ft / c_U)[0]
+    return log_t1, log_t2
 
 
 def simulation_seconds(K: int, d: int, t1: float, t2: float, tokens: float = 0.0) -> float:

@@ -232,20 +232,23 @@ def check_predict(K: int, d: int | None, protocol, *, diagonal=None, M=None) -> 
         check_finetune_work(K, protocol, plan.log_steps, plan.engine, faster=plan.faster)
 
 
-def check_simulation(K: int, protocol, *, diagonal=None, M=None) -> None:
+def check_simulation(K: int, protocol, *, diagonal=None, M=None, grams=None) -> None:
     """predict's refusals of the steps, for a simulator (``simulate_population``,
     ``simulate_prompts``): each phase estimated (gradient flow, fine-tuning from the logits
     at α*) past twice its cap is refused before the first step. A simulator runs each phase
-    under ``max_steps`` itself (never raised as predict's "auto" is), so that is the cap."""
-    pretrain_cap(K, protocol, auto=False)
+    under ``max_steps`` itself (never raised as predict's "auto" is), so that is the cap.
+    ``grams``: ``(G_V, G_U)`` of overlapping features, whose steps grow as their Gram
+    scales shrink (:func:`oodcalc.estimates.simulation_log_steps`)."""
+    c_V = 1.0 if grams is None else estimates.gram_scale(grams[0])
+    pretrain_cap(K, protocol, auto=False, overlap=c_V)
     if protocol.ft_steps is not None:      # a fixed length: its memory is checked instead
         return
-    log_t2 = estimates.finetune_log_steps(K, protocol.eps, protocol.eta_ft, diagonal=diagonal,
-                                          M=M, eps_ft=protocol.eps_ft)[0]
+    log_t2 = estimates.simulation_log_steps(K, protocol, diagonal=diagonal, M=M,
+                                            grams=grams)[1]
     eps_name = "eps" if protocol.eps_ft == protocol.eps else "eps_ft"
     phase_cap(protocol.max_steps, False, log_t2, "fine-tuning",
               f"K = {K}, {eps_name} = {protocol.eps_ft:g}, eta_ft = {protocol.eta_ft:g}, "
-              "from the logits at α*",
+              "from the logits at α*" + ("" if grams is None else " on overlapping features"),
               f"raise {param(eps_name)} or {param('eta_ft')}")
 
 

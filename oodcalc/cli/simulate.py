@@ -16,8 +16,9 @@ from ..errors import InputError
 from . import options
 from .app import app
 from .setting_options import (L2, Dimension, Eps, EpsFt, Eta, EtaFt, Features, FtSteps, Gamma,
-                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Project,
-                              Replay, Theta, Tolerance, Weights, build_setting, interventions)
+                              MaxSteps, MeanQuery, NumFeatures, Ood, Orthogonal, Overlap,
+                              Project, Replay, Theta, Tolerance, Weights, build_setting,
+                              interventions)
 
 SIM_PANEL = "Simulator"
 Text = Optional[str]
@@ -75,19 +76,26 @@ def render(report, rows: int, comparison=None) -> None:
         off = z[~np.eye(K, dtype=bool)]
         return fmt(float(np.mean(np.diag(z)))), fmt(float(off.mean()))
 
-    from ..simulate.population import errors_and_gradient
-    eye = np.eye(K)
+    from ..model import errors_and_gradient
+
+    # The losses from the logits read the features' Gram matrices (overlapping
+    # features; the description carries them), the identity for orthonormal ones.
+    grams = {name: None if name not in p["geometry"] else np.array(p["geometry"][name])
+             for name in ("G_V", "G_U")}
+
+    def loss(z, G):
+        return errors_and_gradient(z, G)[0].sum() / K
+
     pre = report.trajectories["pretrain"]
     for t in thin(len(pre), rows):
         a, b = stats(pre[t])
-        loss = errors_and_gradient(pre[t], eye)[0].sum() / K
-        table.add_row("pretrain", str(t), a, b, fmt(loss), fmt(loss))
+        source = loss(pre[t], grams["G_V"])
+        table.add_row("pretrain", str(t), a, b, fmt(source), fmt(source))
     ood, src = report.trajectories["finetune_ood"], report.trajectories["finetune_source"]
     for t in thin(len(ood), rows):
         a, b = stats(ood[t])
         table.add_row("fine-tune", str(report.pretrain.T1 + t), a, b,
-                      fmt(errors_and_gradient(ood[t], eye)[0].sum() / K),
-                      fmt(errors_and_gradient(src[t], eye)[0].sum() / K))
+                      fmt(loss(ood[t], grams["G_U"])), fmt(loss(src[t], grams["G_V"])))
     console.print(table)
     table = Table(box=box.SIMPLE_HEAD)
     for name in ("k", "F_k", "L_{v_k} trend along fine-tuning"):
@@ -144,10 +152,11 @@ def announce_simulation(setting, tokens: int = 0, **prompts) -> None:
     from .. import estimates
     from .progress import announce
     geo, proto, K = setting.geometry, setting.protocol, setting.K
-    limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
-                            M=geo.M if geo.known_diagonal is None else None)
-    t1, t2 = estimates.simulation_steps(K, proto, diagonal=geo.known_diagonal,
-                                        M=geo.M if geo.known_diagonal is None else None)
+    shape = {"diagonal": geo.known_diagonal,
+             "M": geo.M if geo.known_diagonal is None else None,
+             "grams": None if geo.orthonormal else (geo.G_V, geo.G_U)}
+    limits.check_simulation(K, proto, **shape)
+    t1, t2 = estimates.simulation_steps(K, proto, **shape)
     seconds = estimates.simulation_seconds(K, geo.d, t1, t2, tokens)
     if prompts:
         memory = estimates.prompts_bytes(K, geo.d, prompts["N"], prompts["n_batch"],
@@ -163,7 +172,8 @@ def announce_simulation(setting, tokens: int = 0, **prompts) -> None:
 
 @app.command()
 def simulate(
-    gamma: Gamma = None, theta: Theta = None, mean_query: MeanQuery = False,
+    gamma: Gamma = None, overlap: Overlap = None, theta: Theta = None,
+    mean_query: MeanQuery = False,
     orthogonal: Orthogonal = False, features: Features = None, ood: Ood = None,
     K: NumFeatures = None, d: Dimension = None, tol: Tolerance = None,
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
@@ -181,6 +191,10 @@ def simulate(
     fixed_sample: Annotated[bool, typer.Option("--fixed-sample",
         help="prompts: one fixed sample of --batch prompts per phase (full-batch GD on it) "
              "instead of fresh mini-batches every step.", rich_help_panel=SIM_PANEL)] = False,
+    balanced: Annotated[bool, typer.Option("--balanced",
+        help="prompts: each prompt holds every feature exactly N/K times (--N a multiple of "
+             "K) instead of N i.i.d. tokens; its error averaged over tasks is then the "
+             "population e_k for any N.", rich_help_panel=SIM_PANEL)] = False,
     seed: Annotated[Text, typer.Option("--seed", metavar="INT",
         help="prompts: seed of np.random.SeedSequence.", show_default="0",
         rich_help_panel=SIM_PANEL)] = None,
@@ -206,7 +220,9 @@ def simulate(
 
     Examples: oodcalc simulate --gamma 1,-0.9 --compare;
     oodcalc simulate --gamma 1,-0.9 --replay 0.5 --compare;
-    oodcalc simulate --gamma 1,-0.9 -s prompts --N 64 --seed 3 --json
+    oodcalc simulate --overlap 0.8 --gamma 1,0.5 --project key --compare;
+    oodcalc simulate --gamma 1,-0.9 -s prompts --N 64 --seed 3 --json;
+    oodcalc simulate --overlap 0.5 --gamma 1,0.5 -s prompts --N 16 --balanced --compare
     """
     n_rows = options.integer("--rows", rows, 2) or 8
     if arrays is not None:
@@ -220,13 +236,16 @@ def simulate(
     if simulator is Simulator.population:
         given = [(name, repr(v)) for name, v in prompt_options.items() if v is not None]
         given += [("--fixed-sample", "the flag")] if fixed_sample else []
+        given += [("--balanced", "the flag")] if balanced else []
         given += [("--stop", stop.value)] if stop is not Stop.population else []
         if given:
             raise InputError(given[0][0], given[0][1], "only --simulator prompts takes "
-                             "--N, --batch, --fixed-sample, --seed, --stop and --holdout")
+                             "--N, --batch, --fixed-sample, --balanced, --seed, --stop and "
+                             "--holdout")
         from ..simulate import simulate_population
         setting = build_setting(*geometry, checks=[limits.check_population, *also],
-                                eps_ft=eps_ft, ft_steps=ft_steps, finetuning=finetuning)
+                                eps_ft=eps_ft, ft_steps=ft_steps, finetuning=finetuning,
+                                overlap=overlap)
         announce_simulation(setting)
         report = simulate_population(setting)
     else:
@@ -240,15 +259,17 @@ def simulate(
         setting = build_setting(*geometry, checks=[
             partial(limits.check_prompts, N=n_tokens, batch=n_batch, holdout=n_holdout,
                     heldout=stop is Stop.heldout), *also], eps_ft=eps_ft, ft_steps=ft_steps,
-            finetuning=finetuning)
+            finetuning=finetuning, overlap=overlap)
         if n_holdout < setting.K:
             raise InputError("--holdout", holdout, f"expected an integer >= K = {setting.K}")
         from ..simulate import simulate_prompts
+        from ..simulate.prompts import check_balanced
+        check_balanced(balanced, n_tokens, setting.K)      # before the announcement
         announce_simulation(setting, n_tokens * n_batch, n_batch=n_batch, N=n_tokens,
                             holdout=n_holdout if stop is Stop.heldout else None)
         report = simulate_prompts(setting, N=n_tokens, batch=n_batch,
                                   resample=not fixed_sample, seed=root_seed, stop=stop.value,
-                                  holdout=n_holdout)
+                                  holdout=n_holdout, balanced=balanced)
     comparison = None
     if compare:
         from ..compare import compare as compare_reports

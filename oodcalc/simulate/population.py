@@ -81,7 +81,9 @@ def train(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
 
 def query_weights(protocol, U: np.ndarray, V: np.ndarray) -> np.ndarray:
     """The OOD query weights ``c_k``, from the vectors: as given, or by the protocol's
-    rule on ``cos(u_k, v̄)`` with ``v̄`` the mean of the columns of V (``Protocol.weights``)."""
+    rule on ``cos(u_k, v̄)`` with ``v̄`` the mean of the columns of V (``Protocol.weights``).
+    The cosine is read off the vectors (``u_kᵀv̄ / ‖v̄‖``, unit-norm ``u_k``), so it needs no
+    orthonormality: for overlapping V, ``‖Σ v_n‖ = √(1ᵀG_V1)`` is what the recipe uses."""
     K, rule = U.shape[1], protocol.weights
     if rule is None:
         return np.ones(K)
@@ -95,10 +97,18 @@ def query_weights(protocol, U: np.ndarray, V: np.ndarray) -> np.ndarray:
     return (cos >= 0).astype(np.float64)
 
 
+def off_span(V: np.ndarray) -> np.ndarray:
+    """``P = I − V(VᵀV)⁻¹Vᵀ``, the orthogonal projector off span(V) for independent columns
+    (``I − VVᵀ`` is one only when they are orthonormal: for overlapping features it leaves
+    part of span(V) in, and the projected fine-tuning then moves the source logits)."""
+    return np.eye(V.shape[0]) - V @ np.linalg.solve(V.T @ V, V.T)
+
+
 @dataclass(frozen=True)
 class Interventions:
     """What fine-tuning with a protocol's interventions needs from the vectors: the query
-    weights ``c_k`` and the features the rule covers (``c_k > 0``), ``P = I − VVᵀ``, and
+    weights ``c_k`` and the features the rule covers (``c_k > 0``), the projector off
+    span(V) ``P = I − V(VᵀV)⁻¹Vᵀ`` (``I − VVᵀ`` for orthonormal V), and
     the OOD queries no update reaches (without replay: ``c_j (UᵀP_rU)[j, k] = 0`` for
     all ``j``)."""
 
@@ -111,7 +121,7 @@ class Interventions:
     @staticmethod
     def of(protocol, U: np.ndarray, V: np.ndarray) -> "Interventions":
         weights = query_weights(protocol, U, V)
-        P = np.eye(V.shape[0]) - V @ V.T
+        P = off_span(V)
         right = P if protocol.project in ("query", "both") else np.eye(V.shape[0])
         frozen = ~(weights[:, None] * (U.T @ right @ U)).any(axis=0) & (protocol.replay == 0)
         return Interventions(protocol, weights, weights > 0, P, frozen)
@@ -128,8 +138,8 @@ class Interventions:
 def finetune(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
              snapshots: list | None = None) -> tuple[np.ndarray, int, list, bool]:
     """Fine-tuning GD on ``Q`` from ``Q1`` with the protocol's interventions, each done
-    to Q itself: ``ΔQ = −η[(1−λ) P_l ∇L_U^c P_r + λ ∇L_V + μ(Q − Q1)]``, ``P = I − VVᵀ`` on
-    a projected side. Stops when every weighted (``c_k > 0``) ``e_k`` on U is within
+    to Q itself: ``ΔQ = −η[(1−λ) P_l ∇L_U^c P_r + λ ∇L_V + μ(Q − Q1)]``, ``P`` the projector
+    off span(V) (:func:`off_span`) on a projected side. Stops when every weighted (``c_k > 0``) ``e_k`` on U is within
     ``eps_ft``, when the only ones above it are queries no update reaches (without
     replay: ``c_j (UᵀP_rU)[j, k] = 0`` for all ``j``), or, with a pull, when a step
     moves no logit (``UᵀΔQU``, ``VᵀΔQV``) by more than ``STALL_STEP``; with
@@ -208,7 +218,8 @@ def simulate_population(setting: Setting) -> Report:
     geo, proto = check_setting(setting).geometry, setting.protocol
     limits.check_population(geo.K, geo.d, proto)       # every iterate Q: refused first
     limits.check_simulation(geo.K, proto, diagonal=geo.known_diagonal,
-                            M=geo.M if geo.known_diagonal is None else None)
+                            M=geo.M if geo.known_diagonal is None else None,
+                            grams=None if geo.orthonormal else (geo.G_V, geo.G_U))
     V, U, K = geo.V, geo.U, geo.K
     pre_path: list = []
     ft_path: list = []

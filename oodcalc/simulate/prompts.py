@@ -1,7 +1,8 @@
 """Simulator (b): finite-prompt training, the transformer the paper idealises.
 
-A prompt holds ``N`` tokens drawn i.i.d. uniformly from the features, a query drawn
-uniformly from the same features, a task ``w ~ N(0, I_d)`` and labels ``y = wᵀx``. The
+A prompt holds ``N`` tokens drawn i.i.d. uniformly from the features (or, ``balanced``,
+each feature exactly ``N/K`` times), a query drawn uniformly from the same features, a
+task ``w ~ N(0, I_d)`` and labels ``y = wᵀx``. The
 model is one softmax attention layer, ``ŷ = Σ_i softmax_i(x_iᵀ Q x_query) · y_i``, the
 softmax taken over the ``N`` token vectors of that prompt (no grouping by feature). The
 loss is the sampled squared error ``½ mean_b (ŷ_b − wᵀx_query,b)²``, whose population limit
@@ -30,7 +31,13 @@ readings, and the simulator offers both:
   practitioner without the population formula would do. Its estimate has a finite-N floor:
   a prompt that lacks the query's feature has error ``>= ½`` in expectation over w, which
   happens with probability ``(1 − 1/K)^N``, so small ``N`` may never meet a small ``ε``
-  (reported as a ComputationError naming the phase).
+  (reported as a ComputationError naming the phase); balanced prompts have no such floor.
+
+Token counts. Averaged over the task, a prompt with ``c_n`` tokens of ``f_n`` has the error
+``½‖Σ_n a_n f_n − f_k‖²`` with ``a = softmax(z_k + log c)`` (:func:`task_averaged_errors`):
+a balanced prompt (``c_n = N/K``) has the population ``e_k`` exactly, for every N and for
+overlapping features as for orthonormal ones; i.i.d. tokens scatter the counts and raise
+the mean error by ``½tr(HΣ)/N + O(1/N²)`` (:mod:`oodcalc.simulate.token_counts`).
 
 Everything is seeded through one ``np.random.SeedSequence(seed)``, spawned into one stream
 per phase and one for the held-out sample.
@@ -83,10 +90,16 @@ class Prompts:
 
 
 def sample_prompts(F: np.ndarray, N: int, B: int, rng: np.random.Generator,
-                   queries: np.ndarray | None = None) -> Prompts:
-    """``B`` prompts over the features ``F`` (d × K); ``queries`` fixes the query indices."""
+                   queries: np.ndarray | None = None, balanced: bool = False) -> Prompts:
+    """``B`` prompts over the features ``F`` (d × K); ``queries`` fixes the query indices.
+    Tokens i.i.d. uniform over the features, or ``balanced``: each feature exactly
+    ``N/K`` times (N a multiple of K; the order is immaterial to the softmax)."""
     d, K = F.shape
-    tokens = rng.integers(K, size=(B, N))
+    check_balanced(balanced, N, K)
+    if balanced:
+        tokens = np.broadcast_to(np.repeat(np.arange(K), N // K), (B, N))
+    else:
+        tokens = rng.integers(K, size=(B, N))
     q = rng.integers(K, size=B) if queries is None else np.asarray(queries)
     w = rng.standard_normal((B, d))
     # Built in the training layout; X and y are views of it in theirs.
@@ -132,6 +145,15 @@ def sampled_loss_and_gradient(Q: np.ndarray, P: Prompts, query_weights: np.ndarr
     return float(half_sq.mean()), grad, half_sq
 
 
+def task_averaged_errors(Q: np.ndarray, P: Prompts) -> np.ndarray:
+    """Each prompt's ``½ r²`` averaged over the task ``w ~ N(0, I_d)`` given its tokens:
+    ``r = wᵀ(Σ_i a_i x_i − x_query)``, so ``E_w[½ r²] = ½‖Σ_i a_i x_i − x_query‖²``,
+    shape ``(B,)`` (for a balanced prompt with query ``f_k``: the population ``e_k``)."""
+    a = _attention(Q, P)                                          # (N, B)
+    residual = np.einsum("nb,dnb->bd", a, P.X_last) - P.xq
+    return 0.5 * np.einsum("bd,bd->b", residual, residual)
+
+
 def heldout_errors(Q: np.ndarray, P: Prompts, K: int) -> np.ndarray:
     """``ê_k``: mean of ``½(ŷ − y)²`` over the held-out prompts with query ``f_k``."""
     half_sq = sampled_loss_and_gradient(Q, P)[2]
@@ -148,12 +170,12 @@ class Phase:
 
 def train_on_prompts(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_steps: int,
                      phase: str, rng: np.random.Generator, N: int, batch: int,
-                     resample: bool, heldout: Prompts | None) -> Phase:
+                     resample: bool, heldout: Prompts | None, balanced: bool = False) -> Phase:
     """GD on the sampled loss until the stopping rule holds (see the module docstring);
     a negative ``eps`` (``setting.NEVER``) runs exactly ``max_steps`` steps."""
     K = F.shape[1]
     Q = Q.copy()
-    fixed = None if resample else sample_prompts(F, N, batch, rng)
+    fixed = None if resample else sample_prompts(F, N, batch, rng, balanced=balanced)
     path, losses = [], []
     for t in range(max_steps + 1):
         path.append(Q.copy())
@@ -161,7 +183,8 @@ def train_on_prompts(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_s
             errors = errors_and_gradient(Q, F)[0]
         else:
             errors = heldout_errors(Q, heldout, K)
-        prompts = fixed if fixed is not None else sample_prompts(F, N, batch, rng)
+        prompts = fixed if fixed is not None else sample_prompts(F, N, batch, rng,
+                                                                 balanced=balanced)
         loss, grad, _ = sampled_loss_and_gradient(Q, prompts)
         losses.append(loss)
         if np.all(errors <= eps) or (eps < 0 and t == max_steps):
@@ -177,12 +200,12 @@ def train_on_prompts(Q: np.ndarray, F: np.ndarray, eta: float, eps: float, max_s
 
 def finetune_on_prompts(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
                         rng: np.random.Generator, N: int, batch: int, resample: bool,
-                        heldout: Prompts | None) -> Phase:
+                        heldout: Prompts | None, balanced: bool = False) -> Phase:
     """Fine-tuning with the protocol's interventions, each done to the sampled gradient
     on Q: a share λ of every batch's prompts comes from V (replay: ``λ·batch`` of them,
     the rest from U), the U prompts' gradient is weighted by their query's ``c_k`` and
-    projected (``P_l ∇ P_r``, ``P = I − VVᵀ`` on a projected side), and the pull adds
-    ``μ(Q − Q1)``. Its expectation is the population step of
+    projected (``P_l ∇ P_r``, ``P`` the projector off span(V) on a projected side), and
+    the pull adds ``μ(Q − Q1)``. Its expectation is the population step of
     :func:`oodcalc.simulate.population.finetune`; it stops as that one does (the weighted
     queries within ε, or only queries no update reaches left above it), except that a
     stochastic step never settles exactly: a pull that holds fine-tuning short of its rule
@@ -193,16 +216,16 @@ def finetune_on_prompts(Q1: np.ndarray, U: np.ndarray, V: np.ndarray, protocol,
     plan = Interventions.of(p, U, V)
     covered, frozen = plan.covered, plan.frozen
     c = None if p.weights is None else plan.weights
-    fixed = None if resample else (sample_prompts(U, N, batch - from_v, rng),
-                                   sample_prompts(V, N, from_v, rng) if from_v else None)
+    def draw():
+        return (sample_prompts(U, N, batch - from_v, rng, balanced=balanced),
+                sample_prompts(V, N, from_v, rng, balanced=balanced) if from_v else None)
+    fixed = None if resample else draw()
     Q, path, losses = Q1.copy(), [], []
     for t in range(p.finetune_cap + 1):
         path.append(Q.copy())
         errors = (errors_and_gradient(Q, U)[0] if heldout is None
                   else heldout_errors(Q, heldout, K))
-        on_u, on_v = fixed if fixed is not None else (
-            sample_prompts(U, N, batch - from_v, rng),
-            sample_prompts(V, N, from_v, rng) if from_v else None)
+        on_u, on_v = fixed if fixed is not None else draw()
         loss, grad, _ = sampled_loss_and_gradient(Q, on_u, c)
         losses.append(loss)
         within = (errors <= p.eps_ft) | ~covered
@@ -231,12 +254,23 @@ def check_replay_batch(protocol, batch: int) -> None:
                          f"a whole number of prompts (batch = {batch}: λ = k/{batch})")
 
 
-def check_simulation_inputs(N: int, batch: int, stop: str, holdout: int, K: int) -> None:
+def check_balanced(balanced: bool, N: int, K: int) -> None:
+    """Balanced prompts hold every feature the same number of times."""
+    if not isinstance(balanced, (bool, np.bool_)):
+        raise InputError("balanced", balanced, "expected True or False")
+    if balanced and N % K:
+        raise InputError(param("N"), N, f"balanced prompts hold each of the K = {K} features "
+                         f"N/K times: expected a multiple of {K}")
+
+
+def check_simulation_inputs(N: int, batch: int, stop: str, holdout: int, K: int,
+                            balanced: bool = False) -> None:
     for name, value, low in (("N", N, 1), ("batch", batch, 1), ("holdout", holdout, K)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InputError(name, value, f"expected an integer >= {low}")
     if stop not in STOP_RULES:
         raise InputError("stop", stop, f"expected one of {', '.join(STOP_RULES)}")
+    check_balanced(balanced, N, K)
 
 
 def phase_generators(seed: int) -> tuple[np.random.Generator, ...]:
@@ -245,17 +279,19 @@ def phase_generators(seed: int) -> tuple[np.random.Generator, ...]:
 
 
 def pretrain_prompts(V: np.ndarray, eta: float, eps: float, max_steps: int, N: int,
-                     batch: int, *, resample: bool = True, seed: int = 0) -> Phase:
+                     batch: int, *, resample: bool = True, seed: int = 0,
+                     balanced: bool = False) -> Phase:
     """Pretraining alone (population stopping rule), with the same seeding as
     :func:`simulate_prompts`: ``pretrain_prompts(...).Q`` is that run's ``Q^(T1)``."""
-    check_simulation_inputs(N, batch, "population", V.shape[1], V.shape[1])
+    check_simulation_inputs(N, batch, "population", V.shape[1], V.shape[1], balanced)
     return train_on_prompts(np.zeros((V.shape[0],) * 2), V, eta, eps, max_steps,
-                            "pretraining", phase_generators(seed)[0], N, batch, resample, None)
+                            "pretraining", phase_generators(seed)[0], N, batch, resample, None,
+                            balanced)
 
 
 def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
                      resample: bool = True, seed: int = 0, stop: str = "population",
-                     holdout: int = 4096) -> Report:
+                     holdout: int = 4096, balanced: bool = False) -> Report:
     """Train the transformer on sampled prompts: pretrain over V from ``Q = 0``,
     evaluate on U, fine-tune on prompts over U.
 
@@ -281,6 +317,10 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
         (default) or on ``holdout`` held-out prompts.
     holdout : int, keyword-only, default 4096
         Held-out prompts for ``stop="heldout"``.
+    balanced : bool, keyword-only, default False
+        Every prompt (training and held-out) holds each feature exactly ``N/K`` times
+        (``N`` a multiple of K) instead of ``N`` i.i.d. uniform tokens: its task-averaged
+        error is then the population ``e_k`` for any N (no finite-N bias from the counts).
 
     Returns
     -------
@@ -302,29 +342,33 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     """
     geo, proto = check_setting(setting).geometry, setting.protocol
     K = geo.K
-    check_simulation_inputs(N, batch, stop, holdout, K)
+    check_simulation_inputs(N, batch, stop, holdout, K, balanced)
     check_replay_batch(proto, batch)
     limits.check_prompts(K, geo.d, proto, N=N, batch=batch, holdout=holdout,
                          heldout=stop == "heldout")
     limits.check_simulation(K, proto, diagonal=geo.known_diagonal,
-                            M=geo.M if geo.known_diagonal is None else None)
+                            M=geo.M if geo.known_diagonal is None else None,
+                            grams=None if geo.orthonormal else (geo.G_V, geo.G_U))
     V, U = geo.V, geo.U
     pre_rng, ft_rng, hold_rng = phase_generators(seed)
-    balanced = np.repeat(np.arange(K), holdout // K)
+    queries = np.repeat(np.arange(K), holdout // K)       # balanced over the features
     hold_v = hold_u = None
     if stop == "heldout":
-        hold_v = sample_prompts(V, N, len(balanced), hold_rng, queries=balanced)
-        hold_u = sample_prompts(U, N, len(balanced), hold_rng, queries=balanced)
+        hold_v = sample_prompts(V, N, len(queries), hold_rng, queries=queries,
+                                balanced=balanced)
+        hold_u = sample_prompts(U, N, len(queries), hold_rng, queries=queries,
+                                balanced=balanced)
 
     pre = train_on_prompts(np.zeros((geo.d, geo.d)), V, proto.eta, proto.eps,
                            proto.max_steps, "pretraining", pre_rng,
-                           N, batch, resample, hold_v)
+                           N, batch, resample, hold_v, balanced)
     Q1 = pre.Q
     if proto.interventions:
-        ft = finetune_on_prompts(Q1, U, V, proto, ft_rng, N, batch, resample, hold_u)
+        ft = finetune_on_prompts(Q1, U, V, proto, ft_rng, N, batch, resample, hold_u,
+                                 balanced)
     else:
         ft = train_on_prompts(Q1, U, proto.eta_ft, proto.finetune_stop, proto.finetune_cap,
-                              "fine-tuning", ft_rng, N, batch, resample, hold_u)
+                              "fine-tuning", ft_rng, N, batch, resample, hold_u, balanced)
     Q2 = ft.Q
 
 
@@ -337,9 +381,10 @@ def simulate_prompts(setting: Setting, N: int = 32, batch: int = 1024, *,
     errors_u, attn_u, _ = errors_and_gradient(Q1, U)
     parameters = setting.describe() | {"simulator": {
         "kind": "prompts", "N": N, "batch": batch, "resample": resample, "seed": seed,
-        "stop": stop, **({"holdout": len(balanced)} if stop == "heldout" else {})}}
+        "stop": stop, **({"holdout": len(queries)} if stop == "heldout" else {}),
+        **({"balanced": True} if balanced else {})}}
     return Report(
-        source=f"simulation: finite prompts (N = {N}, "
+        source=f"simulation: finite prompts (N = {N}, {'balanced, ' if balanced else ''}"
                f"{'fresh mini-batches' if resample else 'fixed sample'} of {batch}, seed {seed})",
         parameters=parameters,
         pretrain=Pretrain(T1=pre.steps, z=V.T @ Q1 @ V, error=errors_and_gradient(Q1, V)[0]),
