@@ -98,7 +98,7 @@ def test_registry_lookup():
     with pytest.raises(InputError):
         get_claim("8")                     # names several parts
     with pytest.raises(InputError):
-        get_claims("13")
+        get_claims("14")
     assert [c.key for c in get_claims("10")] == ["interventions"]
     assert [c.id for c in get_claims("11")] == ["11a", "11b", "11c"]
     assert [c.id for c in get_claims("12")] == ["12a", "12b", "12c"]
