@@ -267,14 +267,14 @@ CLAIMS: tuple[Claim, ...] = (
           "(a_k − δ_k)ᵀG(a_k − δ_k) (matrix symbols)",
           _M + "claim13_overlap", "derive_loss", "check_loss"),
     Claim("13b", "overlap-conservation", "Conservation with overlapping features",
-          "A GD step moves z_V by Δz_V = −ηGgG, g = ∂L/∂z with zero column sums; with "
+          "A GD step moves z_V by Δz_V = −ηG·g·G, g = ∂L/∂z with zero column sums; with "
           "Q = VWVᵀ the column sums of ΔW = G⁻¹Δz_VG⁻¹ = −ηg vanish (the law holds for W); "
           "the law on z_V itself (Δα_k = Σ_{n≠k} Λ_{k,n}) holds when every row of G has the "
           "same sum (1ᵀG = r1ᵀ: every equal overlap) and fails for unequal overlaps "
           "(G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]]: first step from Q = 0 has column sums "
           "(7/216, 7/216, −7/162)η).",
           "symbolic K",
-          "∇_Q L = FgFᵀ gives Δz = −ηGgG; e_k(z + c1) = e_k(z) for any G (shift invariance, "
+          "∇_Q L = F·g·Fᵀ gives Δz = −ηG·g·G; e_k(z + c1) = e_k(z) for any G (shift invariance, "
           "symbolic K) gives 1ᵀg = 0; then G⁻¹Δz_VG⁻¹ = −ηg and 1ᵀG = r1ᵀ ⇒ 1ᵀΔz_V = 0 "
           "(matrix symbols); the counterexample in exact rationals",
           _M + "claim13_overlap", "derive_conservation", "check_conservation"),
@@ -287,7 +287,7 @@ CLAIMS: tuple[Claim, ...] = (
           "symbolic K",
           "Σ_n a_n = 1 makes G act on the error directions as (1 − ρ)I, so e_k(G) = "
           "(1 − ρ)e_k(I) and g(G) = (1 − ρ)g(I) for every z; on the symmetric ray g has zero "
-          "row and column sums (claim 3), so GgG = (1 − ρ)²g and the step is η(1 − ρ)³; "
+          "row and column sums (claim 3), so G·g·G = (1 − ρ)²g and the step is η(1 − ρ)³; "
           "(1 − ρ)e_k = ε solved with claim 3's α*",
           _M + "claim13_overlap", "derive_t1", "check_t1"),
     Claim("13d", "overlap-ood-weights", "OOD weights at T1 with overlapping features",
@@ -296,7 +296,7 @@ CLAIMS: tuple[Claim, ...] = (
           "z_U = Kα/((K − 1)(1 − ρ)²)(MᵀM − bbᵀ), b = Mᵀ1/√K, α = α*_{K,ε/(1−ρ)}; G_V = I "
           "is claim 5.",
           "symbolic K",
-          "the gradient is VgVᵀ, so Q = VWVᵀ with z_V = G_VWG_V and z_U = MᵀWM (matrix "
+          "the gradient is V·g·Vᵀ, so Q = VWVᵀ with z_V = G_V·W·G_V and z_U = Mᵀ·W·M (matrix "
           "symbols); G_V⁻¹ZG_V⁻¹ = Kα/((K − 1)(1 − ρ)²)(I − 11ᵀ/K) in the algebra of I and "
           "11ᵀ (symbolic K) with claim 3's Z",
           _M + "claim13_overlap", "derive_ood", "check_ood"),

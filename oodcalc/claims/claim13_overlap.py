@@ -5,14 +5,14 @@ diagonal), logits z = FᵀQF.
 * 13a — the population loss: query f_k has e_k = ½‖F a_k − f_k‖² = ½(a_k − δ_k)ᵀG(a_k − δ_k),
   a_k the column softmax of z (claim 1's grouping, which never uses orthogonality, and
   E_w[wwᵀ] = I with FᵀF = G).
-* 13b — what replaces the conservation law: a GD step moves z by −ηGgG with g = ∂L/∂z,
+* 13b — what replaces the conservation law: a GD step moves z by −ηG·g·G with g = ∂L/∂z,
   whose columns sum to 0 (shift invariance of the softmax). With Q = VWVᵀ the coefficients
   move by ΔW = −ηg: the law holds for W. It holds for z_V itself when every row of G has
   the same sum (every equal overlap among them), and fails otherwise (an exact
   counterexample, K = 3).
 * 13c — the T1 state for equal overlaps G = (1 − ρ)I + ρ11ᵀ: G acts on the error
   directions as (1 − ρ)I, so e_k = (1 − ρ)e_k(orthonormal) and, on the symmetric ray where
-  g has zero row and column sums, GgG = (1 − ρ)²g: pretraining is the orthonormal one at
+  g has zero row and column sums, G·g·G = (1 − ρ)²g: pretraining is the orthonormal one at
   ε/(1 − ρ) with step η(1 − ρ)³. K = 2: α* = ½ln((1 − q*)/q*), q* = √(ε/(1 − ρ)).
 * 13d — the OOD weights at T1: Q = VWVᵀ, so z_U = Mᵀ G_V⁻¹ z_V G_V⁻¹ M (M = VᵀU); equal
   overlaps give Kα/((K − 1)(1 − ρ)²)(MᵀM − bbᵀ); M = G_VΓ (oc.overlap, oc.gram) gives
@@ -56,6 +56,8 @@ CLAIMED = {
     "coefficient-step": lambda eta, g: -eta * g,
     # 13b: when the orthonormal law holds for z_V (a predicate on an explicit Gram matrix)
     "law-holds": lambda G: len({sp.nsimplify(sum(G.row(i))) for i in range(G.rows)}) == 1,
+    # 13b: the common row sum of equal overlaps G = (1 − ρ)I + ρ11ᵀ
+    "row-sum": lambda rho, K: 1 - rho + K * rho,
     # 13b: the column sums of Δz_V/η at the first step from Q = 0, G = G_UNEQUAL
     "counterexample-sums": (sp.Rational(7, 216), sp.Rational(7, 216), sp.Rational(-7, 162)),
     # 13c: e_k(G) / e_k(orthonormal) for equal overlaps ρ
@@ -69,8 +71,10 @@ CLAIMED = {
     # 13c, K = 2: α* from q*, and q* from ε, ρ
     "k2-alpha": lambda q: sp.log((1 - q) / q) / 2,
     "k2-q": lambda eps, rho: sp.sqrt(eps / (1 - rho)),
+    # 13d: one pretraining step on the coefficients of Q = VW_tVᵀ
+    "span-step": lambda W, eta, g: W - eta * g,
     # 13d: the OOD logits from z_V, G_V and M (matrix expressions)
-    "ood-start": lambda M, G, zV: M.T * G.I * zV * G.I * M,
+    "ood-start": lambda M, G, zV: M.T * G ** -1 * zV * G ** -1 * M,
     # 13d: M = G_VΓ (oc.overlap, oc.gram): the OOD logits from z_V and Γ
     "overlap-shift": lambda Gam, zV: Gam * zV * Gam,
     # 13d: equal overlaps at T1, from α, K, ρ, M and b = Mᵀ1/√K
@@ -375,11 +379,11 @@ def _shift_invariance(claimed: dict) -> tuple[sp.Expr, bool]:
 
 
 
-def _first_step_sums(G: sp.Matrix) -> sp.Matrix:
-    """The column sums of Δz/η = −GgG at Q = 0 (uniform attention), g differentiated from
+def _first_step_sums(G: sp.Matrix, claimed: dict) -> sp.Matrix:
+    """The column sums of Δz/η = −G·g·G at Q = 0 (uniform attention), g differentiated from
     the definition of e_k: exact rationals."""
     K = G.shape[0]
-    g = _gradient(sp.zeros(K, K), G).applyfunc(sp.nsimplify)
+    g = _gradient(sp.zeros(K, K), G, claimed).applyfunc(sp.nsimplify)
     return sp.ones(1, K) * (-G * g * G)
 
 
@@ -398,7 +402,7 @@ def derive_conservation(claimed: dict = CLAIMED):
            "tr(gᵀFᵀdQF) to first order, g = ∂L/∂z. sympy's matrix derivative (claim 2's "
            "step) and one step Q ← Q − η∇_Q L give, with FᵀF = G (symbolic K, d):",
            eq(sp.Symbol("nabla_Q L"), grad_Q), eq(sp.Symbol("Delta z"), step))
-    r.check("gd-on-logits", "∇_Q tr(gᵀFᵀQF) = FgFᵀ, and the step moves z by −ηGgG when "
+    r.check("gd-on-logits", "∇_Q tr(gᵀFᵀQF) = F·g·Fᵀ, and the step moves z by −ηG·g·G when "
             "FᵀF = G (matrix symbols, symbolic K and d)", SYMBOLIC,
             matrix_expr_is_zero((step - claimed["logit-step"](eta, G, g)).expand()),
             decisive=True)
@@ -449,8 +453,8 @@ def derive_conservation(claimed: dict = CLAIMED):
     V = sp.MatrixSymbol("V", d, K)
     W = sp.MatrixSymbol("W", K, K)
     grad_V = sp.Trace(g.T * V.T * Q * V).diff(Q)
-    r.step("The gradient is VgVᵀ, in span{v_n v_kᵀ}: from Q = 0 every iterate is Q = VWVᵀ "
-           "(induction), with z_V = VᵀQV = GWG, so W = G⁻¹z_VG⁻¹ and one step moves W by",
+    r.step("The gradient is V·g·Vᵀ, in span{v_n v_kᵀ}: from Q = 0 every iterate is Q = VWVᵀ "
+           "(induction), with z_V = VᵀQV = G·W·G, so W = G⁻¹z_VG⁻¹ and one step moves W by",
            eq(sp.Symbol("nabla_Q L"), grad_V))
     z_V = (V.T * (V * W * V.T) * V).subs(V.T * V, G)
     dW = (G.I * claimed["logit-step"](eta, G, g) * G.I).doit()
@@ -464,7 +468,7 @@ def derive_conservation(claimed: dict = CLAIMED):
     sums_z = (one.T * claimed["logit-step"](eta, G, g)).expand()
     sums_z = sums_z.subs(one.T * G, rr * one.T).doit().expand()
     sums_z = sums_z.subs(one.T * g, sp.ZeroMatrix(1, K)).doit()
-    r.step("The column sums of Δz_V are 1ᵀΔz_V = −η1ᵀGgG. When every row of G has the same "
+    r.step("The column sums of Δz_V are 1ᵀΔz_V = −η1ᵀG·g·G. When every row of G has the same "
            "sum r (1ᵀG = r1ᵀ, G symmetric), it is −ηr·1ᵀgG = 0:",
            eq(sp.Symbol("1^T Delta z_V"), sums_z))
     r.check("equal-rows", "1ᵀG = r1ᵀ and 1ᵀg = 0 give 1ᵀΔz_V = 0: Δα_k = Σ_{n≠k} Λ_{k,n} "
@@ -475,11 +479,11 @@ def derive_conservation(claimed: dict = CLAIMED):
     rows = (one.T * G_eq).expand().subs(one.T * one, K * sp.Identity(1)).doit().expand()
     r.check("equal-overlaps", "equal overlaps G = (1 − ρ)I + ρ11ᵀ have 1ᵀG = (1 − ρ + Kρ)1ᵀ "
             "(1ᵀ1 = K): the law holds for z_V (matrix symbols)", SYMBOLIC,
-            matrix_expr_is_zero((rows - (1 - rho + K * rho) * one.T).expand()))
+            matrix_expr_is_zero((rows - claimed["row-sum"](rho, K) * one.T).expand()))
 
     # The counterexample: unequal overlaps, the first step from Q = 0 in exact rationals.
     G3 = sp.Matrix(G_UNEQUAL)
-    sums = _first_step_sums(G3)
+    sums = _first_step_sums(G3, claimed)
     fails = list(sums) == list(claimed["counterexample-sums"]) and any(x != 0 for x in sums)
     r.step("Unequal overlaps break it. G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]] (⟨v_1, v_2⟩ = ½, "
            "v_3 orthogonal to both; rows sum to 3/2, 3/2, 1): at Q = 0 the attention is "
@@ -491,14 +495,14 @@ def derive_conservation(claimed: dict = CLAIMED):
     circulant = sp.Matrix([[1, a, b, a], [a, 1, a, b], [b, a, 1, a], [a, b, a, 1]])
     equal = sp.Matrix(3, 3, lambda i, j: 1 if i == j else sp.Rational(1, 3))
     for Gx in (circulant, equal):
-        ok &= claimed["law-holds"](Gx) and all(x == 0 for x in _first_step_sums(Gx))
+        ok &= claimed["law-holds"](Gx) and all(x == 0 for x in _first_step_sums(Gx, claimed))
     r.check("counterexample", "the first step at G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]] has "
             "column sums (7/216, 7/216, −7/162)·η ≠ 0 (α_3 grows by 7η/81 while β_{1,3} and "
             "β_{2,3} fall by 7η/108 each: the law fails), while G with equal row sums (K = 4, "
             "circulant overlaps 3/10, −1/5; K = 3, equal overlaps 1/3) gives 0 exactly",
             EXPLICIT, ok, "K = 3, 4: exact rationals", ks=(3, 4))
     return r.result("13b", "Conservation with overlapping features",
-                    "Symbolic K: GD on Q moves z by −ηGgG; the columns of g sum to 0 (shift "
+                    "Symbolic K: GD on Q moves z by −ηG·g·G; the columns of g sum to 0 (shift "
                     "invariance, any G); hence ΔW = −ηg for Q = VWVᵀ (the law for W) and "
                     "1ᵀΔz_V = 0 when 1ᵀG = r1ᵀ (equal overlaps included). That it fails "
                     "otherwise: one exact counterexample (K = 3).")
@@ -596,18 +600,18 @@ def derive_t1(claimed: dict = CLAIMED):
            eq(sp.Symbol("Sigma_n a_n"), total))
     r.step("so 1ᵀr = 0 and sympy reduces the quadratic form:", eq(sp.Symbol("r^T G r"), quad))
     r.check("error-scale", "Σ_n a_n = 1, so G acts on the error directions as (1 − ρ)I: "
-            "e_k(z; G) = (1 − ρ)e_k(z; I) for every z, hence g(z; G) = (1 − ρ)g(z; I) "
+            "e_k with G is (1 − ρ) times e_k with I for every z, hence g_G = (1 − ρ)g_I "
             "(matrix symbols, symbolic K)", SYMBOLIC,
             total == 1 and matrix_expr_is_zero((quad - claimed["error-scale"](rho)
                                                 * rvec.T * rvec).expand()), decisive=True)
 
-    # 2. On the symmetric ray g has zero row and column sums: GgG = (1 − ρ)²g.
+    # 2. On the symmetric ray g has zero row and column sums: G·g·G = (1 − ρ)²g.
     alpha, beta, own, other = ray_gradient()
     ray_law = is_zero(own + (K - 1) * other)
     r.step("On the symmetric ray z = αI + β(11ᵀ − I), claim 3's derivation gives the "
-           "orthonormal gradient as aI + b(11ᵀ − I) with a + (K − 1)b = 0 (a = ∂e_k/∂z_kk, "
-           "b = ∂e_k/∂z_nk, up to 1/K):", eq(sp.Symbol("a + (K-1) b"), sp.factor(own + (K - 1)
-                                                                            * other)))
+           "orthonormal gradient with one diagonal value a = ∂e_k/∂z_kk and one off-diagonal "
+           "value b = ∂e_k/∂z_nk (up to 1/K), and a + (K − 1)b = 0:",
+           eq(sp.Symbol("a + (K-1) b"), sp.factor(own + (K - 1) * other)))
     r.check("ray-sums", "at a symmetric z the orthonormal gradient is symmetric with zero "
             "column sums, so its rows sum to zero too: 1ᵀg = 0 and g1 = 0 (claim 3's ray "
             "gradient, symbolic K)", SYMBOLIC,
@@ -617,9 +621,10 @@ def derive_t1(claimed: dict = CLAIMED):
     step = step.subs({one.T * g: sp.ZeroMatrix(1, K), g * one: sp.ZeroMatrix(K, 1)}).doit()
     step = (-eta * step).expand()
     stated = -eta * (1 - rho) ** claimed["step-power"] * g
-    r.step("A step on Q moves z by −ηG g(z; G) G (13b) = −η(1 − ρ)G g G, g the orthonormal "
-           "gradient; with 1ᵀg = 0 and g1 = 0 sympy gets", eq(sp.Symbol("Delta z"), step))
-    r.check("gram-step", "on the symmetric ray −ηG g(z; G) G = −η(1 − ρ)³g(z; I): the "
+    r.step("A step on Q moves z by −ηG·g_G·G (13b) = −η(1 − ρ)G·g_I·G, g_I the orthonormal "
+           "gradient; with 1ᵀg_I = 0 and g_I1 = 0 sympy gets",
+           eq(sp.Symbol("Delta z"), sp.factor(step.as_coeff_mmul()[0]) * g))
+    r.check("gram-step", "on the symmetric ray −ηG·g_G·G = −η(1 − ρ)³g_I: the "
             "orthonormal step with η(1 − ρ)³ (matrix symbols, symbolic K); by claim 3 it "
             "keeps the ray, so from Q = 0 every iterate is on it (induction)", SYMBOLIC,
             matrix_expr_is_zero((step - stated).expand()), decisive=True)
@@ -634,10 +639,13 @@ def derive_t1(claimed: dict = CLAIMED):
     roots = [x for x in roots if sp.N(x.subs(sample)) > 0]
     same = len(roots) == 1 and is_zero(roots[0] - t_root.subs(eps, eps_orth.subs(rho, 1 - c)))
     alpha_fn, _ = _alpha_star_general()
-    r.step("The rule e_k(z; G) <= ε is e_k(z; I) <= ε/(1 − ρ); on the ray e_k depends on "
+    r.step("The rule e_k <= ε with G is e_k <= ε/(1 − ρ) with I; on the ray e_k depends on "
            "t = e^{α − β} alone (claim 3) and sympy solves (1 − ρ)e_k(t) = ε:",
-           eq(t, roots[0] if roots else sp.nan),
-           eq(sp.Symbol("alpha^*(rho)"), alpha_fn(eps_orth)))
+           eq(t, roots[0].subs(c, 1 - rho) if roots else sp.nan))
+    from .claim3_convergence import CLAIMED as C3
+    r.step("which is claim 3's root at ε/(1 − ρ), so", eq(sp.Symbol("alpha^*(rho)"),
+                                                          C3["alpha-star"](K, delta)),
+           eq(delta, sp.sqrt(2 * eps_orth * (K - 1) / K)))
     r.check("stopping", "the threshold solved from (1 − ρ)e_k = ε on the ray is claim 3's "
             "at ε/(1 − ρ): α*(ρ) = α*_{K, ε/(1−ρ)} (symbolic K)", SYMBOLIC, same,
             decisive=True)
@@ -662,7 +670,7 @@ def derive_t1(claimed: dict = CLAIMED):
     on_ray = is_zero(step2[0, 0] + step2[0, 1]) and is_zero(step2[0, 0] - step2[1, 1]) \
         and is_zero(step2[0, 1] - step2[1, 0])
     r.check("k2-explicit", "K = 2 from the definition with G = [[1, ρ], [ρ, 1]]: e_1 = "
-            "(1 − ρ)q² at z = α(2I − 11ᵀ), and the step −GgG keeps the form α(2I − 11ᵀ)",
+            "(1 − ρ)q² at z = α(2I − 11ᵀ), and the step −G·g·G keeps the form α(2I − 11ᵀ)",
             EXPLICIT, is_zero(e1 - claimed["k2-error"](rho, q_of)) and on_ray, ks=(2,))
 
     ok = True
@@ -673,7 +681,7 @@ def derive_t1(claimed: dict = CLAIMED):
         lhs = -Gx * gG * Gx
         rhs = -(1 - rho) ** claimed["step-power"] * gI
         ok &= all(is_zero(x) for x in (lhs - rhs))
-    r.check("gram-step-explicit", "−G g(z; G) G = −(1 − ρ)³ g(z; I) entry by entry at a "
+    r.check("gram-step-explicit", "−G·g_G·G = −(1 − ρ)³g_I entry by entry at a "
             "symmetric point, differentiated from the definition (ρ a symbol)", EXPLICIT, ok,
             ks=(3,))
 
@@ -695,7 +703,7 @@ def derive_t1(claimed: dict = CLAIMED):
            "measures one case).")
     return r.result("13c", "T1 state with equal overlaps",
                     "Symbolic K for equal overlaps: G acts on the error directions as "
-                    "(1 − ρ)I, on the symmetric ray GgG = (1 − ρ)²g, so pretraining is the "
+                    "(1 − ρ)I, on the symmetric ray G·g·G = (1 − ρ)²g, so pretraining is the "
                     "orthonormal one at ε/(1 − ρ) and step η(1 − ρ)³, α* from claim 3; K = 2 "
                     "in closed form. Unequal overlaps: numeric only.")
 
@@ -801,20 +809,21 @@ def derive_ood(claimed: dict = CLAIMED):
     grad = sp.Trace(g.T * V.T * Q * V).diff(Q)
     W_step = sp.MatrixSymbol("W_t", K, K)
     nxt = (V * W_step * V.T - eta * grad).expand()
-    in_span = matrix_expr_is_zero((nxt - V * (W_step - eta * g) * V.T).expand())
-    r.step("Pretraining on V: the gradient of L(VᵀQV) is VgVᵀ (claim 2's matrix derivative), "
+    in_span = matrix_expr_is_zero((nxt - V * claimed["span-step"](W_step, eta, g) * V.T)
+                                  .expand())
+    r.step("Pretraining on V: the gradient of L(VᵀQV) is V·g·Vᵀ (claim 2's matrix derivative), "
            "so a step maps Q = VW_tVᵀ to", eq(sp.Symbol("Q_{t+1}"), nxt))
-    r.check("stays-in-span", "∇_Q = VgVᵀ, so Q = VW_tVᵀ goes to V(W_t − ηg)Vᵀ: from Q = 0 every "
+    r.check("stays-in-span", "∇_Q = V·g·Vᵀ, so Q = VW_tVᵀ goes to V(W_t − ηg)Vᵀ: from Q = 0 every "
             "iterate, Q^(T1) included, is VWVᵀ (matrix symbols, induction)", SYMBOLIC,
             in_span, decisive=True)
     Qw = V * W * V.T
     zV = (V.T * Qw * V).subs(V.T * V, G)
     zU = (U.T * Qw * U).subs({V.T * U: M, U.T * V: M.T})
     stated = claimed["ood-start"](M, G, zV).doit()
-    r.step("Then z_V = VᵀQV = G_VWG_V (VᵀV = G_V) and z_U = UᵀQU = MᵀWM (M = VᵀU); sympy "
+    r.step("Then z_V = VᵀQV = G_V·W·G_V (VᵀV = G_V) and z_U = UᵀQU = Mᵀ·W·M (M = VᵀU); sympy "
            "substitutes W = G_V⁻¹z_VG_V⁻¹ in the stated form:", eq(sp.Symbol("z_V"), zV),
            eq(sp.Symbol("z_U"), zU))
-    r.check("ood-start", "Mᵀ G_V⁻¹ z_V G_V⁻¹ M with z_V = G_VWG_V is UᵀQU = MᵀWM (matrix "
+    r.check("ood-start", "Mᵀ G_V⁻¹ z_V G_V⁻¹ M with z_V = G_V·W·G_V is UᵀQU = Mᵀ·W·M (matrix "
             "symbols, symbolic K and d)", SYMBOLIC,
             matrix_expr_is_zero((zU - stated).expand()), decisive=True)
     Gam = sp.MatrixSymbol("Gamma", K, K)
@@ -881,8 +890,10 @@ def derive_ood(claimed: dict = CLAIMED):
         Fn /= np.linalg.norm(Fn, axis=0)
         Un = rng.standard_normal((Kx + 2, Kx))
         zv = rng.normal(size=(Kx, Kx))
-        worst = max(worst, float(np.abs(ood_start(zv, Fn.T @ Fn, Fn.T @ Un)
-                                        - _ood_start_np(zv, Fn.T @ Fn, Fn.T @ Un)).max()))
+        Gn, Mn = Fn.T @ Fn, Fn.T @ Un
+        stated = claimed["ood-start"](sp.Matrix(Mn), sp.Matrix(Gn), sp.Matrix(zv))
+        worst = max(worst, float(np.abs(ood_start(zv, Gn, Mn)
+                                        - np.array(stated, dtype=float)).max()))
     r.check("matches-engine", "oodcalc.finetune.gram.ood_start (what predict uses) equals "
             "Mᵀ G_V⁻¹ z_V G_V⁻¹ M", NUMERIC, worst < 1e-10,
             "random unit-norm V, random U, K = 2, 3, 5, max |difference| < 1e-10")
