@@ -280,24 +280,24 @@ CLAIMS: tuple[Claim, ...] = (
           _M + "claim13_overlap", "derive_conservation", "check_conservation"),
     Claim("13c", "overlap-t1", "T1 state with equal overlaps",
           "K = 2, ⟨v_1, v_2⟩ = ρ: GD from Q = 0 stays on β = −α and stops at "
-          "α*(ρ) = ½ln((1 − q*)/q*), q* = √(ε/(1 − ρ)) (e_k = (1 − ρ)q² on the ray). Any K "
-          "with equal overlaps G = (1 − ρ)I + ρ11ᵀ: pretraining is the orthonormal one at "
-          "ε/(1 − ρ) with step η(1 − ρ)³ (α* = α*_{K,ε/(1−ρ)}, β = −α/(K − 1)). Unequal "
+          "α*(ρ) = ½ln((1−q*)/q*), q* = √(ε/(1−ρ)) (e_k = (1−ρ)q² on the ray). Any K "
+          "with equal overlaps G = (1−ρ)I + ρ11ᵀ: pretraining is the orthonormal one at "
+          "ε/(1−ρ) with step η(1−ρ)³ (α* = α*_{K,ε/(1−ρ)}, β = −α/(K−1)). Unequal "
           "overlaps, K ≥ 3: GD leaves the symmetric ray; no closed form (measured only).",
           "symbolic K",
-          "Σ_n a_n = 1 makes G act on the error directions as (1 − ρ)I, so e_k(G) = "
-          "(1 − ρ)e_k(I) and g(G) = (1 − ρ)g(I) for every z; on the symmetric ray g has zero "
-          "row and column sums (claim 3), so G·g·G = (1 − ρ)²g and the step is η(1 − ρ)³; "
-          "(1 − ρ)e_k = ε solved with claim 3's α*",
+          "Σ_n a_n = 1 makes G act on the error directions as (1−ρ)I, so e_k(G) = "
+          "(1−ρ)e_k(I) and g(G) = (1−ρ)g(I) for every z; on the symmetric ray g has zero "
+          "row and column sums (claim 3), so G·g·G = (1−ρ)²g and the step is η(1−ρ)³; "
+          "(1−ρ)e_k = ε solved with claim 3's α*",
           _M + "claim13_overlap", "derive_t1", "check_t1"),
     Claim("13d", "overlap-ood-weights", "OOD weights at T1 with overlapping features",
           "Pretraining keeps Q = VWVᵀ, so z_U(T1) = Mᵀ G_V⁻¹ z_V(T1) G_V⁻¹ M (M = VᵀU); "
           "M = G_VΓ (oc.overlap, oc.gram) gives z_U = Γz_VΓ; equal overlaps give "
-          "z_U = Kα/((K − 1)(1 − ρ)²)(MᵀM − bbᵀ), b = Mᵀ1/√K, α = α*_{K,ε/(1−ρ)}; G_V = I "
+          "z_U = Kα/((K−1)(1−ρ)²)(MᵀM − bbᵀ), b = Mᵀ1/√K, α = α*_{K,ε/(1−ρ)}; G_V = I "
           "is claim 5.",
           "symbolic K",
           "the gradient is V·g·Vᵀ, so Q = VWVᵀ with z_V = G_V·W·G_V and z_U = Mᵀ·W·M (matrix "
-          "symbols); G_V⁻¹ZG_V⁻¹ = Kα/((K − 1)(1 − ρ)²)(I − 11ᵀ/K) in the algebra of I and "
+          "symbols); G_V⁻¹ZG_V⁻¹ = Kα/((K−1)(1−ρ)²)(I − 11ᵀ/K) in the algebra of I and "
           "11ᵀ (symbolic K) with claim 3's Z",
           _M + "claim13_overlap", "derive_ood", "check_ood"),
 )

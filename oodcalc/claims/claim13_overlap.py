@@ -10,12 +10,12 @@ diagonal), logits z = FᵀQF.
   move by ΔW = −ηg: the law holds for W. It holds for z_V itself when every row of G has
   the same sum (every equal overlap among them), and fails otherwise (an exact
   counterexample, K = 3).
-* 13c — the T1 state for equal overlaps G = (1 − ρ)I + ρ11ᵀ: G acts on the error
-  directions as (1 − ρ)I, so e_k = (1 − ρ)e_k(orthonormal) and, on the symmetric ray where
-  g has zero row and column sums, G·g·G = (1 − ρ)²g: pretraining is the orthonormal one at
-  ε/(1 − ρ) with step η(1 − ρ)³. K = 2: α* = ½ln((1 − q*)/q*), q* = √(ε/(1 − ρ)).
+* 13c — the T1 state for equal overlaps G = (1−ρ)I + ρ11ᵀ: G acts on the error
+  directions as (1−ρ)I, so e_k = (1−ρ)e_k(orthonormal) and, on the symmetric ray where
+  g has zero row and column sums, G·g·G = (1−ρ)²g: pretraining is the orthonormal one at
+  ε/(1−ρ) with step η(1−ρ)³. K = 2: α* = ½ln((1−q*)/q*), q* = √(ε/(1−ρ)).
 * 13d — the OOD weights at T1: Q = VWVᵀ, so z_U = Mᵀ G_V⁻¹ z_V G_V⁻¹ M (M = VᵀU); equal
-  overlaps give Kα/((K − 1)(1 − ρ)²)(MᵀM − bbᵀ); M = G_VΓ (oc.overlap, oc.gram) gives
+  overlaps give Kα/((K−1)(1−ρ)²)(MᵀM − bbᵀ); M = G_VΓ (oc.overlap, oc.gram) gives
   z_U = Γz_VΓ; G_V = I is claim 5.
 
 Each derivation reuses the orthonormal ones' machinery (claim 1's grouping, claim 2's
@@ -56,13 +56,13 @@ CLAIMED = {
     "coefficient-step": lambda eta, g: -eta * g,
     # 13b: when the orthonormal law holds for z_V (a predicate on an explicit Gram matrix)
     "law-holds": lambda G: len({sp.nsimplify(sum(G.row(i))) for i in range(G.rows)}) == 1,
-    # 13b: the common row sum of equal overlaps G = (1 − ρ)I + ρ11ᵀ
+    # 13b: the common row sum of equal overlaps G = (1−ρ)I + ρ11ᵀ
     "row-sum": lambda rho, K: 1 - rho + K * rho,
     # 13b: the column sums of Δz_V/η at the first step from Q = 0, G = G_UNEQUAL
     "counterexample-sums": (sp.Rational(7, 216), sp.Rational(7, 216), sp.Rational(-7, 162)),
     # 13c: e_k(G) / e_k(orthonormal) for equal overlaps ρ
     "error-scale": lambda rho: 1 - rho,
-    # 13c: the power of (1 − ρ) in the step on the symmetric ray
+    # 13c: the power of (1−ρ) in the step on the symmetric ray
     "step-power": 3,
     # 13c: the orthonormal stopping level that the rule e_k <= ε becomes
     "eps-scale": lambda eps, rho: eps / (1 - rho),
@@ -239,7 +239,7 @@ def derive_loss(claimed: dict = CLAIMED):
     r.step("At G = I, with a_kᵀa_k = A_k² + Σ_{n≠k} A_n², a_kᵀδ_k = A_k, δ_kᵀδ_k = 1 (Q the "
            "sum of the others' squares), it is claim 1's form:",
            eq(sp.Symbol("e_k"), sp.factor(value)))
-    r.check("orthonormal", "at G = I the form is claim 1's ½[(1 − A_k)² + Σ_{n≠k} A_n²] "
+    r.check("orthonormal", "at G = I the form is claim 1's ½[(1−A_k)² + Σ_{n≠k} A_n²] "
             "(symbolic K)", SYMBOLIC, sp.expand(value - c1.CLAIMED["error"](A_k, Qs)) == 0)
 
     # Backstop: exact rational features that overlap, E[w_i w_j] = δ_ij monomial by monomial.
@@ -272,7 +272,7 @@ def derive_loss(claimed: dict = CLAIMED):
             Qn = rng.normal(scale=2.0, size=(dx, dx))
             worst = max(worst, float(np.abs(gram_errors(Fn.T @ Qn @ Fn, Fn.T @ Fn)[0]
                                             - full_q(Qn, Fn)[0]).max()))
-    r.check("matches-engines", "oodcalc.model.errors_and_gradient(z, G) (the Gram engine) "
+    r.check("matches-engines", "oodcalc.model.errors_and_gradient with G (the Gram engine) "
             "equals the full-Q simulator's ½‖Fa_k − f_k‖² on the explicit vectors", NUMERIC,
             worst < 1e-12, "random unit-norm F, K = 2, 3, 5, 3 random Q each, max |difference| "
             "< 1e-12")
@@ -399,7 +399,7 @@ def derive_conservation(claimed: dict = CLAIMED):
     grad_Q = sp.Trace(g.T * F.T * Q * F).diff(Q)
     step = (F.T * (-eta * grad_Q) * F).expand().subs(F.T * F, G).doit()
     r.step("L depends on Q only through z = FᵀQF, linearly, so L(Q + dQ) − L(Q) = "
-           "tr(gᵀFᵀdQF) to first order, g = ∂L/∂z. sympy's matrix derivative (claim 2's "
+           "tr(gᵀ·Fᵀ·dQ·F) to first order, g = ∂L/∂z. sympy's matrix derivative (claim 2's "
            "step) and one step Q ← Q − η∇_Q L give, with FᵀF = G (symbolic K, d):",
            eq(sp.Symbol("nabla_Q L"), grad_Q), eq(sp.Symbol("Delta z"), step))
     r.check("gd-on-logits", "∇_Q tr(gᵀFᵀQF) = F·g·Fᵀ, and the step moves z by −ηG·g·G when "
@@ -446,7 +446,7 @@ def derive_conservation(claimed: dict = CLAIMED):
             mine = np.array([columns[k](*np.exp(zv[:, k]), *vals) for k in range(Kx)]).T / Kx
             worst = max(worst, float(np.abs(mine - gram_gradient(zv, Gn)[1]).max()))
     r.check("numeric-gradient", "sympy's ∂L/∂z from the definition equals "
-            "oodcalc.model.errors_and_gradient(z, G) (the Gram engine's closed form)", NUMERIC,
+            "oodcalc.model.errors_and_gradient with G (the Gram engine's closed form)", NUMERIC,
             worst < 1e-12, "K = 2, 3, random unit-norm features, max |difference| < 1e-12")
 
     # Consequences: the coefficients W, and z_V itself.
@@ -477,7 +477,7 @@ def derive_conservation(claimed: dict = CLAIMED):
     rho = sp.Symbol("rho", real=True)
     G_eq = (1 - rho) * sp.Identity(K) + rho * one * one.T
     rows = (one.T * G_eq).expand().subs(one.T * one, K * sp.Identity(1)).doit().expand()
-    r.check("equal-overlaps", "equal overlaps G = (1 − ρ)I + ρ11ᵀ have 1ᵀG = (1 − ρ + Kρ)1ᵀ "
+    r.check("equal-overlaps", "equal overlaps G = (1−ρ)I + ρ11ᵀ have 1ᵀG = (1 − ρ + Kρ)1ᵀ "
             "(1ᵀ1 = K): the law holds for z_V (matrix symbols)", SYMBOLIC,
             matrix_expr_is_zero((rows - claimed["row-sum"](rho, K) * one.T).expand()))
 
@@ -589,28 +589,28 @@ def derive_t1(claimed: dict = CLAIMED):
     G = (1 - rho) * sp.Identity(K) + rho * one * one.T
     rvec = sp.MatrixSymbol("r", K, 1)
 
-    # 1. e_k(G) = (1 − ρ) e_k(orthonormal), for every z.
+    # 1. e_k(G) = (1−ρ) e_k(orthonormal), for every z.
     n = sp.Symbol("n", integer=True, positive=True)
     z = sp.IndexedBase("z")
     total = sp.simplify(sp.Sum(sp.exp(z[n]) / sp.Sum(sp.exp(z[n]), (n, 1, K)), (n, 1, K)))
     quad = (rvec.T * G * rvec).expand().subs(one.T * rvec, sp.ZeroMatrix(1, 1)).doit()
     quad = quad.subs(rvec.T * one, sp.ZeroMatrix(1, 1)).doit().expand()
-    r.step("Equal overlaps: G = (1 − ρ)I + ρ11ᵀ, −1/(K − 1) < ρ < 1. The error direction "
+    r.step("Equal overlaps: G = (1−ρ)I + ρ11ᵀ, −1/(K−1) < ρ < 1. The error direction "
            "r = a_k − δ_k sums to zero for every z, because the softmax does (symbolic K):",
            eq(sp.Symbol("Sigma_n a_n"), total))
     r.step("so 1ᵀr = 0 and sympy reduces the quadratic form:", eq(sp.Symbol("r^T G r"), quad))
-    r.check("error-scale", "Σ_n a_n = 1, so G acts on the error directions as (1 − ρ)I: "
-            "e_k with G is (1 − ρ) times e_k with I for every z, hence g_G = (1 − ρ)g_I "
+    r.check("error-scale", "Σ_n a_n = 1, so G acts on the error directions as (1−ρ)I: "
+            "e_k with G is (1−ρ) times e_k with I for every z, hence g_G = (1−ρ)g_I "
             "(matrix symbols, symbolic K)", SYMBOLIC,
             total == 1 and matrix_expr_is_zero((quad - claimed["error-scale"](rho)
                                                 * rvec.T * rvec).expand()), decisive=True)
 
-    # 2. On the symmetric ray g has zero row and column sums: G·g·G = (1 − ρ)²g.
+    # 2. On the symmetric ray g has zero row and column sums: G·g·G = (1−ρ)²g.
     alpha, beta, own, other = ray_gradient()
     ray_law = is_zero(own + (K - 1) * other)
     r.step("On the symmetric ray z = αI + β(11ᵀ − I), claim 3's derivation gives the "
            "orthonormal gradient with one diagonal value a = ∂e_k/∂z_kk and one off-diagonal "
-           "value b = ∂e_k/∂z_nk (up to 1/K), and a + (K − 1)b = 0:",
+           "value b = ∂e_k/∂z_nk (up to 1/K), and a + (K−1)b = 0:",
            eq(sp.Symbol("a + (K-1) b"), sp.factor(own + (K - 1) * other)))
     r.check("ray-sums", "at a symmetric z the orthonormal gradient is symmetric with zero "
             "column sums, so its rows sum to zero too: 1ᵀg = 0 and g1 = 0 (claim 3's ray "
@@ -621,15 +621,15 @@ def derive_t1(claimed: dict = CLAIMED):
     step = step.subs({one.T * g: sp.ZeroMatrix(1, K), g * one: sp.ZeroMatrix(K, 1)}).doit()
     step = (-eta * step).expand()
     stated = -eta * (1 - rho) ** claimed["step-power"] * g
-    r.step("A step on Q moves z by −ηG·g_G·G (13b) = −η(1 − ρ)G·g_I·G, g_I the orthonormal "
+    r.step("A step on Q moves z by −ηG·g_G·G (13b) = −η(1−ρ)G·g_I·G, g_I the orthonormal "
            "gradient; with 1ᵀg_I = 0 and g_I1 = 0 sympy gets",
            eq(sp.Symbol("Delta z"), sp.factor(step.as_coeff_mmul()[0]) * g))
-    r.check("gram-step", "on the symmetric ray −ηG·g_G·G = −η(1 − ρ)³g_I: the "
-            "orthonormal step with η(1 − ρ)³ (matrix symbols, symbolic K); by claim 3 it "
+    r.check("gram-step", "on the symmetric ray −ηG·g_G·G = −η(1−ρ)³g_I: the "
+            "orthonormal step with η(1−ρ)³ (matrix symbols, symbolic K); by claim 3 it "
             "keeps the ray, so from Q = 0 every iterate is on it (induction)", SYMBOLIC,
             matrix_expr_is_zero((step - stated).expand()), decisive=True)
 
-    # 3. The stopping rule: ε/(1 − ρ); α* from claim 3's closed form.
+    # 3. The stopping rule: ε/(1−ρ); α* from claim 3's closed form.
     e_t, t, eps, delta, t_root, alpha_star = _solve_alpha_star()
     eps_orth = claimed["eps-scale"](eps, rho)
     roots = sp.solve(eq(claimed["error-scale"](rho) * e_t, eps), t)
@@ -639,15 +639,15 @@ def derive_t1(claimed: dict = CLAIMED):
     roots = [x for x in roots if sp.N(x.subs(sample)) > 0]
     same = len(roots) == 1 and is_zero(roots[0] - t_root.subs(eps, eps_orth.subs(rho, 1 - c)))
     alpha_fn, _ = _alpha_star_general()
-    r.step("The rule e_k <= ε with G is e_k <= ε/(1 − ρ) with I; on the ray e_k depends on "
-           "t = e^{α − β} alone (claim 3) and sympy solves (1 − ρ)e_k(t) = ε:",
+    r.step("The rule e_k <= ε with G is e_k <= ε/(1−ρ) with I; on the ray e_k depends on "
+           "t = e^{α − β} alone (claim 3) and sympy solves (1−ρ)e_k(t) = ε:",
            eq(t, roots[0].subs(c, 1 - rho) if roots else sp.nan))
     from .claim3_convergence import CLAIMED as C3
-    r.step("which is claim 3's root at ε/(1 − ρ), so", eq(sp.Symbol("alpha^*(rho)"),
+    r.step("which is claim 3's root at ε/(1−ρ), so", eq(sp.Symbol("alpha^*(rho)"),
                                                           C3["alpha-star"](K, delta)),
            eq(delta, sp.sqrt(2 * eps_orth * (K - 1) / K)))
-    r.check("stopping", "the threshold solved from (1 − ρ)e_k = ε on the ray is claim 3's "
-            "at ε/(1 − ρ): α*(ρ) = α*_{K, ε/(1−ρ)} (symbolic K)", SYMBOLIC, same,
+    r.check("stopping", "the threshold solved from (1−ρ)e_k = ε on the ray is claim 3's "
+            "at ε/(1−ρ): α*(ρ) = α*_{K, ε/(1−ρ)} (symbolic K)", SYMBOLIC, same,
             decisive=True)
 
     # K = 2 in closed form.
@@ -659,8 +659,8 @@ def derive_t1(claimed: dict = CLAIMED):
     r.step("K = 2 (every pair of unit vectors has one overlap ρ): on the ray β = −α the "
            "attention on the other feature is q = 1/(1 + e^{2α}) and", eq(sp.Symbol(
                "alpha^*(rho)"), claimed["k2-alpha"](q)), eq(q, q_star))
-    r.check("k2", "claim 3's α* at K = 2 and ε/(1 − ρ) is ½ln((1 − q*)/q*), "
-            "q* = √(ε/(1 − ρ))", SYMBOLIC, k2_ok, decisive=True)
+    r.check("k2", "claim 3's α* at K = 2 and ε/(1−ρ) is ½ln((1−q*)/q*), "
+            "q* = √(ε/(1−ρ))", SYMBOLIC, k2_ok, decisive=True)
     a2 = sp.Symbol("alpha", real=True)
     G2 = sp.Matrix([[1, rho], [rho, 1]])
     e1 = _gram_error([a2, -a2], 0, G2)
@@ -670,7 +670,7 @@ def derive_t1(claimed: dict = CLAIMED):
     on_ray = is_zero(step2[0, 0] + step2[0, 1]) and is_zero(step2[0, 0] - step2[1, 1]) \
         and is_zero(step2[0, 1] - step2[1, 0])
     r.check("k2-explicit", "K = 2 from the definition with G = [[1, ρ], [ρ, 1]]: e_1 = "
-            "(1 − ρ)q² at z = α(2I − 11ᵀ), and the step −G·g·G keeps the form α(2I − 11ᵀ)",
+            "(1−ρ)q² at z = α(2I − 11ᵀ), and the step −G·g·G keeps the form α(2I − 11ᵀ)",
             EXPLICIT, is_zero(e1 - claimed["k2-error"](rho, q_of)) and on_ray, ks=(2,))
 
     ok = True
@@ -681,7 +681,7 @@ def derive_t1(claimed: dict = CLAIMED):
         lhs = -Gx * gG * Gx
         rhs = -(1 - rho) ** claimed["step-power"] * gI
         ok &= all(is_zero(x) for x in (lhs - rhs))
-    r.check("gram-step-explicit", "−G·g_G·G = −(1 − ρ)³g_I entry by entry at a "
+    r.check("gram-step-explicit", "−G·g_G·G = −(1−ρ)³g_I entry by entry at a "
             "symmetric point, differentiated from the definition (ρ a symbol)", EXPLICIT, ok,
             ks=(3,))
 
@@ -703,8 +703,8 @@ def derive_t1(claimed: dict = CLAIMED):
            "measures one case).")
     return r.result("13c", "T1 state with equal overlaps",
                     "Symbolic K for equal overlaps: G acts on the error directions as "
-                    "(1 − ρ)I, on the symmetric ray G·g·G = (1 − ρ)²g, so pretraining is the "
-                    "orthonormal one at ε/(1 − ρ) and step η(1 − ρ)³, α* from claim 3; K = 2 "
+                    "(1−ρ)I, on the symmetric ray G·g·G = (1−ρ)²g, so pretraining is the "
+                    "orthonormal one at ε/(1−ρ) and step η(1−ρ)³, α* from claim 3; K = 2 "
                     "in closed form. Unequal overlaps: numeric only.")
 
 
@@ -745,8 +745,8 @@ def check_t1(ctx, claimed: dict = NUMERIC_CLAIMED):
                      f"({'bracketed' if bracket else 'NOT bracketed'})")
     population = PopulationCheck(
         "full-Q GD pretraining on equal-overlap features (oc.overlap, explicit vectors, "
-        "ε = 0.01, η = 0.1): T1 and z_V(T1) against the orthonormal dynamics at ε/(1 − ρ) "
-        "with step η(1 − ρ)³, α(T1−1) < α*_{K,ε/(1−ρ)} <= α(T1), and z_V(T1) on the "
+        "ε = 0.01, η = 0.1): T1 and z_V(T1) against the orthonormal dynamics at ε/(1−ρ) "
+        "with step η(1−ρ)³, α(T1−1) < α*_{K,ε/(1−ρ)} <= α(T1), and z_V(T1) on the "
         f"symmetric ray; {len(T1_CASES)} (K, ρ)",
         max(worst_flat, worst_ray), max(worst_flat, worst_ray),
         "T1 equal, z_V within 1e-9 of the orthonormal run, on the ray <= "
@@ -775,6 +775,13 @@ def _J_algebra():
     def reduce(expr):
         return sp.expand(sp.rem(sp.expand(expr), J ** 2 - K * J, J))
     return K, J, reduce
+
+
+def _factored(expr):
+    """A sum of matrix monomials with each scalar coefficient factored (for display)."""
+    terms = expr.args if isinstance(expr, sp.MatAdd) else (expr,)
+    parts = [term.as_coeff_mmul() for term in terms]
+    return sp.MatAdd(*[sp.factor(c) * m for c, m in parts])
 
 
 def _in_J(expr, one, J) -> sp.Expr:
@@ -830,7 +837,7 @@ def derive_ood(claimed: dict = CLAIMED):
     zVs = sp.MatrixSymbol("z_V", K, K)
     shifted = claimed["ood-start"](G * Gam, G, zVs).doit()
     shifted = shifted.subs({G.T: G, Gam.T: Gam}).doit()
-    r.step("oc.overlap and oc.gram build u_k = γ_kv_k + √(1 − γ_k²)w_k (w ⊥ span V), so "
+    r.step("oc.overlap and oc.gram build u_k = γ_kv_k + √(1−γ_k²)w_k (w ⊥ span V), so "
            "M = G_VΓ, Γ = diag(γ); with G_V and Γ symmetric", eq(sp.Symbol("z_U"), shifted))
     r.check("overlap-shift", "M = G_VΓ gives z_U = Γz_VΓ for any G_V: entries γ_nγ_k z_V[n, k] "
             "(matrix symbols)", SYMBOLIC,
@@ -844,9 +851,9 @@ def derive_ood(claimed: dict = CLAIMED):
     prod = reduce((x + y * J) * Gpoly)
     sol = sp.solve([prod.coeff(J, 0) - 1, prod.coeff(J, 1)], [x, y], dict=True)[0]
     Ginv = sol[x] + sol[y] * J
-    r.step("Equal overlaps G_V = (1 − ρ)I + ρJ, J = 11ᵀ, J² = KJ: matrices xI + yJ multiply "
-           "as polynomials in J mod J² − KJ (symbolic K). sympy solves (xI + yJ)G_V = I:",
-           eq(sp.Symbol("G_V^{-1}"), Ginv))
+    r.step("Equal overlaps G_V = (1−ρ)I + ρJ, J = 11ᵀ, J² = K·J: matrices x·I + y·J multiply "
+           "as polynomials in J modulo J² − K·J (symbolic K). sympy solves (x·I + y·J)·G_V = I:",
+           eq(sp.Symbol("G_V^{-1}"), sp.factor(sol[x]) + sp.factor(sol[y]) * J))
     alpha, Z = t1_logits()
     one = sp.MatrixSymbol("1", K, 1)
     Zpoly = _in_J(Z, one, J)                  # claim 3's Z = αI + β(11ᵀ − I), β solved there
@@ -855,18 +862,18 @@ def derive_ood(claimed: dict = CLAIMED):
     b = sp.MatrixSymbol("b", K, 1)
     zU_eq = (M.T * (cI * sp.Identity(K) + cJ * one * one.T) * M).expand()
     zU_eq = zU_eq.subs({M.T * one: sp.sqrt(K) * b, one.T * M: sp.sqrt(K) * b.T}).doit()
-    r.step("By 13c z_V(T1) is on the symmetric ray, claim 3's Z = αI − α/(K − 1)(J − I) "
+    r.step("By claim 13c z_V(T1) is on the symmetric ray, claim 3's Z = αI − α/(K−1)(J − I) "
            "(α = α*_{K,ε/(1−ρ)} at the threshold, or the value GD reached); "
-           "G_V⁻¹ZG_V⁻¹ = cI + c'J with", eq(sp.Symbol("c"), cI), eq(sp.Symbol("c'"), cJ),
-           eq(sp.Symbol("z_U"), zU_eq))
+           "G_V⁻¹ZG_V⁻¹ = c·I + c'·J with", eq(sp.Symbol("c"), cI), eq(sp.Symbol("c'"), cJ),
+           eq(sp.Symbol("z_U"), _factored(zU_eq)))
     stated_eq = claimed["equal-overlap"](alpha, K, rho, M, b)
     ok_inverse = sp.cancel(reduce(Ginv * Gpoly)) == 1
-    r.check("equal-overlap", "G_V⁻¹ZG_V⁻¹ = Kα/((K − 1)(1 − ρ)²)(I − J/K), so "
-            "z_U = Kα/((K − 1)(1 − ρ)²)(MᵀM − bbᵀ), b = Mᵀ1/√K (symbolic K: the algebra of "
+    r.check("equal-overlap", "G_V⁻¹ZG_V⁻¹ = Kα/((K−1)(1−ρ)²)(I − J/K), so "
+            "z_U = Kα/((K−1)(1−ρ)²)(MᵀM − bbᵀ), b = Mᵀ1/√K (symbolic K: the algebra of "
             "I and J, then matrix symbols)", SYMBOLIC,
             ok_inverse and matrix_expr_is_zero((zU_eq - stated_eq).expand()), decisive=True)
     at_zero = stated_eq.subs(rho, 0)
-    r.check("orthonormal", "at ρ = 0 (G_V = I) the form is claim 5's Kα/(K − 1)(MᵀM − bbᵀ)",
+    r.check("orthonormal", "at ρ = 0 (G_V = I) the form is claim 5's Kα/(K−1)(MᵀM − bbᵀ)",
             SYMBOLIC, matrix_expr_is_zero((at_zero - C5["ood"](alpha, K, M, b)).expand()))
 
     ok = True
@@ -879,7 +886,7 @@ def derive_ood(claimed: dict = CLAIMED):
         bx = Mx.T * sp.ones(Kx, 1) / sp.sqrt(Kx)
         formula = claimed["equal-overlap"](alpha, Kx, rho, Mx, bx)
         ok &= all(_numerator_zero(v) for v in (Mx.T * inner * Mx - formula))
-    r.check("entries-explicit", "entry by entry with G_V = (1 − ρ)I + ρ11ᵀ inverted by sympy "
+    r.check("entries-explicit", "entry by entry with G_V = (1−ρ)I + ρ11ᵀ inverted by sympy "
             "and M a matrix of free symbols", EXPLICIT, ok, ks=(2, 3))
 
     from ..finetune.gram import ood_start
@@ -900,7 +907,7 @@ def derive_ood(claimed: dict = CLAIMED):
     return r.result("13d", "OOD weights at T1 with overlapping features",
                     "Symbolic K: pretraining keeps Q = VWVᵀ, so z_U = Mᵀ G_V⁻¹ z_V G_V⁻¹ M "
                     "(matrix symbols); M = G_VΓ gives Γz_VΓ; equal overlaps give "
-                    "Kα/((K − 1)(1 − ρ)²)(MᵀM − bbᵀ) (the algebra of I and 11ᵀ); claim 5 at "
+                    "Kα/((K−1)(1−ρ)²)(MᵀM − bbᵀ) (the algebra of I and 11ᵀ); claim 5 at "
                     "ρ = 0.")
 
 
@@ -954,7 +961,7 @@ def check_ood(ctx, claimed: dict = NUMERIC_CLAIMED):
     population = PopulationCheck(
         "UᵀQ^(T1)U of full-Q GD pretraining on the explicit vectors (ε = 0.01, η = 0.1) "
         "against Mᵀ G_V⁻¹ z_V(T1) G_V⁻¹ M, against Γz_VΓ where M = G_VΓ, and against "
-        "Kα/((K − 1)(1 − ρ)²)(MᵀM − bbᵀ) for equal overlaps (at the α reached; at α* within "
+        "Kα/((K−1)(1−ρ)²)(MᵀM − bbᵀ) for equal overlaps (at the α reached; at α* within "
         "one GD step)", worst, rel(worst, scale),
         f"<= {EXACT_TOL:g} (identities given Q^(T1)); at α* within one step", ok, lines)
     return population, None, []
