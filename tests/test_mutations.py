@@ -678,6 +678,10 @@ NUMERIC_PART_MUTATIONS = {
     "13c: α* at ε": ("13c", numeric(C13, alpha_star=lambda K, eps, rho: theory.alpha_star(
         K, eps))),
     "13c: scale (1 − ρ)⁻¹": ("13c", numeric(C13, eps_scale=lambda rho: 1 / (1 - rho))),
+    # 13c: the statement's numbers (the T1 of full-Q GD) off by one step
+    "13c: T1 at ρ = 0.8 off by one": ("13c", numeric(C13, k2_T1={**_num13()["k2_T1"],
+                                                                  0.8: 10870})),
+    "13c: unequal T1 off by one": ("13c", numeric(C13, unequal_T1=2654)),
     # 13d: the closed form's (1 − ρ)² as a cube; Γz_VΓ as Γ²z_V
     "13d: (1 − ρ)³": ("13d", numeric(C13, equal_overlap=lambda M, a, rho: _num13()[
         "equal_overlap"](M, a, rho) / (1 - rho))),

@@ -282,8 +282,10 @@ CLAIMS: tuple[Claim, ...] = (
           "K = 2, ⟨v_1, v_2⟩ = ρ: GD from Q = 0 stays on β = −α and stops at "
           "α*(ρ) = ½ln((1−q*)/q*), q* = √(ε/(1−ρ)) (e_k = (1−ρ)q² on the ray). Any K "
           "with equal overlaps G = (1−ρ)I + ρ11ᵀ: pretraining is the orthonormal one at "
-          "ε/(1−ρ) with step η(1−ρ)³ (α* = α*_{K,ε/(1−ρ)}, β = −α/(K−1)). Unequal "
-          "overlaps, K ≥ 3: GD leaves the symmetric ray; no closed form (measured only).",
+          "ε/(1−ρ) with step η(1−ρ)³ (α* = α*_{K,ε/(1−ρ)}, β = −α/(K−1)); K = 2, ε = 0.01, "
+          "η = 0.1: T1 = 150, 357, 1575, 10869 at ρ = −0.5, 0, 0.5, 0.8. Unequal overlaps, "
+          "K ≥ 3: GD leaves the symmetric ray and no closed form is known (measured only: "
+          "G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]] stops at T1 = 2655, z_V(T1) not symmetric).",
           "symbolic K",
           "Σ_n a_n = 1 makes G act on the error directions as (1−ρ)I, so e_k(G) = "
           "(1−ρ)e_k(I) and g(G) = (1−ρ)g(I) for every z; on the symmetric ray g has zero "
