@@ -310,54 +310,64 @@ def check_loss(ctx, claimed: dict = NUMERIC_CLAIMED):
     from ..setting import Protocol
     from ..simulate.population import errors_and_gradient
     from ..simulate.prompts import sampled_loss_and_gradient
-    geometry = _unequal_geometry()
-    V, G = geometry.V, geometry.G_V
-    K = V.shape[1]
-    _, T1, path = ctx.population_path(V, Protocol())
     rng = np.random.default_rng(131)
-    cases = [path[t] for t in sorted({0, T1 // 4, T1 // 2, T1})]
-    cases += [rng.normal(scale=3.0, size=path[0].shape) for _ in range(2)]
-    formula_gap, prompt_gap = 0.0, 0.0
-    for Q in cases:
-        formula = claimed["error"](V.T @ Q @ V, G)
-        formula_gap = max(formula_gap, float(np.abs(formula - errors_and_gradient(Q, V)[0])
-                                             .max()))
-        a = np.exp(V.T @ Q @ V - (V.T @ Q @ V).max(axis=0))
-        a /= a.sum(axis=0)
-        for copies in (1, 3):
-            P, w = balanced_prompts(V, copies, 60, rng)
-            half_sq = sampled_loss_and_gradient(Q, P)[2]
-            direct = 0.5 * np.einsum("bd,db->b", w, V @ (a - np.eye(K))[:, P.q]) ** 2
-            prompt_gap = max(prompt_gap, float(np.abs(half_sq - direct).max()))
+    formula_gap, prompt_gap, lines = 0.0, 0.0, []
+    # the unequal overlaps of 13b's counterexample (K = 3) and its circulant (K = 4)
+    runs = {"G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]]": _unequal_geometry().V,
+            "K = 4, circulant overlaps 0.3, −0.2": _circulant_V()}
+    for name, V in runs.items():
+        G, K = V.T @ V, V.shape[1]
+        _, T1, path = ctx.population_path(V, Protocol())
+        cases = [path[t] for t in sorted({0, T1 // 4, T1 // 2, T1})]
+        cases += [rng.normal(scale=3.0, size=path[0].shape) for _ in range(2)]
+        for Q in cases:
+            z = V.T @ Q @ V
+            formula = claimed["error"](z, G)
+            formula_gap = max(formula_gap, float(np.abs(formula - errors_and_gradient(Q, V)[0])
+                                                 .max()))
+            a = np.exp(z - z.max(axis=0))
+            a /= a.sum(axis=0)
+            for copies in (1, 3):
+                P, w = balanced_prompts(V, copies, 60, rng)
+                half_sq = sampled_loss_and_gradient(Q, P)[2]
+                direct = 0.5 * np.einsum("bd,db->b", w, V @ (a - np.eye(K))[:, P.q]) ** 2
+                prompt_gap = max(prompt_gap, float(np.abs(half_sq - direct).max()))
+        lines.append(f"{name}: T1 = {T1}, Q^(t) at t = 0, T1/4, T1/2, T1 and 2 random Q")
     worst = max(formula_gap, prompt_gap)
     population = PopulationCheck(
         "½(a_k − δ_k)ᵀG(a_k − δ_k) against the full-Q simulator's ½‖Fa_k − f_k‖², and the "
         "sampled ½(ŷ − y)² of balanced prompts (1 and 3 copies of each feature, shuffled, "
-        "60 tasks w each) against ½(wᵀF(a_k − δ_k))², at Q along full-Q GD pretraining on "
-        f"G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]] (T1 = {T1}) and 2 random Q",
+        "60 tasks w each) against ½(wᵀF(a_k − δ_k))², at Q along full-Q GD pretraining "
+        "(ε = 0.01, η = 0.1) on two Gram matrices with unequal overlaps, and random Q",
         worst, worst, f"<= {EXACT_TOL:g} (exact identities)", worst <= EXACT_TOL,
-        [f"formula vs simulator (a): {formula_gap:.2g}; balanced prompt vs wᵀF(a_k − δ_k): "
-         f"{prompt_gap:.2g}"])
+        lines + [f"formula vs simulator (a): {formula_gap:.2g}; balanced prompt vs "
+                 f"wᵀF(a_k − δ_k): {prompt_gap:.2g}"])
 
-    # Monte Carlo over the task: the mean sampled error of balanced prompts.
+    # Monte Carlo over the task: the mean sampled error of balanced prompts, at the
+    # budget's prompt lengths (multiples of K = 4)
+    V = _circulant_V()
+    G, K = V.T @ V, V.shape[1]
+    _, T1, path = ctx.population_path(V, Protocol())
     Q = path[T1 // 4]
     formula = claimed["error"](V.T @ Q @ V, G)
     B = 3000
     points = []
-    for copies in (1, 4, 16):
+    for N in ctx.budget.Ns:
+        if N % K:
+            raise ValueError(f"claim 13a: prompt length {N} is no multiple of K = {K}")
         dev = []
         for s in ctx.seeds():
-            P, _ = balanced_prompts(V, copies, B, np.random.default_rng([13, copies, s]))
+            P, _ = balanced_prompts(V, N // K, B, np.random.default_rng([13, N, s]))
             half_sq = sampled_loss_and_gradient(Q, P)[2]
             per_query = np.bincount(P.q, weights=half_sq, minlength=K) / np.bincount(P.q)
             dev.append(float((per_query - formula).mean()))
-        points.append(Point(copies * K, *mean_se(dev), len(dev)))
+        points.append(Point(N, *mean_se(dev), len(dev)))
     prompts = monte_carlo_check(
         f"mean over w ~ N(0, I) of the sampled ½(ŷ − y)² of balanced prompts (every feature "
         f"N/K times, shuffled; {B} prompts per seed, queries cycling) minus "
         f"½(a_k − δ_k)ᵀG(a_k − δ_k), averaged over the queries, at Q^({T1 // 4}) of full-Q GD "
-        f"on the same G (e_k = {', '.join(f'{x:.4f}' for x in formula)}); seeds [13, N/K, s]",
-        points)
+        f"on K = 4 features with circulant overlaps 0.3, −0.2 (e_k = "
+        f"{', '.join(f'{x:.4f}' for x in formula)}); seeds [13, N, s]", points)
     return population, prompts, []
 
 
@@ -490,7 +500,8 @@ def derive_conservation(claimed: dict = CLAIMED):
     r.step("Unequal overlaps break it. G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]] (⟨v_1, v_2⟩ = ½, "
            "v_3 orthogonal to both; rows sum to 3/2, 3/2, 1): at Q = 0 the attention is "
            "uniform and sympy differentiates e_k from its definition; the first step's column "
-           "sums of Δz_V/η are, exactly,", eq(sp.Symbol("1^T Delta z_V / eta"), sums))
+           "sums of Δz_V/η are, exactly,", eq(sp.Symbol("1^T Delta z_V / eta"),
+                                                 sp.Tuple(*sums)))
     ok = fails and not claimed["law-holds"](G3)
     # equal row sums with unequal overlaps (K = 4, circulant) and equal overlaps (K = 3): 0
     a, b = sp.Rational(3, 10), sp.Rational(-1, 5)
