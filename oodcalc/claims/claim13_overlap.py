@@ -19,7 +19,8 @@ diagonal), logits z = FᵀQF.
   z_U = Γz_VΓ; G_V = I is claim 5.
 
 Each derivation reuses the orthonormal ones' machinery (claim 1's grouping, claim 2's
-matrix derivative, claim 3's ray gradient and α*, claim 5's T1 logits). The numeric checks
+matrix-derivative step, claim 3's ray gradient, α* and T1 logits, claim 5's form at
+G_V = I). The numeric checks
 run full-Q gradient descent on the explicit vectors (:mod:`oodcalc.simulate.population`,
 no Gram formula inside it).
 """
@@ -628,7 +629,8 @@ def derive_t1(claimed: dict = CLAIMED):
     r.check("ray-sums", "at a symmetric z the orthonormal gradient is symmetric with zero "
             "column sums, so its rows sum to zero too: 1ᵀg = 0 and g1 = 0 (claim 3's ray "
             "gradient, symbolic K)", SYMBOLIC,
-            ray_law and own.free_symbols <= {alpha, beta, K}, decisive=True)
+            ray_law and (own.free_symbols | other.free_symbols) <= {alpha, beta, K},
+            decisive=True)
     g = sp.MatrixSymbol("g", K, K)
     step = (G * (claimed["error-scale"](rho) * g) * G).expand()
     step = step.subs({one.T * g: sp.ZeroMatrix(1, K), g * one: sp.ZeroMatrix(K, 1)}).doit()
