@@ -96,7 +96,7 @@ FORMAT_REPRO = Pool(("table", "markdown", "json", "MARKDOWN"), ("latex", ""))
 FORMAT_DERIVE = Pool(("text", "markdown", "latex", "TEXT"), ("html", ""))
 SIMULATOR = Pool(("population", "prompts"), ("theory", ""))
 STOP = Pool(("population", "heldout"), ("never", ""))
-CLAIM = Pool((), ("0", "13", "-1", "abc", "", "99999999999999999999", "conservation ", "1.0"),
+CLAIM = Pool((), ("0", "14", "-1", "abc", "", "99999999999999999999", "conservation ", "1.0"),
              slow=("1", "2", "3", "conservation", "9", "step-size", "10", "interventions"))
 SCHEDULER = Pool((), ("abc", "", "tcp://", "tcp://[::1", "unix://"))
 

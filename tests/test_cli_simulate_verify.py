@@ -107,7 +107,7 @@ def test_verify_refuted_exits_0_and_a_lost_counterexample_fails(capsys, monkeypa
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["--claim", "13"], "--claim: got '13'"),
+    (["--claim", "14"], "--claim: got '14'"),
     (["--claim", "nonsense"], "--claim: got 'nonsense'"),
     (["--fast"], "No such option"),
 ])

@@ -75,6 +75,7 @@ C8E = "claim8e_long_finetuning"
 C10 = "claim10_interventions"
 C11 = "claim11_replay_first_step"
 C12 = "claim12_advice"
+C13 = "claim13_overlap"
 
 
 def flipped_rule(rule):
@@ -406,6 +407,79 @@ SYMBOLIC_MUTATIONS = {
                                                              lambda g, p: 1 / (1 - g ** 2)}},
                                     {"step-ratio"}),
     },
+    # claims 13a–13d, overlapping features: a wrong factor, a dropped term, a flipped sign
+    "13a": {
+        "counts squared": (claimed(C13, grouped=lambda c, z, n, m, K: c[n] ** 2 * sp.exp(z[n])
+                                   / sp.Sum(c[m] ** 2 * sp.exp(z[m]), (m, 1, K))), {"grouping"}),
+        "K → K + 1": (claimed(C13, population=lambda z, n, m, K: sp.exp(z[n]) / sp.Sum(
+            sp.exp(z[m]), (m, 1, K + 1))), {"balanced"}),
+        "G dropped": (claimed(C13, error=lambda A, e, G: sp.Rational(1, 2) * (A - e).T * (A - e)),
+                      {"error", "distance", "error-explicit"}),
+        "flipped sign": (claimed(C13, error=lambda A, e, G: sp.Rational(1, 2) * (A + e).T * G
+                                 * (A + e)), {"error", "distance", "orthonormal",
+                                              "error-explicit"}),
+        "distance without ½": (claimed(C13, distance=lambda F, A, e: (F * A - F * e).T
+                                       * (F * A - F * e)), {"distance"}),
+        "Gram engine off": (patched("oodcalc.model", "errors_and_gradient", lambda f: (
+            lambda z, G=None: (lambda out: ((1 + 1e-6) * out[0], out[1]))(f(z, G)))),
+            {"matches-engines"}),
+    },
+    "13b": {
+        "step G·g (one G dropped)": (claimed(C13, **{"logit-step": lambda eta, G, g: -eta * G * g}),
+                                     {"gd-on-logits", "coefficients"}),
+        "gᵀ added": (claimed(C13, **{"logit-step": lambda eta, G, g: -eta * G * (g + g.T) * G}),
+                     {"gd-on-logits", "coefficients", "equal-rows"}),
+        "error over D, not D²": (claimed(C13, **{"error-sums": lambda quad, lin, D, G_kk:
+                                                  sp.Rational(1, 2) * (quad / D - 2 * lin / D
+                                                                       + G_kk)}),
+                                 {"shift-invariance", "column-sums-explicit", "numeric-gradient",
+                                  "counterexample"}),
+        "coefficient step 2x": (claimed(C13, **{"coefficient-step": lambda eta, g: -2 * eta * g}),
+                                {"coefficients"}),
+        "row sum (K − 1)ρ": (claimed(C13, **{"row-sum": lambda rho, K: 1 - rho + (K - 1) * rho}),
+                             {"equal-overlaps"}),
+        "the law for every G": (claimed(C13, **{"law-holds": lambda G: True}), {"counterexample"}),
+        "counterexample sign flipped": (claimed(C13, **{"counterexample-sums": (
+            sp.Rational(-7, 216), sp.Rational(-7, 216), sp.Rational(7, 162))}), {"counterexample"}),
+        "Gram engine off": (patched("oodcalc.model", "errors_and_gradient", lambda f: (
+            lambda z, G=None: (lambda out: (out[0], (1 + 1e-6) * out[1]))(f(z, G)))),
+            {"numeric-gradient"}),
+    },
+    "13c": {
+        "step (1 − ρ)²": (claimed(C13, **{"step-power": 2}), {"gram-step", "gram-step-explicit"}),
+        "error scale 1 − ρ/2": (claimed(C13, **{"error-scale": lambda rho: 1 - rho / 2}),
+                                {"error-scale", "gram-step", "stopping"}),
+        "stop at ε(1 − ρ)": (claimed(C13, **{"eps-scale": lambda eps, rho: eps * (1 - rho)}),
+                             {"stopping", "k2", "matches-theory"}),
+        "q* without the root": (claimed(C13, **{"k2-q": lambda eps, rho: eps / (1 - rho)}),
+                                {"k2"}),
+        "α* without ½": (claimed(C13, **{"k2-alpha": lambda q: sp.log((1 - q) / q)}), {"k2"}),
+        "K = 2 error (1 − ρ)²q²": (claimed(C13, **{"k2-error": lambda rho, q: (1 - rho) ** 2
+                                                   * q ** 2}), {"k2-explicit"}),
+        "skewed ray gradient": (patched(f"oodcalc.claims.{C3}", "ray_gradient",
+                                        skewed_ray_gradient), {"ray-sums"}),
+        "theory off": (patched("oodcalc.theory", "gram_alpha_star", scaled(1 + 1e-6)),
+                       {"matches-theory"}),
+    },
+    "13d": {
+        "span step gᵀ": (claimed(C13, **{"span-step": lambda W, eta, g: W - eta * g.T}),
+                         {"stays-in-span"}),
+        "dropped G_V⁻¹": (claimed(C13, **{"ood-start": lambda M, G, zV: M.T * zV * M}),
+                          {"ood-start", "overlap-shift", "matches-engine"}),
+        "Γ²z_V": (claimed(C13, **{"overlap-shift": lambda Gam, zV: Gam * Gam * zV}),
+                  {"overlap-shift"}),
+        "(1 − ρ)³": (claimed(C13, **{"equal-overlap": lambda a, K, rho, M, b: K * a / (
+            (K - 1) * (1 - rho) ** 3) * (M.T * M - b * b.T)}), {"equal-overlap",
+                                                                "entries-explicit"}),
+        "K/(K − 2)": (claimed(C13, **{"equal-overlap": lambda a, K, rho, M, b: K * a / (
+            (K - 2) * (1 - rho) ** 2) * (M.T * M - b * b.T)}),
+            {"equal-overlap", "orthonormal", "entries-explicit"}),
+        "bbᵀ sign flipped": (claimed(C13, **{"equal-overlap": lambda a, K, rho, M, b: K * a / (
+            (K - 1) * (1 - rho) ** 2) * (M.T * M + b * b.T)}),
+            {"equal-overlap", "orthonormal", "entries-explicit"}),
+        "engine off": (patched("oodcalc.finetune.gram", "ood_start", scaled(1 + 1e-6)),
+                       {"matches-engine"}),
+    },
 }
 
 def _CL12():
@@ -561,7 +635,18 @@ NUMERIC_MUTATIONS = {
     # the key side not projected: F != 0
     "12c": (lambda: {**_num12(), "sides": {**_num12()["sides"], "key": (False, False)}},
             ("population",)),
+    # 13a: the Gram matrix dropped from e_k; 13b: W's column sums read off z_V without
+    # G⁻¹; 13c: the step η(1 − ρ)² (T1 changes); 13d: the OOD start without G_V⁻¹
+    "13a": (numeric(C13, error=lambda z, G: _num13()["error"](z, np.eye(len(G)))),
+            ("population", "prompts")),
+    "13b": (numeric(C13, coefficients=lambda z, G: z), ("population",)),
+    "13c": (numeric(C13, step_power=2), ("population",)),
+    "13d": (numeric(C13, ood_start=lambda zV, G, M: M.T @ zV @ M), ("population",)),
 }
+
+
+def _num13():
+    return dict(importlib.import_module(f"oodcalc.claims.{C13}").NUMERIC_CLAIMED)
 
 
 def _num12():
@@ -596,6 +681,22 @@ NUMERIC_PART_MUTATIONS = {
                                                       lambda g, p: 1 / (1 - g ** 2)}),
     "12c: query not projected": ("12c", lambda: {**_num12(), "sides": {
         **_num12()["sides"], "query": (False, False)}}),
+    # 13b: the law claimed for every G; the counterexample's first step with its sign flipped
+    "13b: the law for every G": ("13b", numeric(C13, law_holds=lambda G: True)),
+    "13b: first step sign flipped": ("13b", numeric(C13, first_step=(-7 / 216, -7 / 216,
+                                                                     7 / 162))),
+    # 13c: the rule at ε (not ε/(1 − ρ)) in α*, and in the orthonormal run
+    "13c: α* at ε": ("13c", numeric(C13, alpha_star=lambda K, eps, rho: theory.alpha_star(
+        K, eps))),
+    "13c: scale (1 − ρ)⁻¹": ("13c", numeric(C13, eps_scale=lambda rho: 1 / (1 - rho))),
+    # 13c: the statement's numbers (the T1 of full-Q GD) off by one step
+    "13c: T1 at ρ = 0.8 off by one": ("13c", numeric(C13, k2_T1={**_num13()["k2_T1"],
+                                                                  0.8: 10870})),
+    "13c: unequal T1 off by one": ("13c", numeric(C13, unequal_T1=2654)),
+    # 13d: the closed form's (1 − ρ)² as a cube; Γz_VΓ as Γ²z_V
+    "13d: (1 − ρ)³": ("13d", numeric(C13, equal_overlap=lambda M, a, rho: _num13()[
+        "equal_overlap"](M, a, rho) / (1 - rho))),
+    "13d: Γ²z_V": ("13d", numeric(C13, overlap_shift=lambda zV, g: (g ** 2)[:, None] * zV)),
     "8e: closed form E^{c/4}": ("8e", numeric(C8E, uniform=lambda a, c, E: 1 / (1 + np.exp(
         a * (2 - c ** 2 / 2)) * np.asarray(E, dtype=np.float64) ** (c / 4)) ** 2)),
 }
@@ -680,6 +781,8 @@ NONSHRINKING_MUTATIONS = {
     "3: α target − 4e-3": ("3", shifted(C3, "population_alpha", -4e-3)),
     "5: OOD errors − 1.5e-5": ("5", shifted(C5, "ood_errors", -1.5e-5)),
     "9a: bound × (1 − 5e-3)": ("9a", shifted(C9, "step_size_bounds", -5e-3, relative=True)),
+    # 13a's task average: e_k moved by 1e-2 (about ten of its SE at every N)
+    "13a: e_k + 1e-2": ("13a", shifted(C13, "error", 1e-2)),
 }
 
 

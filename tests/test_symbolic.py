@@ -98,11 +98,13 @@ def test_registry_lookup():
     with pytest.raises(InputError):
         get_claim("8")                     # names several parts
     with pytest.raises(InputError):
-        get_claims("13")
+        get_claims("14")
     assert [c.key for c in get_claims("10")] == ["interventions"]
     assert [c.id for c in get_claims("11")] == ["11a", "11b", "11c"]
     assert [c.id for c in get_claims("12")] == ["12a", "12b", "12c"]
     assert get_claim("advice-projection").id == "12c" and get_claim("12b").refutes
+    assert [c.id for c in get_claims("13")][:4] == ["13a", "13b", "13c", "13d"]
+    assert get_claim("overlap-t1").id == "13c" and get_claim("overlap-loss").number == 13
 
 
 def test_zero_tests_detect_non_identities():

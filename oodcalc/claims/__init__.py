@@ -256,6 +256,52 @@ CLAIMS: tuple[Claim, ...] = (
           "claim 10's Vᵀ(I − VVᵀ) = 0 removes the fit from Δz_V on each projected side; "
           "UᵀP u_k = UᵀP V m = 0 for u_k = V m zeroes column k of A_r",
           _M + "claim12_advice", "derive_projection", "check_projection"),
+    Claim("13a", "overlap-loss", "Population loss with overlapping features",
+          "Unit-norm features F = [f_1 … f_K], G = FᵀF, z = FᵀQF: with w ~ N(0, I_d), labels "
+          "y = wᵀx and balanced tokens (or the population limit), query f_k has "
+          "e_k = ½‖Fa_k − f_k‖² = ½(a_k − δ_k)ᵀG(a_k − δ_k), a_k the column softmax of z; "
+          "at G = I it is claim 1's form.",
+          "symbolic K",
+          "every token equal to f_n scores z_n = f_nᵀQf_k, so claim 1's grouping holds "
+          "unchanged; E_w[wwᵀ] = I with FᵀF = G turns E_w(ŷ − wᵀf_k)² into "
+          "(a_k − δ_k)ᵀG(a_k − δ_k) (matrix symbols)",
+          _M + "claim13_overlap", "derive_loss", "check_loss"),
+    Claim("13b", "overlap-conservation", "Conservation with overlapping features",
+          "A GD step moves z_V by Δz_V = −ηG·g·G, g = ∂L/∂z with zero column sums; with "
+          "Q = VWVᵀ the column sums of ΔW = G⁻¹Δz_VG⁻¹ = −ηg vanish (the law holds for W); "
+          "the law on z_V itself (Δα_k = Σ_{n≠k} Λ_{k,n}) holds when every row of G has the "
+          "same sum (1ᵀG = r1ᵀ: every equal overlap) and fails for unequal overlaps "
+          "(G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]]: first step from Q = 0 has column sums "
+          "(7/216, 7/216, −7/162)η).",
+          "symbolic K",
+          "∇_Q L = F·g·Fᵀ gives Δz = −ηG·g·G; e_k(z + c1) = e_k(z) for any G (shift invariance, "
+          "symbolic K) gives 1ᵀg = 0; then G⁻¹Δz_VG⁻¹ = −ηg and 1ᵀG = r1ᵀ ⇒ 1ᵀΔz_V = 0 "
+          "(matrix symbols); the counterexample in exact rationals",
+          _M + "claim13_overlap", "derive_conservation", "check_conservation"),
+    Claim("13c", "overlap-t1", "T1 state with equal overlaps",
+          "K = 2, ⟨v_1, v_2⟩ = ρ: GD from Q = 0 stays on β = −α and stops at "
+          "α*(ρ) = ½ln((1−q*)/q*), q* = √(ε/(1−ρ)) (e_k = (1−ρ)q² on the ray). Any K "
+          "with equal overlaps G = (1−ρ)I + ρ11ᵀ: pretraining is the orthonormal one at "
+          "ε/(1−ρ) with step η(1−ρ)³ (α* = α*_{K,ε/(1−ρ)}, β = −α/(K−1)); K = 2, ε = 0.01, "
+          "η = 0.1: T1 = 150, 357, 1575, 10869 at ρ = −0.5, 0, 0.5, 0.8. Unequal overlaps, "
+          "K ≥ 3: GD leaves the symmetric ray and no closed form is known (measured only: "
+          "G = [[1, ½, 0], [½, 1, 0], [0, 0, 1]] stops at T1 = 2655, z_V(T1) not symmetric).",
+          "symbolic K",
+          "Σ_n a_n = 1 makes G act on the error directions as (1−ρ)I, so e_k(G) = "
+          "(1−ρ)e_k(I) and g(G) = (1−ρ)g(I) for every z; on the symmetric ray g has zero "
+          "row and column sums (claim 3), so G·g·G = (1−ρ)²g and the step is η(1−ρ)³; "
+          "(1−ρ)e_k = ε solved with claim 3's α*",
+          _M + "claim13_overlap", "derive_t1", "check_t1"),
+    Claim("13d", "overlap-ood-weights", "OOD weights at T1 with overlapping features",
+          "Pretraining keeps Q = VWVᵀ, so z_U(T1) = Mᵀ G_V⁻¹ z_V(T1) G_V⁻¹ M (M = VᵀU); "
+          "M = G_VΓ (oc.overlap, oc.gram) gives z_U = Γz_VΓ; equal overlaps give "
+          "z_U = Kα/((K−1)(1−ρ)²)(MᵀM − bbᵀ), b = Mᵀ1/√K, α = α*_{K,ε/(1−ρ)}; G_V = I "
+          "is claim 5.",
+          "symbolic K",
+          "the gradient is V·g·Vᵀ, so Q = VWVᵀ with z_V = G_V·W·G_V and z_U = Mᵀ·W·M (matrix "
+          "symbols); G_V⁻¹ZG_V⁻¹ = Kα/((K−1)(1−ρ)²)(I − 11ᵀ/K) in the algebra of I and "
+          "11ᵀ (symbolic K) with claim 3's Z",
+          _M + "claim13_overlap", "derive_ood", "check_ood"),
     # 13e–g: claim13_overlap_finetune
     Claim("13e", "overlap-finetune-source", "Fine-tuning seen from the source, overlap",
           "Unit-norm V, U (G_V = VᵀV, G_U = UᵀU, M = VᵀU, any K): a fine-tuning step moves Q "
@@ -301,7 +347,7 @@ def get_claims(name: str | int) -> list[Claim]:
     chosen = chosen or [c for c in CLAIMS if text == str(c.number)]
     if not chosen:
         accepted = ", ".join(f"{c.id} ({c.key})" for c in CLAIMS)
-        raise InputError("claim", repr(name), f"expected a number 1–12 or one of {accepted}")
+        raise InputError("claim", repr(name), f"expected a number 1–13 or one of {accepted}")
     return chosen
 
 

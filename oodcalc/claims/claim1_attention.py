@@ -44,12 +44,34 @@ def _sum_map(expr: sp.Expr, substitute) -> sp.Expr:
                                     lambda e: sp.Sum(substitute(e.function), *e.limits))
 
 
-def derive(claimed: dict = CLAIMED):
-    r = Recorder()
+def grouped_attention(claimed: dict = CLAIMED) -> dict:
+    """The decisive steps of the grouping, symbolic K and counts: the token softmax summed
+    over each feature's block of tokens (``block``, its value ``grouped``), compared with
+    ``claimed["grouped"]`` (``grouping``), and with balanced counts N/K with
+    ``claimed["population"]`` (``balanced``). Only the scores enter, and every token of
+    feature n scores z_n = f_nᵀQf_k whatever the features' overlaps (claim 13a reuses it)."""
     K = sym_K()
     N = sp.Symbol("N", integer=True, positive=True)
     i, m, n = sp.symbols("i m n", integer=True, positive=True)
     z, C, c = sp.IndexedBase("z"), sp.IndexedBase("C"), sp.IndexedBase("c")
+    block = sp.Sum(sp.exp(z[n]), (i, C[n - 1] + 1, C[n]))
+    total = sp.Sum(sp.Sum(sp.exp(z[m]), (i, C[m - 1] + 1, C[m])).doit(), (m, 1, K))
+    grouped = block.doit() / total
+    counts = lambda e: e.subs({c[n]: C[n] - C[n - 1], c[m]: C[m] - C[m - 1]})
+    claimed_grouped = _sum_map(claimed["grouped"](c, z, n, m, K), counts)
+    balanced = sp.simplify(_sum_map(claimed["grouped"](c, z, n, m, K),
+                                    lambda e: e.subs({c[n]: N / K, c[m]: N / K})))
+    population = claimed["population"](z, n, m, K)
+    return {"K": K, "N": N, "i": i, "m": m, "n": n, "z": z, "block": block,
+            "grouped": grouped, "balanced": balanced,
+            "grouping": sp.simplify(grouped - claimed_grouped) == 0,
+            "balanced_ok": sp.simplify(balanced - population) == 0}
+
+
+def derive(claimed: dict = CLAIMED):
+    r = Recorder()
+    g = grouped_attention(claimed)
+    K, N, i, m, n, z = g["K"], g["N"], g["i"], g["m"], g["n"], g["z"]
     s = sp.IndexedBase("s")
     r.step("A prompt has N tokens x_1..x_N, each one of the orthonormal features f_1..f_K, "
            "and a query f_k. Token i scores s_i = x_iᵀ Q f_k and gets the softmax weight "
@@ -59,26 +81,19 @@ def derive(claimed: dict = CLAIMED):
            eq(sp.Symbol("softmax_i"), sp.exp(s[i]) / sp.Sum(sp.exp(s[m]), (m, 1, N))))
 
     # Decisive: sympy sums each block (symbolic K, symbolic counts).
-    block = sp.Sum(sp.exp(z[n]), (i, C[n - 1] + 1, C[n]))
-    total = sp.Sum(sp.Sum(sp.exp(z[m]), (i, C[m - 1] + 1, C[m])).doit(), (m, 1, K))
-    grouped = block.doit() / total
+    block = g["block"]
     r.step("sympy evaluates the sum of the weights over block n (and over every block for "
            "the denominator):", eq(block, block.doit()),
-           eq(sp.Symbol("Attn_n"), grouped))
-    counts = lambda e: e.subs({c[n]: C[n] - C[n - 1], c[m]: C[m] - C[m - 1]})
-    claimed_grouped = _sum_map(claimed["grouped"](c, z, n, m, K), counts)
+           eq(sp.Symbol("Attn_n"), g["grouped"]))
     r.check("grouping", "summing the token softmax over the c_n = C_n − C_{n−1} tokens of "
             "each feature gives c_n e^{z_n}/Σ_m c_m e^{z_m} (symbolic K, symbolic counts)",
-            SYMBOLIC, sp.simplify(grouped - claimed_grouped) == 0, decisive=True)
+            SYMBOLIC, g["grouping"], decisive=True)
 
-    balanced = _sum_map(claimed["grouped"](c, z, n, m, K),
-                        lambda e: e.subs({c[n]: N / K, c[m]: N / K}))
-    population = claimed["population"](z, n, m, K)
     r.step("In the population limit the counts are balanced, c_n/N → 1/K almost surely (law "
            "of large numbers; not a sympy step); with c_n = N/K the counts cancel:",
-           eq(sp.Symbol("Attn_n"), sp.simplify(balanced)))
+           eq(sp.Symbol("Attn_n"), g["balanced"]))
     r.check("balanced", "c_n = N/K cancels: Attn_n = e^{z_n}/Σ_m e^{z_m} (symbolic K, N)",
-            SYMBOLIC, sp.simplify(balanced - population) == 0, decisive=True)
+            SYMBOLIC, g["balanced_ok"], decisive=True)
 
     col = Column("k")
     alpha = sp.Symbol("alpha", real=True)
