@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import unicodedata
 
 import mpmath
 import numpy as np
@@ -24,6 +25,22 @@ def test_derive_list(capsys):
     for level in ("symbolic K", "K = 2", "refuted", "rests on the paper"):
         assert level in out
     assert "Decisive steps argued in prose, not derived:" in out and "lemma in prose" in out
+
+
+def test_derive_list_at_80_columns(capsys, monkeypatch):
+    """At 80 columns the key and the decisive step sit under the title (five columns left
+    the step a few letters wide); every line fits, every claim is there with its level."""
+    from oodcalc.claims import CLAIMS
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["derive", "--list"]) == 0
+    out = capsys.readouterr().out
+    width = [sum(not unicodedata.combining(ch) for ch in line) for line in out.splitlines()]
+    assert max(width) <= 80                        # v̄ is two code points, one column
+    flat = " ".join(" ".join(line.strip("│ ").split()) for line in out.splitlines())
+    for c in CLAIMS:
+        assert f"({c.key})" in flat.replace("( ", "("), c.id
+    assert "decisive step: the token softmax of a prompt" in flat
+    assert "┃ key" not in out
 
 
 def test_derive_list_shows_every_cell_as_written(capsys, monkeypatch):

@@ -78,27 +78,42 @@ def derive_all(chosen, console=None) -> list:
     return derived
 
 
+#: From this console width on, ``derive --list`` gives the key and the decisive step their
+#: own columns.
+WIDE_LIST = 160
+
+
 def _print_list() -> None:
     from rich.table import Table
     from rich.text import Text
 
     from ..console import make_console
+    console = make_console()
     table = Table(title="The claims of arXiv 2609.36448 and what the symbolic engine derives",
                   title_justify="left")
     table.add_column("#", no_wrap=True)
-    table.add_column("key", no_wrap=True)
+    # a narrow terminal squeezed a fifth column to a few letters a line (80 columns: 5):
+    # there the key and the decisive step go under the claim's title, in its own cell
+    wide = console.width >= WIDE_LIST
+    if wide:
+        table.add_column("key", no_wrap=True)
     table.add_column("claim")
     table.add_column("level", no_wrap=True)
-    table.add_column("decisive step")
+    if wide:
+        table.add_column("decisive step")
     for c in CLAIMS:      # Text, not markup: "[t, t + φ(H)(m_t − m_0)]" is no style tag
-        table.add_row(*(Text(cell) for cell in (c.id, c.key, c.title, c.level,
-                                                 c.decisive_step)))
-    make_console().print(table)
+        if wide:
+            cells = (c.id, c.key, c.title, c.level, c.decisive_step)
+        else:
+            cells = (c.id, f"{c.title} ({c.key})\ndecisive step: {c.decisive_step}", c.level)
+        table.add_row(*(Text(cell) for cell in cells))
+    console.print(table)
     lemmas = [(c.id, lemma) for c in CLAIMS for lemma in c.lemmas]
-    print("Decisive steps argued in prose, not derived: "
-          + ("; ".join(f"{cid}: {lemma}" for cid, lemma in lemmas) if lemmas else "none") + ".")
-    print("Levels: symbolic K = sympy derived the decisive step with K a Symbol (inequalities "
+    console.print(Text("Decisive steps argued in prose, not derived: "
+                       + ("; ".join(f"{cid}: {lemma}" for cid, lemma in lemmas) if lemmas
+                          else "none") + "."))
+    console.print(Text("Levels: symbolic K = sympy derived the decisive step with K a Symbol (inequalities "
           "by nonnegativity certificates); '+ lemma in prose' = a decisive step is argued in "
           "prose, not derived; K = a..b = for each K in that range; numeric; rests on the "
           "paper; refuted = a counterexample to the paper's statement stands. `oodcalc "
-          "derive N` prints the derivation.")
+          "derive N` prints the derivation."))
