@@ -45,9 +45,6 @@ LABELS = {"paper": "paper's verdict (claim 8b)",
           "D_sign": "sign of D_1 (first order, claim 8c)",
           "first_step": "exact first step of L_v1",
           "F_sign": "exact sign of F_1 (whole run)"}
-#: The sign each verdict promises for F_1 (None: no promise).
-PROMISE = {"forgetting": 1, "backward-transfer": -1, "unaffected": 0, "undetermined": None,
-           "rising": 1, "falling": -1, "flat": 0}
 #: Codes of the verdicts in :attr:`K3Slice.codes` (the explorer page uses them too).
 VERDICT_CODES = {"backward-transfer": 0, "undetermined": 1, "forgetting": 2, "unaffected": 3}
 DIRECTION_CODES = {"falling": 0, "flat": 1, "rising": 2}
@@ -80,12 +77,7 @@ class K3Slice:
 
     def promise(self, rule: str) -> np.ndarray:
         """The sign ``rule`` promises at every point; NaN where it promises none."""
-        names = self.verdicts[rule]
-        out = np.full(names.shape, np.nan)
-        for name, sign in PROMISE.items():
-            if sign is not None:
-                out[names == name] = sign
-        return out
+        return theory.promised_signs(self.verdicts[rule])
 
     @property
     def scored(self) -> np.ndarray:

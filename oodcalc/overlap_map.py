@@ -39,9 +39,6 @@ from .setting import Protocol, require_plain
 
 #: Rules scored against the exact sign of F_k.
 RULES = ("paper", "C_sign")
-#: The sign each verdict promises for F_k (None: no promise).
-PROMISE = {"forgetting": 1, "backward-transfer": -1, "unaffected": 0, "undetermined": None,
-           "rising": 1, "falling": -1, "flat": 0}
 #: The cases of issue 32 the figure stars: (ρ, γ2) and what they show (arXiv 2609.36448's
 #: K = 2 rule is wrong for feature 2 at both; ``oodcalc predict --overlap 0.8 --gamma 1,0.5``).
 COUNTEREXAMPLES = ((0.8, 0.5), (-0.5, -0.2))
@@ -93,12 +90,7 @@ class OverlapMap:
 
     def promise(self, rule: str) -> np.ndarray:
         """The sign ``rule`` promises per point and feature; NaN where it promises none."""
-        names = self.verdicts[rule]
-        out = np.full(names.shape, np.nan)
-        for name, sign in PROMISE.items():
-            if sign is not None:
-                out[names == name] = sign
-        return out
+        return theory.promised_signs(self.verdicts[rule])
 
     def disagrees(self, rule: str) -> np.ndarray:
         """Where ``rule`` promises a sign of F_k and the exact F_k has another (scored

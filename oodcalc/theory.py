@@ -126,6 +126,22 @@ def ood_logits(M: np.ndarray, alpha: float) -> np.ndarray:
     return alpha * K / (K - 1) * (np.swapaxes(M, -1, -2) @ M - b[..., :, None] * b[..., None, :])
 
 
+#: The sign of F_k each verdict promises (None: no promise): the regimes of the paper's and
+#: the corrected rule, and the directions of a first-order criterion or a first step.
+PROMISE = {"forgetting": 1, "backward-transfer": -1, "unaffected": 0, "undetermined": None,
+           "rising": 1, "falling": -1, "flat": 0}
+
+
+def promised_signs(names: np.ndarray) -> np.ndarray:
+    """The sign of F_k each verdict name promises, elementwise (:data:`PROMISE`); NaN where
+    it promises none."""
+    out = np.full(np.shape(names), np.nan)
+    for name, sign in PROMISE.items():
+        if sign is not None:
+            out[names == name] = sign
+    return out
+
+
 def uniform_error(K: int) -> float:
     """Error of uniform attention 1/K, i.e. of random guessing: ``(K−1)/(2K)``."""
     return (K - 1) / (2 * K)

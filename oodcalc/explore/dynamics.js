@@ -484,23 +484,12 @@ const OOD = (function () {
     const ftSnaps = record ? new Snapshots(SNAPSHOTS) : null;
     const zU = Float64Array.from(z0), zV = Float64Array.from(z1);
     const eU = new Float64Array(2), gU = new Float64Array(4), eV = new Float64Array(2);
-    const first = [0, 0], prev = [0, 0], rises = [false, false], falls = [false, false];
-    const losses = [];
+    const trend = new SourceTrend(K);
     let T2 = 0;
     for (;; T2++) {
       gramErrorsAndGradient(zU, G_U, eU, gU);
       gramErrorsAndGradient(zV, G_V, eV, null);
-      for (let k = 0; k < K; k++) {
-        const loss = eV[k] / K;
-        if (T2 === 0) first[k] = loss;
-        else {
-          const change = loss - prev[k];
-          if (change > TREND_TOL) rises[k] = true;
-          if (change < -TREND_TOL) falls[k] = true;
-        }
-        prev[k] = loss;
-      }
-      if (T2 < 2) losses.push(prev.slice());
+      trend.offer(T2, eV);
       if (ftSnaps) { const u = Float64Array.from(zU), eu = Float64Array.from(eU), ev = Float64Array.from(eV), v = Float64Array.from(zV); ftSnaps.offer(T2, () => [u, eu, ev, v]); }
       if (eU[0] <= eps && eU[1] <= eps) break;
       if (T2 >= cap) return stuck(result, T2, started, cap < maxSteps && LIMITS.termsWork);
@@ -510,13 +499,9 @@ const OOD = (function () {
     if (ftSnaps) { const u = Float64Array.from(zU), eu = Float64Array.from(eU), ev = Float64Array.from(eV), v = Float64Array.from(zV); ftSnaps.close(T2, () => [u, eu, ev, v]); }
     result.engine = "Gram-matrix K×K descent, terms on (z_U, z_V) (JavaScript)";
     result.T2 = T2;
-    result.F_k = prev.map((v, k) => v - first[k]);
-    result.F = result.F_k[0] + result.F_k[1];
-    result.loss_before = first.slice();
-    result.loss_after = prev.slice();
-    result.trend = rises.map((r, k) => trendName(r, falls[k]));
+    trend.fill(result);
     result.ood_error_after = Array.from(gramErrorsAndGradient(zU, G_U, new Float64Array(2), null));
-    result.first_step = T2 > 0 ? losses[1].map((v, k) => v - losses[0][k]) : [0, 0];
+    result.first_step = trend.firstStep(T2);
     result.initial_direction = result.first_step.map(direction);
     // the overlap-aware first-order criterion C_k = −K Σ_n g_V[n, k] (M g_U Mᵀ)[n, k]
     // (theory.overlap_first_order), at the logits of T1
@@ -663,6 +648,46 @@ const OOD = (function () {
     return rises && falls ? "non-monotone" : rises ? "rising" : falls ? "falling" : "flat";
   }
 
+  // predict._Trend: per feature the source loss e_k / K at the start and now, whether it
+  // ever rose or fell by more than TREND_TOL, and the losses of the first two steps; no
+  // fresh array per step (a long run makes millions).
+  class SourceTrend {
+    constructor(K) {
+      this.K = K;
+      this.first = new Float64Array(K);
+      this.prev = new Float64Array(K);
+      this.rises = new Array(K).fill(false);
+      this.falls = new Array(K).fill(false);
+      this.losses = [];
+    }
+    offer(t, errors) {               // errors: e_k of the source at step t
+      for (let k = 0; k < this.K; k++) {
+        const loss = errors[k] / this.K;
+        if (t === 0) this.first[k] = loss;
+        else {
+          const change = loss - this.prev[k];
+          if (change > TREND_TOL) this.rises[k] = true;
+          if (change < -TREND_TOL) this.falls[k] = true;
+        }
+        this.prev[k] = loss;
+      }
+      if (t < 2) this.losses.push(Array.from(this.prev));
+    }
+    // F_k, F, the losses before and after and the trend, into the result
+    fill(result) {
+      result.F_k = Array.from(this.prev, (v, k) => v - this.first[k]);
+      result.F = result.F_k.reduce((s, x) => s + x, 0);
+      result.loss_before = Array.from(this.first);
+      result.loss_after = Array.from(this.prev);
+      result.trend = this.rises.map((r, k) => trendName(r, this.falls[k]));
+    }
+    // the exact first step of every L_{v_k} (zeros when no step was taken)
+    firstStep(T2) {
+      return T2 > 0 && this.losses.length > 1
+        ? this.losses[1].map((v, k) => v - this.losses[0][k]) : new Array(this.K).fill(0);
+    }
+  }
+
   // --- one point: what `oodcalc predict --gamma ...` computes ---------------------------
 
   // termsWork: a step with interventions costs up to three softmaxes and both logits, and a
@@ -742,28 +767,19 @@ const OOD = (function () {
       result.engine = "symmetric-ray recurrence (JavaScript)";
     } else {
       const cap = Math.min(maxSteps, Math.floor(LIMITS.finetuneWork / (K * K)));
-      const rises = new Array(K).fill(false), falls = new Array(K).fill(false);
-      let prev = null, first = null;
+      const source = new SourceTrend(K);
       const ft = descend(z0, K, etaFt, eps, cap, (t, x, e) => {
         sourceLogits(z1, gamma, z0, x, K, src);
-        columnErrors(src, K, eSrc, w);
-        const loss = Array.from(eSrc, (v) => v / K);
-        if (prev === null) first = loss;
-        else for (let k = 0; k < K; k++) {
-          const change = loss[k] - prev[k];
-          if (change > TREND_TOL) rises[k] = true;
-          if (change < -TREND_TOL) falls[k] = true;
-        }
-        prev = loss;
+        source.offer(t, columnErrors(src, K, eSrc, w));
         if (ftSnaps) ftSnaps.offer(t, () => [Float64Array.from(x), Float64Array.from(e),
                                              Float64Array.from(eSrc)]);
       });
       if (!ft.converged)
         return stuck(result, ft.steps, started, ft.steps >= cap && cap < maxSteps && LIMITS.finetuneWork);
       T2 = ft.steps;
-      before = first;
-      after = prev;
-      trend = rises.map((r, k) => trendName(r, falls[k]));
+      before = Array.from(source.first);
+      after = Array.from(source.prev);
+      trend = source.rises.map((r, k) => trendName(r, source.falls[k]));
       zEnd = ft.z;
       result.engine = "K×K descent (JavaScript)";
     }
@@ -832,23 +848,10 @@ const OOD = (function () {
     const cap = Math.min(maxSteps, Math.floor(LIMITS.termsWork / (K * K)));
     const ftSnaps = record ? new Snapshots(SNAPSHOTS) : null;
     const w = new Float64Array(K), eSrc = new Float64Array(K), eOod = new Float64Array(K);
-    const rises = new Array(K).fill(false), falls = new Array(K).fill(false);
-    const losses = [], first = new Float64Array(K), prev = new Float64Array(K);
+    const trend = new SourceTrend(K);
     let lastU = null, lastV = null;
-    // predict._Trend without a fresh array per step (a long run makes millions)
     const run = finetuneTerms(z0, z1, gamma, K, plan, etaFt, eps, cap, (t, zU, zV) => {
-      columnErrors(zV, K, eSrc, w);
-      for (let k = 0; k < K; k++) {
-        const loss = eSrc[k] / K;
-        if (t === 0) first[k] = loss;
-        else {
-          const change = loss - prev[k];
-          if (change > TREND_TOL) rises[k] = true;
-          if (change < -TREND_TOL) falls[k] = true;
-        }
-        prev[k] = loss;
-      }
-      if (t < 2) losses.push(Array.from(prev));
+      trend.offer(t, columnErrors(zV, K, eSrc, w));
       lastU = zU; lastV = zV;
       if (ftSnaps) ftSnaps.offer(t, () => [Float64Array.from(zU), columnErrors(zU, K, new Float64Array(K), w),
                                            Float64Array.from(eSrc), Float64Array.from(zV)]);
@@ -867,14 +870,9 @@ const OOD = (function () {
     result.weights = Array.from(plan.c);
     result.covered = plan.covered;
     result.frozen = plan.frozen;
-    result.F_k = Array.from(prev, (v, k) => v - first[k]);
-    result.F = result.F_k.reduce((s, x) => s + x, 0);
-    result.loss_before = Array.from(first);
-    result.loss_after = Array.from(prev);
-    result.trend = rises.map((r, k) => trendName(r, falls[k]));
+    trend.fill(result);
     result.ood_error_after = Array.from(columnErrors(run.zU, K, eOod, w));
-    result.first_step = T2 > 0 && losses.length > 1 ? losses[1].map((v, k) => v - losses[0][k])
-      : new Array(K).fill(0);
+    result.first_step = trend.firstStep(T2);
     result.initial_direction = result.first_step.map(direction);
     const none = new Array(K).fill(null);
     for (const key of ["D_k", "D_k_direction", "D_k_agrees", "regime", "condition",
