@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("applications", ["oodcalc.plots", "oodcalc.experiments", "oodcalc.paper_protocols",
                      "oodcalc.forgetting_rules",
                       "oodcalc.depth", "oodcalc.depth.*", "oodcalc.real", "oodcalc.real.*",
-                      "oodcalc.k3maps", "oodcalc.explore"]),
+                      "oodcalc.k3maps", "oodcalc.overlap_map", "oodcalc.explore"]),
     ("symbolic engine", ["oodcalc.claims", "oodcalc.symbolic", "oodcalc.symbolic.*"]),
     ("checks", ["oodcalc.checks"]),
     ("claims", ["oodcalc.claims.*"]),
