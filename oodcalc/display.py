@@ -1,13 +1,15 @@
-"""A :class:`~oodcalc.report.Report` as Markdown or HTML, for Jupyter and for documents.
+"""A :class:`~oodcalc.report.Report` as Markdown or HTML, for Jupyter and for documents,
+and as a short plain-text summary (``str(report)``) and a one-line ``repr``.
 
-Both renderings come from one list of sections (a title, a few lines, one table), so
-they show the same numbers. Only the standard library is used: displaying a report in a
+The Markdown and HTML renderings come from one list of sections (a title, a few lines,
+one table), so they show the same numbers; the text summary reads the same fields. Only the standard library is used: displaying a report in a
 notebook costs no import beyond numpy.
 """
 
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,3 +116,64 @@ def to_html(report: Report) -> str:
     out.append("</div>")
     return "\n".join(out)
 
+
+
+#: ``str(report)`` lists this many features; a larger K shows the first and last ones.
+TEXT_MAX_FEATURES = 12
+
+
+def to_text(report: Report, width: int = 80) -> str:
+    """A plain-text summary within ``width`` columns: the geometry and parameters, T1, the
+    OOD loss, T2, ``F_k`` per feature with its trend and the paper's verdict, and F.
+
+    The full tables are :func:`to_markdown` (Jupyter) and ``oodcalc predict``'s output.
+    """
+    p = report.parameters
+    K = p["K"]
+    pre, ood, ft = report.pretrain, report.ood, report.finetune
+    lines = [f"oodcalc report ({report.source}) · {describe_text(p['geometry'], 8)}",
+             f"K = {K}, d = {p['d']}, ε = {fmt(p['eps'])}, η = {fmt(p['eta'])}, "
+             f"η_ft = {fmt(p['eta_ft'])}"]
+    alpha = f"α = {fmt(pre.alpha)}"
+    if pre.alpha_star is not None:
+        alpha += f", threshold α* = {fmt(pre.alpha_star)}"
+    lines.append(f"1 · Pretraining on V: T1 = {pre.T1} ({alpha})")
+    lines.append(f"2 · OOD features at T1: OOD loss L = Σ e_k/K = {fmt(ood.loss)}")
+    step = ""
+    if ft.step_size_bound is not None:
+        within = "within" if ft.eta_ft <= ft.step_size_bound else "exceeds"
+        step = f" (η_ft {within} the step-size bound {fmt(ft.step_size_bound)})"
+    lines.append(f"3 · Fine-tuning on U: T2 = {ft.T2}{step}")
+
+    rows = [(str(f.k), f"{f.F_k + 0.0:+.4g}", f.trend,
+             (f.regime or "—") + (" ✗ contradicted" if f.theorem_holds is False else ""))
+            for f in report.forgetting]
+    if len(rows) > TEXT_MAX_FEATURES:
+        half = TEXT_MAX_FEATURES // 2
+        rows = rows[:half] + [("…", f"({len(rows) - 2 * half} more)", "", "")] + rows[-half:]
+    header = ("k", "F_k = ΔL_{v_k}", "L_{v_k} trend", "paper's verdict (claim 8)")
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
+    for row in (header, *rows):
+        cells = [row[0].rjust(widths[0]), row[1].rjust(widths[1]), row[2].ljust(widths[2])]
+        lines.append(("   " + "  ".join(cells) + "  " + row[3]).rstrip())
+    F = report.F
+    meaning = ("net forgetting" if F > 0 else "net positive backward transfer" if F < 0
+               else "no net change")
+    lines.append(f"F = L_tr(after) − L_tr(before) = {F + 0.0:+.5g} ({meaning})")
+    lines += [f"warning: {w}" for w in report.warnings]
+    wrapped = []
+    for line in lines:   # a long geometry or warning continues indented
+        wrapped += textwrap.wrap(line, width, subsequent_indent="    ",
+                                 break_on_hyphens=False) or [""]
+    return "\n".join(wrapped)
+
+
+def one_line(report: Report, max_geometry: int = 80) -> str:
+    """``repr(report)``: who made it, the geometry and the headline numbers, one line."""
+    p = report.parameters
+    geometry = describe_text(p["geometry"], 6)
+    if len(geometry) > max_geometry:
+        geometry = geometry[:max_geometry - 1] + "…"
+    return (f"<Report {report.source}: {geometry}; K={p['K']}, T1={report.pretrain.T1}, "
+            f"ood_loss={fmt(report.ood.loss, 4)}, T2={report.finetune.T2}, "
+            f"F={report.F + 0.0:+.4g}>")

@@ -211,7 +211,8 @@ class Report:
     The theory (:func:`oodcalc.predict`) and every simulator
     (:func:`oodcalc.simulate.simulate_population`,
     :func:`oodcalc.simulate.simulate_prompts`) return a Report, so comparing them is a
-    field-by-field diff (:mod:`oodcalc.compare`). In Jupyter a Report displays as tables.
+    field-by-field diff (:mod:`oodcalc.compare`). In Jupyter a Report displays as tables;
+    ``print(report)`` gives a plain-text summary within 80 columns and ``repr`` one line.
 
     Attributes
     ----------
@@ -297,6 +298,15 @@ class Report:
         steps = np.arange(len(loss)) if steps is None else np.asarray(steps)
         F_k = loss - loss[0]
         return {"steps": steps, "F_k": F_k, "F": F_k.sum(axis=1)}
+
+    def __str__(self) -> str:
+        """A plain-text summary within 80 columns (T1, OOD loss, T2, F_k with verdicts, F)."""
+        from .display import to_text
+        return to_text(self)
+
+    def __repr__(self) -> str:
+        from .display import one_line
+        return one_line(self)
 
     def _repr_markdown_(self) -> str:
         from .display import to_markdown

@@ -417,6 +417,113 @@ class SweepResult:
         write_csv(self, buffer)
         return buffer.getvalue()
 
+    def to_pandas(self):
+        """The sweep as a pandas DataFrame: one row per configuration, the columns of
+        :meth:`to_csv` in the same order.
+
+        Parameters
+        ----------
+        None.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Indexed by configuration (``config``, 0 to ``len(self) - 1``, the rows' order);
+            text columns (``geometry``, ``regime_k``, ...) as Python strings, absent values
+            NaN or "" as in the result.
+
+        Raises
+        ------
+        ImportError
+            When pandas is not installed (``pip install "oodcalc[frames]"``).
+
+        Example
+        -------
+        >>> from oodcalc.sweep import gamma_grid, sweep
+        >>> result = sweep(gamma_grid([[-0.5, 1.0], [0.5, 1.0]]))
+        >>> df = result.to_pandas()
+        >>> df.shape == (len(result), len(result.columns))
+        True
+        >>> list(df.columns) == list(result.columns)          # to_csv's header
+        True
+        >>> row = df.loc[1]                                    # γ = (-0.5, 1)
+        >>> float(row.gamma_1), float(row.gamma_2), int(row.T1), row.regime_1, row.regime_2
+        (-0.5, 1.0, 357, 'forgetting', 'backward-transfer')
+        >>> int(df["T2"].max()) == int(result["T2"].max())
+        True
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise _missing("pandas", "to_pandas") from None
+        frame = pd.DataFrame({n: c for n, c in self.columns.items()})
+        frame.index.name = "config"
+        return frame
+
+    def to_xarray(self):
+        """The sweep as an xarray Dataset on the grid's axes.
+
+        For one product grid (``shape`` is set) the dimensions are the grid's axes,
+        outermost first (``eps, eta[, eta_ft]`` then ``gamma_1 … gamma_K``, ``theta`` or
+        ``geometry_index``), with their values as coordinates; every other column is a
+        data variable of that shape (``result.grid(name)``). Otherwise (several grids, or
+        rows without a product) there is one dimension, ``config``, and every column is a
+        data variable along it. Axes of one value (``eps``, ``eta`` by default) stay as
+        dimensions of size 1, as in :meth:`grid`; ``ds.squeeze()`` drops them.
+
+        Parameters
+        ----------
+        None.
+
+        Returns
+        -------
+        xarray.Dataset
+            Data variables: the columns of :meth:`to_csv` that are not axes (text columns
+            as strings). Attributes: the sweep's scalar settings (``seed``, ``max_steps``,
+            ``engine``, ...).
+
+        Raises
+        ------
+        ImportError
+            When xarray is not installed (``pip install "oodcalc[frames]"``).
+
+        Example
+        -------
+        >>> import numpy as np
+        >>> from oodcalc.sweep import gamma_grid, sweep
+        >>> result = sweep(gamma_grid([np.linspace(-1, 1, 5), np.linspace(-1, 1, 5)]))
+        >>> ds = result.to_xarray()
+        >>> dict(ds.sizes)
+        {'eps': 1, 'eta': 1, 'gamma_1': 5, 'gamma_2': 5}
+        >>> ds["gamma_2"].values.tolist()
+        [-1.0, -0.5, 0.0, 0.5, 1.0]
+        >>> bool((ds["F"].values == result.grid("F")).all())
+        True
+        >>> str(ds["regime_2"].sel(gamma_1=1.0, gamma_2=-0.5).item())
+        'forgetting'
+        """
+        try:
+            import xarray as xr
+        except ImportError:
+            raise _missing("xarray", "to_xarray") from None
+        columns = {n: (c.astype(str) if c.dtype == object else c)
+                   for n, c in self.columns.items()}
+        axes = self.meta.get("axes")
+        attrs = {k: v for k, v in self.meta.items()
+                 if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+        if self.shape is None or not axes or len(axes) != len(self.shape):
+            n = len(self)
+            return xr.Dataset({name: ("config", c) for name, c in columns.items()},
+                              coords={"config": np.arange(n)}, attrs=attrs)
+        shape = self.shape
+        coords = {}
+        for i, name in enumerate(axes):   # an axis's values along its own dimension
+            index = tuple(slice(None) if j == i else 0 for j in range(len(shape)))
+            coords[name] = columns[name].reshape(shape)[index]
+        data = {name: (tuple(axes), c.reshape(shape)) for name, c in columns.items()
+                if name not in coords}
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
     def write(self, path: str | Path, format: str | None = None, *,
               option: str = "output") -> Path:
         """Write atomically (temp file beside ``path``, then rename): CSV or NPZ."""
@@ -435,6 +542,12 @@ class SweepResult:
         else:
             raise InputError("format", fmt, f"choose one of {', '.join(FORMATS)}")
         return write_atomic(path, write, option=option)
+
+
+def _missing(module: str, method: str) -> ImportError:
+    """The error for an absent optional frame library: which extra provides it."""
+    return ImportError(f"SweepResult.{method}() needs {module}, which is not installed; "
+                       f'pip install "oodcalc[frames]" (or pip install {module})')
 
 
 def output_format(path: str | Path) -> str:
