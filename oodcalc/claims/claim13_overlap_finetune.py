@@ -386,7 +386,8 @@ def derive_forgetting(claimed: dict = CLAIMED):
             worst = max(worst, float(np.abs(any_K - closed).max() / np.abs(any_K).max()))
     r.check("matches-theory", "the closed form equals oodcalc.theory.overlap_first_order (the "
             "any-K C_k on numbers) at 3 geometries × 3 α", NUMERIC, worst < 1e-12,
-            f"max relative gap < {max(worst, 1e-16):.0e}")
+            # the bound checked, not the residual: its last digits differ between machines
+            "max relative gap < 1e-12" if worst < 1e-12 else f"max relative gap {worst:.2g}")
     r.finding("With overlapping features the paper's K = 2 rule (−γ_kγ_m > γ_k² ⇒ forgetting) "
               "fails both ways; the first-order sign is C_k's, which at ρ = 0 is the rule.")
     return r.result("13f", "Forgetting criterion with overlap",
