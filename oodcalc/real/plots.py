@@ -85,8 +85,8 @@ def shift(result: dict[str, Any]):
     """Measured CE per domain against the cosine of its mean representation to the
     source's, the largest principal angle between class-mean subspaces, and the theory's
     OOD error for V, U the class means as they are (as a fraction of uniform attention's
-    error) and orthonormalised, each with the split-source null's draws (grey ticks) and
-    the t interval of their mean (band)."""
+    error) and orthonormalised, each with the split-source null: the range of its draws
+    (light band) and the t interval of their mean (dark band)."""
     plt = _pyplot()
     rows = result["shift"]["rows"]
     mean = np.array([r["loss"]["mean"] for r in rows])
@@ -106,19 +106,23 @@ def shift(result: dict[str, Any]):
                              [r["balanced_interval"]["hi"] - r["balanced_loss"] for r in rows]])
     fig, axes = plt.subplots(1, 4, figsize=(15, 4.2), sharey=True)
     for ax, column in zip(axes[2:], ("raw_vs_uniform", "orthonormalised")):
+        # shaded spans, not markers: the domains' names may lie over them
+        draws = null["values"][column]
+        ax.axvspan(min(draws), max(draws), color="0.92", lw=0,
+                   label="split-source null: range of its draws")
         t = null["summary"][column]["null"]
         if t["lo"] is not None:
-            ax.axvspan(t["lo"], t["hi"], color="0.85", lw=0,
-                       label="split-source null: mean's 95 % t interval")
-        ax.plot(null["values"][column], np.full(len(null["values"][column]), 0.0), "|",
-                color="0.5", ms=10, transform=ax.get_xaxis_transform(),
-                label="split-source null: each split")
+            ax.axvspan(t["lo"], t["hi"], color="0.75", lw=0,
+                       label="split-source null: its mean's 95 % t interval")
     for ax, (label, x) in zip(axes, xs):
         ax.errorbar(x, mean, yerr=err, fmt="o", capsize=3, label="CE (95 % bootstrap)")
         ax.errorbar(x, balanced, yerr=balanced_err, fmt="s", mfc="none", capsize=3,
                     color="tab:orange", label="class-balanced CE (95 % bootstrap)")
         ax.margins(x=0.12)                # room for the names beside the outer points
         ax.set_xlabel(label, fontsize=8)
+    for ax in axes[2:]:             # the theory's targets crowd at the right: room for names
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(lo, hi + 0.35 * (hi - lo))
     axes[0].invert_xaxis()          # less similar to the right, as the other panels
     axes[0].set_ylabel("cross-entropy (nats)")
     # under the panels: inside, it covered the source domain's point
