@@ -18,9 +18,11 @@ import pytest
 from oodcalc.cli import main
 from oodcalc.errors import InputError
 from oodcalc.real import assets, data
-from oodcalc.real.experiment import (VERSION, Z95, Z_POWER, Config, Progress, class_geometry, interval,
-                                     local_maxima, lowdin, power, shape, stratified_folds,
-                                     theory_for, theory_ood_error)
+from oodcalc.real.experiment import (THEORY_COLUMNS, VERSION, Z95, Z_POWER, Config, Progress,
+                                     SourceTheory, class_geometry, interval, local_maxima,
+                                     lowdin, power, real_protocol, relabelled, shape,
+                                     stratified_folds, t_interval, theory_for,
+                                     theory_ood_error, theory_raw, unit_columns)
 from oodcalc.real.top import Rotation, Training, dimension_pairs, probe
 
 
@@ -170,6 +172,80 @@ def test_lowdin_and_the_theory_on_class_means():
     assert theory_ood_error(V.T @ V, _protocol()) == same["ood_loss"]
 
 
+def close_means(rng, d=20):
+    """Two class means at a cosine near 0.99, as the encoder's are (a shared part plus a
+    small one of each class)."""
+    base = rng.normal(size=d)
+    return np.stack([base + rng.normal(size=d) * 0.1, base + rng.normal(size=d) * 0.1], 1)
+
+
+def test_theory_on_raw_class_means_is_predict_on_the_means_as_they_are():
+    """The raw-means column is oodcalc.predict on from_arrays of the unit-normalised means
+    (the Gram path), under the relative rule ε·c, η/c³; the shared-pretraining shortcut
+    gives predict's OOD error to the last bit. Orthonormalising the means (Löwdin) first
+    changes it, and so does the rule as given, which stops at T1 = 0 with e = (1 − ρ)/4."""
+    import oodcalc as oc
+    rng = np.random.default_rng(5)
+    A = close_means(rng)
+    B = A + rng.normal(size=A.shape) * 0.05
+    V, U = A / np.linalg.norm(A, axis=0), B / np.linalg.norm(B, axis=0)
+    rho_V, rho_U = V[:, 0] @ V[:, 1], U[:, 0] @ U[:, 1]
+    assert 0.95 < rho_V < 0.999 and 0.95 < rho_U < 0.999
+    protocol = _protocol()
+    used = oc.Protocol(eps=protocol.eps * (1 - rho_V), eta=protocol.eta / (1 - rho_V) ** 3,
+                       eps_ft=protocol.eps * (1 - rho_U), eta_ft=protocol.eta / (1 - rho_U) ** 3)
+    assert real_protocol(protocol, V.T @ V, U.T @ U, "relative").eps == \
+        pytest.approx(used.eps, rel=1e-9)      # c from the centred Gram spectrum: 1 − ρ
+    report = oc.predict(oc.Setting(oc.from_arrays(V, U), used))
+    raw = theory_raw(A, B, protocol, "relative")
+    assert raw["ood_loss"] == pytest.approx(float(report.ood.error.mean()), rel=1e-9)
+    assert raw["F"] == pytest.approx(report.F, rel=1e-6, abs=1e-15)
+    assert raw["T1"] == report.pretrain.T1 > 0
+    exact = oc.predict(oc.Setting(oc.from_arrays(V, U),
+                                  real_protocol(protocol, V.T @ V, U.T @ U, "relative")))
+    assert raw["ood_loss"] == float(exact.ood.error.mean()) and raw["F"] == exact.F
+    assert raw["ood_vs_uniform"] == pytest.approx(raw["ood_loss"] / ((1 - rho_U) / 4), rel=1e-12)
+    fast = SourceTheory(A, protocol, "relative").ood(B)
+    assert fast["raw"] == raw["ood_loss"]
+    assert fast["orthonormalised"] == theory_for(A, B, protocol)["ood_loss"]
+    # K = 2 from Q = 0: the relative rule is the orthonormal pretraining at (ε, η), step
+    # for step (a square in place of the cube, or no scaling, changes T1)
+    assert raw["T1"] == oc.predict(oc.Setting(oc.orthogonal(2), protocol)).pretrain.T1
+    square = real_protocol(protocol, V.T @ V, U.T @ U, "relative")
+    square = oc.Protocol(eps=square.eps, eta=protocol.eta / (1 - rho_V) ** 2)
+    assert oc.predict(oc.Setting(oc.from_arrays(V, U), square)).pretrain.T1 != raw["T1"]
+    # mutation: Löwdin applied to the means first gives another value
+    mutated = theory_raw(lowdin(A), lowdin(B), protocol, "relative")
+    assert abs(mutated["ood_loss"] - raw["ood_loss"]) > 1e-3 * raw["ood_loss"] + 1e-12
+    # the rule as given: nothing is learned at these cosines
+    fixed = theory_raw(A, B, protocol, "absolute")
+    assert fixed["T1"] == 0 and fixed["F"] == 0.0
+    assert fixed["ood_loss"] == pytest.approx((1 - rho_U) / 4, rel=1e-12)
+    assert fast["raw_fixed_eps"] == fixed["ood_loss"]
+    # orthonormal features: the relative rule is the rule as given (c = 1)
+    same = real_protocol(protocol, np.eye(2), np.eye(2), "relative")
+    assert (same.eps, same.eta, same.eps_ft, same.eta_ft) == pytest.approx(
+        (protocol.eps, protocol.eta, protocol.eps_ft, protocol.eta_ft), rel=1e-12)
+    assert np.allclose(unit_columns(A), V)
+
+
+def test_t_interval_and_relabelling():
+    x = np.array([0.1, 0.3, 0.2, 0.6, 0.4])
+    t = t_interval(x)
+    half = 2.7764451051977987 * x.std(ddof=1) / math.sqrt(5)  # scipy.stats.t.ppf(0.975, 4)
+    assert t["mean"] == pytest.approx(0.32) and t["n"] == 5
+    assert (t["lo"], t["hi"]) == pytest.approx((0.32 - half, 0.32 + half), rel=1e-12)
+    assert t_interval([0.5])["lo"] is None
+    labels = np.array([0, 1] * 10 + [1] * 6)
+    first, second = np.arange(12), np.arange(12, 26)
+    a, b = relabelled(first, second, labels, np.random.default_rng(0))
+    assert sorted(np.concatenate([a, b])) == list(range(26))     # a permutation of both
+    for c in (0, 1):                                             # each keeps its class counts
+        assert np.sum(labels[a] == c) == np.sum(labels[first] == c)
+        assert np.sum(labels[b] == c) == np.sum(labels[second] == c)
+    assert set(a) != set(first)
+
+
 def _protocol():
     from oodcalc import Protocol
     return Protocol()
@@ -178,6 +254,10 @@ def _protocol():
 def test_config_rejects_bad_values():
     with pytest.raises(InputError, match="--steps"):
         Config(steps=5).check()
+    with pytest.raises(InputError, match="theory_rule"):
+        Config(theory_rule="orthonormal").check()
+    with pytest.raises(InputError, match="permutations"):
+        Config(permutations=0).check()
     with pytest.raises(InputError, match="--seeds"):
         Config(seeds=0).check()
 
@@ -428,7 +508,7 @@ def tiny_encoder():
 
 TINY = Config(seeds=2, folds=3, steps=4, pairs=2, layer=1, max_len=16,
               training=Training(epochs=6, lr=3e-3, batch=8),
-              finetune=Training(epochs=2, lr=3e-3, batch=8), bootstrap=200)
+              finetune=Training(epochs=2, lr=3e-3, batch=8), bootstrap=200, permutations=9)
 
 
 @pytest.fixture(scope="module")
@@ -485,7 +565,30 @@ def test_pipeline_numbers_mean_what_they_say(tiny_run):
     assert th[2] == pytest.approx(0.25) and th[0] == pytest.approx(th[-1])
     rows = result["shift"]["rows"]
     assert [r["domain"] for r in rows] == list(SIZES)
-    assert rows[0]["cos_mean"] == pytest.approx(1.0) and rows[0]["theory"]["F"] == 0.0
+    assert rows[0]["cos_mean"] == pytest.approx(1.0)
+    assert rows[0]["theory_raw"]["F"] == 0.0 == rows[0]["theory_orthonormalised"]["F"]
+    assert result["parameters"]["theory_rule"] == "relative"
+    # the split-source null: its interval is the t interval of the per-split values kept
+    # in the record (seeds × folds splits), and each domain's share is counted from them
+    null = result["shift"]["null"]
+    assert len(null["splits"]) == TINY.seeds * TINY.folds
+    for c in THEORY_COLUMNS:
+        draws = null["values"][c]
+        assert len(draws) == TINY.seeds * TINY.folds
+        assert null["summary"][c]["null"] == t_interval(draws)
+        assert null["summary"][c]["null"] != t_interval(draws[1:] + [draws[0] * 2 + 1])
+        for r in rows[1:]:
+            value = result["shift"]["permutation"]["shift"][r["domain"]][c]["observed"]
+            share = (1 + sum(x >= value for x in draws)) / (1 + len(draws))
+            assert null["summary"][c]["share_at_or_above"][r["domain"]] == share
+    # the raw column is the raw means' value; the source against itself is left out of the
+    # rank correlations
+    assert [r["theory_raw"]["ood_loss"] for r in rows[1:]] == \
+        [result["shift"]["permutation"]["shift"][r["domain"]]["raw"]["observed"]
+         for r in rows[1:]]
+    assert result["shift"]["rank_correlations"]["domains"] == [r["domain"] for r in rows[1:]]
+    assert all(0 < v["p"] <= 1 for d in result["shift"]["permutation"]["shift"].values()
+               for v in d.values())
     assert all(r["loss"]["lo"] <= r["loss"]["mean"] <= r["loss"]["hi"] for r in rows)
     conditions = [r["condition"] for r in result["forgetting"]]
     assert conditions == ["rotation θ = π/2", "rotation θ = 3π/4", "rotation θ = π",
@@ -598,6 +701,7 @@ def test_cli_renders_a_saved_result(tiny_run, tmp_path, capsys):
     assert main(["reproduce", "real", "--input", str(saved), "-f", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "0.35 → 1.28" in out and "F = +0.25" in out and "| domain |" in out
+    assert "split-source null" in out and "target domains (the source against itself" in out
     assert main(["reproduce", "real", "--input", str(saved)]) == 0
     for kind in ("real-rotation", "real-shift"):
         png = tmp_path / f"{kind}.png"

@@ -9,11 +9,12 @@ one repetition per seed). On each held-out fold:
   large with small probe-weight difference; scenario 2: small with small; all: every
   dimension, so cos(h, Rh) = cos θ = γ for every representation h); OOD cross-entropy
   against θ, beside the theory's OOD error for the rotation geometry (γ = cos θ, K = 2)
-  and for the real geometry (class-mean subspaces before and after the rotation);
+  and for the real geometry (the class means before and after the rotation);
 - **natural shift**: each fold's model is evaluated on the other domains; the loss is set
   against the cosine of the domain's mean representation to the source's, the principal
-  angles between their class-mean subspaces, and the theory's OOD error for V, U built
-  from those class means (``geometry.from_arrays(V, U)``, as ``--features/--ood``);
+  angles between their class-mean subspaces, and the theory's OOD error for V, U the
+  class means (``geometry.from_arrays(V, U)``, as ``--features/--ood``), beside the same
+  theory value between two random halves of the source (the split-source null);
 - **forgetting**: the trained model is fine-tuned further on rotated source
   representations (θ = π/2, 3π/4, π; all dimensions) or on a target domain, and the
   change of the held-out source loss is F = L_source(after) − L_source(before).
@@ -31,12 +32,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import paper
-from ..errors import InputError
+from .. import limits, paper
+from ..errors import ComputationError, InputError
+from ..estimates import gram_scale
+from ..finetune import gram
 from ..finetune.dynamics import ood_start
+from ..finetune.terms import column_errors
 from ..geometry import from_arrays
 from ..geometry import rotation as rotation_geometry
-from ..model import conditional_errors
+from ..model import conditional_errors, errors_and_gradient
 from ..depth.statistics import VERDICT_SEEDS
 from ..predict import pretrain_logits, predict
 from ..setting import Protocol, Setting
@@ -50,7 +54,27 @@ from .top import (Rotation, Training, dimension_pairs, head_difference, init_hea
 #: 2: fine-tunings moving one part alone (attention block, head, W_Q·W_K, the rest of the
 #: block), scenarios ranked by the trained head, the double-peak test and the power of
 #: each contrast; --ft-steps, --eps, --layer.
-VERSION = 2
+#: 3: the theory columns read the class means as they are (each normalised to unit norm,
+#: not orthogonalised: the Gram dynamics) under a stopping rule relative to their geometry
+#: (``Config.theory_rule``), the orthonormalised column beside them; the split-source
+#: null; the rank correlations over the target domains only.
+VERSION = 3
+#: How the theory columns on real class means set ε and η (``Config.theory_rule``).
+#: Two class means at cosine ρ have a Gram matrix that acts on the directions the errors
+#: live in as c = 1 − ρ (for K = 2 exactly; in general c is the smallest centred Gram
+#: eigenvalue, :func:`oodcalc.estimates.gram_scale`): every e_k is c times its orthonormal
+#: value, and a step's change of the logits c³ times. At ρ ≈ 0.99 uniform attention
+#: already has e = c/4 < ε = 0.01, so the rule as given stops pretraining at T1 = 0
+#: (nothing learned). "relative" scales the rule with the geometry: pretraining at ε·c_V,
+#: η/c_V³, fine-tuning at ε_ft·c_U, η_ft/c_U³; for K = 2 pretraining from Q = 0 is then
+#: step for step the orthonormal one at (ε, η), stopping at the same fraction of uniform
+#: attention's error. "absolute": ε and η as given.
+THEORY_RULES = ("relative", "absolute")
+#: The theory's OOD error at the real geometry, four ways (:class:`SourceTheory`): the class
+#: means as they are under the config's rule (``raw``; and as a fraction of uniform
+#: attention's error on U, ``raw_vs_uniform``), as they are with ε, η as given
+#: (``raw_fixed_eps``), and orthonormalised (Löwdin) with ε, η as given.
+THEORY_COLUMNS = ("raw", "raw_vs_uniform", "raw_fixed_eps", "orthonormalised")
 #: Rotation families: scenarios 1 and 2 with dimensions ranked by the linear probe on the
 #: block's input, the same two ranked by the trained head (on the block's output), and all.
 FAMILIES = ("scenario 1", "scenario 2", "scenario 1 (head)", "scenario 2 (head)", "all")
@@ -78,10 +102,16 @@ class Config:
                                      # sums in one order whatever the core count)
     source: str = SOURCE
     protocol: Protocol = field(default_factory=Protocol)   # the theory's ε, η
+    theory_rule: str = "relative"    # THEORY_RULES: ε, η for the raw class means
+    permutations: int = 199          # draws of each permutation test of the shift's theory
 
     def check(self) -> "Config":
+        if self.theory_rule not in THEORY_RULES:
+            raise InputError("theory_rule", self.theory_rule,
+                             f"expected one of {', '.join(THEORY_RULES)}")
         for name, value, low in (("--seeds", self.seeds, 1), ("--folds", self.folds, 2),
-                                 ("--steps", self.steps, 2), ("--threads", self.threads, 1)):
+                                 ("--steps", self.steps, 2), ("--threads", self.threads, 1),
+                                 ("permutations", self.permutations, 1)):
             if value < low:
                 raise InputError(name, value, f"expected an integer >= {low}")
         if self.steps % 4:
@@ -94,11 +124,13 @@ class Config:
                 "pairs": self.pairs, "layer": self.layer, "max_len": self.max_len,
                 "source": self.source, "bootstrap": self.bootstrap, "threads": self.threads,
                 "training": self.training.describe(), "finetune": self.finetune.describe(),
-                "theory_protocol": self.protocol.describe(), "version": VERSION}
+                "theory_protocol": self.protocol.describe(),
+                "theory_rule": self.theory_rule, "permutations": self.permutations,
+                "version": VERSION}
 
 
 #: ``--quick``: the same pipeline, smaller (one CV repetition of 3 folds, 12 θ steps).
-QUICK = Config(seeds=1, folds=3, steps=12, bootstrap=1000)
+QUICK = Config(seeds=1, folds=3, steps=12, bootstrap=1000, permutations=99)
 
 
 class Progress:
@@ -157,8 +189,8 @@ def _pretrained_logits(K: int, eps: float, eta: float, max_steps: int) -> np.nda
 
 
 def theory_ood_error(M: np.ndarray, protocol: Protocol) -> float:
-    """The theory's OOD error at T1 for alignment M = VᵀU: exactly what
-    ``predict(...).ood.error.mean()`` gives, with the V-independent pretraining shared."""
+    """The theory's OOD error at T1 for orthonormal V, U with alignment M = VᵀU: exactly
+    what ``predict(...).ood.error.mean()`` gives, with the V-independent pretraining shared."""
     z1 = _pretrained_logits(M.shape[0], protocol.eps, protocol.eta, protocol.max_steps)
     return float(conditional_errors(ood_start(z1, M)).mean())
 
@@ -168,6 +200,48 @@ def class_geometry(means_source: np.ndarray, means_ood: np.ndarray) -> tuple[np.
     return lowdin(means_source.astype(np.float64)), lowdin(means_ood.astype(np.float64))
 
 
+def unit_columns(A: np.ndarray) -> np.ndarray:
+    """The class means as they are, each column scaled to unit norm (not orthogonalised)."""
+    A = np.asarray(A, dtype=np.float64)
+    return A / np.linalg.norm(A, axis=0)
+
+
+def uniform_error(G: np.ndarray) -> float:
+    """Mean e_k at uniform attention (Q = 0) for features with Gram matrix G: (1 − ρ)/4
+    for two at cosine ρ, 1/4 for orthonormal ones."""
+    return float(errors_and_gradient(np.zeros(G.shape), G)[0].mean())
+
+
+def real_protocol(protocol: Protocol, G_V: np.ndarray, G_U: np.ndarray,
+                  rule: str) -> Protocol:
+    """The protocol the theory runs on features with Grams G_V, G_U under ``rule``
+    (:data:`THEORY_RULES`): as given, or ε, η scaled by the geometry's c (``relative``)."""
+    if rule == "absolute":
+        return protocol
+    c_V, c_U = gram_scale(G_V), gram_scale(G_U)
+    ft = {"ft_steps": protocol.ft_steps} if protocol.ft_steps is not None else \
+        {"eps_ft": protocol.eps_ft * c_U}
+    return Protocol(eps=protocol.eps * c_V, eta=protocol.eta / c_V ** 3,
+                    eta_ft=protocol.eta_ft / c_U ** 3,
+                    max_steps="auto" if protocol.auto_steps else protocol.max_steps, **ft)
+
+
+def theory_raw(means_source: np.ndarray, means_ood: np.ndarray, protocol: Protocol,
+               rule: str) -> dict[str, Any]:
+    """oodcalc.predict on V, U = the class means as they are (unit-norm columns, the Gram
+    dynamics; ``--features/--ood``) under ``rule``: OOD error at T1 (and as a fraction
+    of uniform attention's error on U), forgetting F after fine-tuning on U, T1, the
+    class-mean cosines and the ε, η the rule gave."""
+    V, U = unit_columns(means_source), unit_columns(means_ood)
+    G_V, G_U = V.T @ V, U.T @ U
+    used = real_protocol(protocol, G_V, G_U, rule)
+    report = predict(Setting(from_arrays(V, U), used))
+    e = float(report.ood.error.mean())
+    return {"ood_loss": e, "ood_vs_uniform": e / uniform_error(G_U), "F": report.F,
+            "T1": int(report.pretrain.T1), "cos_V": float(G_V[0, 1]),
+            "cos_U": float(G_U[0, 1]), "eps": used.eps, "eta": used.eta}
+
+
 def theory_for(means_source: np.ndarray, means_ood: np.ndarray,
                protocol: Protocol) -> dict[str, Any]:
     """oodcalc.predict on V, U = orthonormalised class means (``--features/--ood``):
@@ -175,10 +249,48 @@ def theory_for(means_source: np.ndarray, means_ood: np.ndarray,
     V, U = class_geometry(means_source, means_ood)
     report = predict(Setting(from_arrays(V, U), protocol))
     M = V.T @ U
-    return {"ood_loss": float(report.ood.error.mean()), "F": report.F,
-            "M": M.tolist(),
+    e = float(report.ood.error.mean())
+    return {"ood_loss": e, "ood_vs_uniform": e / uniform_error(np.eye(M.shape[0])),
+            "F": report.F, "M": M.tolist(),
             "principal_angles_deg": np.degrees(np.arccos(np.clip(
                 np.linalg.svd(M, compute_uv=False), -1, 1))).tolist()}
+
+
+class SourceTheory:
+    """The theory's OOD error from one set of source class means against many OOD ones,
+    pretraining shared (exactly ``predict(...).ood.error.mean()`` of :func:`theory_raw`
+    and :func:`theory_for`): ``raw`` under the config's rule, ``raw_fixed_eps`` with ε, η
+    as given, ``orthonormalised`` on the Löwdin bases with ε, η as given."""
+
+    def __init__(self, means_source: np.ndarray, protocol: Protocol, rule: str) -> None:
+        self.protocol, self.rule = protocol, rule
+        self.V = unit_columns(means_source)
+        self.G_V = self.V.T @ self.V
+        self.lowdin = lowdin(np.asarray(means_source, dtype=np.float64))
+        K = self.G_V.shape[0]
+        self.z1 = {}
+        for name, r in (("raw", rule), ("raw_fixed_eps", "absolute")):
+            # the same pretraining, and cap, as predict's for overlapping features
+            used = real_protocol(protocol, self.G_V, self.G_V, r)
+            cap = limits.pretrain_cap(K, used, overlap=gram_scale(self.G_V))
+            pre = gram.pretrain(self.G_V, used.eta, used.eps, cap)
+            if not pre.converged[0]:
+                raise ComputationError(f"pretraining on the source class means did not meet "
+                                       f"the stopping rule within {cap} steps")
+            self.z1[name] = pre.z[0]
+
+    def ood(self, means_ood: np.ndarray) -> dict[str, float]:
+        U = unit_columns(means_ood)
+        G_U, M = U.T @ U, self.V.T @ U
+        out = {}
+        for name, z1 in self.z1.items():
+            e = float(column_errors(gram.ood_start(z1, self.G_V, M), G_U).mean())
+            out[name] = e
+            if name == "raw":
+                out["raw_vs_uniform"] = e / uniform_error(G_U)
+        out["orthonormalised"] = theory_ood_error(
+            self.lowdin.T @ lowdin(np.asarray(means_ood, dtype=np.float64)), self.protocol)
+        return out
 
 
 def theory_rotation_F(theta: float, protocol: Protocol) -> float:
@@ -231,7 +343,9 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     S, n_src = config.seeds, len(src)
     rot = {f: np.zeros((S, len(thetas), n_src)) for f in FAMILIES}
     gamma_eff = {f: np.zeros((S * config.folds, len(thetas))) for f in FAMILIES}
-    theory_real = {f: np.zeros((S * config.folds, len(thetas))) for f in FAMILIES}
+    # the theory at the real geometry, per fit and θ: SourceTheory.ood's columns
+    theory_real = {f: {col: np.zeros((S * config.folds, len(thetas))) for col in THEORY_COLUMNS}
+                   for f in FAMILIES}
     tgt_idx = {d: np.flatnonzero(domains == d) for d in targets}
     shift = {d: np.zeros((S, len(i))) for d, i in tgt_idx.items()}
     forget_names = [f"rotation θ = {name}" for name, _ in FORGET_THETAS] + \
@@ -239,7 +353,7 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     forget = {c: {part: np.zeros((S, n_src)) for part in FINETUNED} for c in forget_names}
     # the fine-tuning task's own held-out loss before and after, one mean per fit
     forget_ood = {c: {part: [] for part in FINETUNED} for c in forget_names}
-    theory_forget_real = {name: [] for name, _ in FORGET_THETAS}
+    theory_forget_real = {name: {"raw": [], "orthonormalised": []} for name, _ in FORGET_THETAS}
 
     per_fold = 2 + len(forget_names)
     progress.stage("fine-tuning and evaluating", S * config.folds * per_fold)
@@ -267,6 +381,7 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
 
             base = losses(top, hidden, labels, test_idx)
             means = class_means(pooled[train_idx], labels[train_idx])
+            real_theory = SourceTheory(means, config.protocol, config.theory_rule)
             for fam, (a, b) in pairs.items():
                 rot[fam][s, 0, test_pos] = base
                 for t, theta in enumerate(thetas):
@@ -277,8 +392,8 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                     Rp = R.apply(p)
                     gamma_eff[fam][fit, t] = float(np.mean(
                         np.sum(p * Rp, 1) / np.sum(p * p, 1)))
-                    V, U = class_geometry(means, R.apply(means.T).T)
-                    theory_real[fam][fit, t] = theory_ood_error(V.T @ U, config.protocol)
+                    for col, e in real_theory.ood(R.apply(means.T).T).items():
+                        theory_real[fam][col][fit, t] = e
             for d, idx in tgt_idx.items():
                 shift[d][s] += losses(top, hidden, labels, idx) / config.folds
             progress.advance()
@@ -291,8 +406,11 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
             for (name, theta), cond in zip(FORGET_THETAS, forget_names):
                 R = Rotation(a, b, theta)
                 tasks.append((cond, train_idx, R, test_idx, seed + 500))
-                theory_forget_real[name].append(
-                    theory_for(means, R.apply(means.T).T, config.protocol)["F"])
+                rotated = R.apply(means.T).T
+                theory_forget_real[name]["raw"].append(
+                    theory_raw(means, rotated, config.protocol, config.theory_rule)["F"])
+                theory_forget_real[name]["orthonormalised"].append(
+                    theory_for(means, rotated, config.protocol)["F"])
             for d in targets:
                 pick = np.random.default_rng([s, f, 2]).permutation(tgt_idx[d])
                 tune = pick[:min(len(train_idx), len(pick) // 2)]
@@ -333,7 +451,8 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                      "seed_sd": rot[fam].mean(axis=2).std(axis=0, ddof=1).tolist() if S > 1
                      else None,
                      "gamma_eff": gamma_eff[fam].mean(axis=0).tolist(),
-                     "theory_real": theory_real[fam].mean(axis=0).tolist(),
+                     **{f"theory_{col}": theory_real[fam][col].mean(axis=0).tolist()
+                        for col in THEORY_COLUMNS},
                      "shape": shape(rot[fam], thetas, rng, B)}
     result["rotation"] = {"theta": thetas.tolist(), "gamma": np.cos(thetas).tolist(),
                           "theory_rotation": theory_rot,
@@ -342,10 +461,12 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     # natural shift
     source_loss = rot["all"][:, 0].mean(axis=0)
     rows = [shift_row(config.source, pooled, labels, domains, config.source, source_loss,
-                      src, rng, B, config.protocol)]
+                      src, rng, B, config)]
     rows += [shift_row(d, pooled, labels, domains, config.source, shift[d].mean(axis=0),
-                       tgt_idx[d], rng, B, config.protocol) for d in targets]
-    result["shift"] = {"rows": rows}
+                       tgt_idx[d], rng, B, config) for d in targets]
+    result["shift"] = {"rows": rows, "null": split_null(pooled, labels, domains, config, rows),
+                       "permutation": permutation_tests(pooled, labels, domains, config, rows),
+                       "rank_correlations": rank_correlations(rows[1:])}
 
     # forgetting
     frows = []
@@ -363,11 +484,14 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
         frows.append({"condition": cond, "theta": theta, "gamma": math.cos(theta),
                       **measured(cond),
                       "theory_F_rotation": theory_rotation_F(theta, config.protocol),
-                      "theory_F_real": float(np.mean(theory_forget_real[name]))})
+                      "theory_F_raw": float(np.mean(theory_forget_real[name]["raw"])),
+                      "theory_F_orthonormalised":
+                          float(np.mean(theory_forget_real[name]["orthonormalised"]))})
     for d, row in zip(targets, rows[1:]):
         cond = f"domain: {d}"
         frows.append({"condition": cond, "theta": None, "gamma": None, **measured(cond),
-                      "theory_F_rotation": None, "theory_F_real": row["theory"]["F"]})
+                      "theory_F_rotation": None, "theory_F_raw": row["theory_raw"]["F"],
+                      "theory_F_orthonormalised": row["theory_orthonormalised"]["F"]})
     result["forgetting"] = frows
     result["paper"] = beside_paper(result)
     return result
@@ -512,7 +636,7 @@ def local_maxima(curve: np.ndarray, thetas: np.ndarray) -> list[float]:
 
 def shift_row(domain: str, pooled: np.ndarray, labels: np.ndarray, domains: np.ndarray,
               source: str, per_example: np.ndarray, idx: np.ndarray,
-              rng: np.random.Generator, B: int, protocol: Protocol) -> dict[str, Any]:
+              rng: np.random.Generator, B: int, config: Config) -> dict[str, Any]:
     src = domains == source
     here = domains == domain
     y = labels[idx]
@@ -520,13 +644,161 @@ def shift_row(domain: str, pooled: np.ndarray, labels: np.ndarray, domains: np.n
     # the class-balanced loss, and its bootstrap resampling reviews within each class
     resampled = np.mean([resampled_means(x, rng, B) for x in classes], axis=0)
     lo, hi = np.percentile(resampled, [2.5, 97.5])
+    ms, md = class_means(pooled[src], labels[src]), class_means(pooled[here], labels[here])
     return {"domain": domain, "n": int(here.sum()), "positive": int(labels[here].sum()),
             "cos_mean": cosine(pooled[here].mean(0), pooled[src].mean(0)),
-            "theory": theory_for(class_means(pooled[src], labels[src]),
-                                 class_means(pooled[here], labels[here]), protocol),
+            "theory_raw": theory_raw(ms, md, config.protocol, config.theory_rule),
+            "theory_raw_fixed_eps": theory_raw(ms, md, config.protocol, "absolute"),
+            "theory_orthonormalised": theory_for(ms, md, config.protocol),
             "loss": interval(per_example, rng, B),
             "balanced_loss": float(np.mean([x.mean() for x in classes])),
             "balanced_interval": {"lo": float(lo), "hi": float(hi)}}
+
+
+def row_theory(row: dict[str, Any], column: str) -> float:
+    """A shift row's theory value in one of :data:`THEORY_COLUMNS`."""
+    return {"raw": row["theory_raw"]["ood_loss"],
+            "raw_vs_uniform": row["theory_raw"]["ood_vs_uniform"],
+            "raw_fixed_eps": row["theory_raw_fixed_eps"]["ood_loss"],
+            "orthonormalised": row["theory_orthonormalised"]["ood_loss"]}[column]
+
+
+def t_interval(values) -> dict[str, Any]:
+    """Mean and 95 % Student-t interval of independent draws (None with fewer than 2)."""
+    x = np.asarray(values, dtype=np.float64)
+    n, mean = len(x), float(x.mean())
+    if n < 2:
+        return {"mean": mean, "lo": None, "hi": None, "sd": None, "n": n}
+    from scipy import stats
+    sd = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd, "n": n}
+
+
+def halves(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random half of the positions, each class halved (the rest is the other half)."""
+    mask = np.zeros(len(labels), dtype=bool)
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        mask[members[:len(members) // 2]] = True
+    return mask
+
+
+def split_null(pooled: np.ndarray, labels: np.ndarray, domains: np.ndarray, config: Config,
+               rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The theory's value where there is no shift: the source's reviews split into two
+    random halves (each class halved), V from the class means of one half and U from the
+    other's, seeds × folds times (generator (seed, fold, 3)). No model is trained, so the
+    splits are exchangeable draws; their mean has a Student-t interval (the null's level,
+    given these reviews), and each domain's value (its shift row) is set against the
+    draws: the share of them at or above it, (1 + #{null >= value}) / (1 + splits). Every
+    per-split value is kept. The halves have 87 source reviews a side, the domains' rows
+    174 and all of the domain's: the null is the noisier, so it errs towards calling a
+    domain noise (:func:`permutation_tests` matches the sizes)."""
+    src = np.flatnonzero(domains == config.source)
+    y = labels[src]
+    values: dict[str, list[float]] = {c: [] for c in THEORY_COLUMNS}
+    splits = []
+    for s in range(config.seeds):
+        for f in range(config.folds):
+            half = halves(y, np.random.default_rng([s, f, 3]))
+            th = SourceTheory(class_means(pooled[src[half]], y[half]), config.protocol,
+                              config.theory_rule)
+            for c, e in th.ood(class_means(pooled[src[~half]], y[~half])).items():
+                values[c].append(e)
+            splits.append({"seed": s, "fold": f})
+    summary = {}
+    for c in THEORY_COLUMNS:
+        null = np.array(values[c])
+        summary[c] = {"null": t_interval(null), "null_max": float(null.max()),
+                      "share_at_or_above": {
+                          r["domain"]: float((1 + np.sum(null >= row_theory(r, c)))
+                                             / (1 + len(null))) for r in rows[1:]}}
+    return {"splits": splits, "values": values, "summary": summary}
+
+
+def relabelled(first: np.ndarray, second: np.ndarray, labels: np.ndarray,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of two groups pooled and dealt again at random within each class, each
+    group keeping its count of every class (a permutation that keeps the label shift)."""
+    a, b = [], []
+    for c in (0, 1):
+        x, y = first[labels[first] == c], second[labels[second] == c]
+        pool = rng.permutation(np.concatenate([x, y]))
+        a.append(pool[:len(x)])
+        b.append(pool[len(x):])
+    return np.concatenate(a), np.concatenate(b)
+
+
+def permutation_tests(pooled: np.ndarray, labels: np.ndarray, domains: np.ndarray,
+                      config: Config, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Is a domain's theory value beyond the noise, at its own sample sizes? The source's
+    and the domain's reviews are pooled and dealt again within each class
+    (:func:`relabelled`), ``config.permutations`` times, and the theory value recomputed:
+    one-sided p = (1 + #{permuted >= observed}) / (1 + permutations). Does the theory order
+    two domains beyond the noise? The two domains' reviews are dealt again the same way
+    and the difference of their values (the source's class means fixed) recomputed:
+    two-sided p on |difference|. Generators (domain index, permutation, 5) and (first,
+    second, permutation, 6)."""
+    src = np.flatnonzero(domains == config.source)
+    targets = [r["domain"] for r in rows[1:]]
+    idx = {d: np.flatnonzero(domains == d) for d in targets}
+    P = config.permutations
+    observed = {r["domain"]: {c: row_theory(r, c) for c in THEORY_COLUMNS} for r in rows[1:]}
+    shift: dict[str, Any] = {}
+    for i, d in enumerate(targets):
+        drawn = {c: [] for c in THEORY_COLUMNS}
+        for p in range(P):
+            a, b = relabelled(src, idx[d], labels, np.random.default_rng([i, p, 5]))
+            th = SourceTheory(class_means(pooled[a], labels[a]), config.protocol,
+                              config.theory_rule)
+            for c, e in th.ood(class_means(pooled[b], labels[b])).items():
+                drawn[c].append(e)
+        shift[d] = {c: {"observed": observed[d][c],
+                        "p": float((1 + np.sum(np.array(drawn[c]) >= observed[d][c])) / (1 + P)),
+                        "permuted_mean": float(np.mean(drawn[c]))} for c in THEORY_COLUMNS}
+    source = SourceTheory(class_means(pooled[src], labels[src]), config.protocol,
+                          config.theory_rule)
+    pairs: dict[str, Any] = {}
+    for i, d1 in enumerate(targets):
+        for j in range(i + 1, len(targets)):
+            d2 = targets[j]
+            diffs = {c: [] for c in THEORY_COLUMNS}
+            for p in range(P):
+                a, b = relabelled(idx[d1], idx[d2], labels,
+                                  np.random.default_rng([i, j, p, 6]))
+                ea = source.ood(class_means(pooled[a], labels[a]))
+                eb = source.ood(class_means(pooled[b], labels[b]))
+                for c in THEORY_COLUMNS:
+                    diffs[c].append(ea[c] - eb[c])
+            pairs[f"{d1} − {d2}"] = {c: {
+                "observed": observed[d1][c] - observed[d2][c],
+                "p": float((1 + np.sum(np.abs(diffs[c]) >=
+                                       abs(observed[d1][c] - observed[d2][c]))) / (1 + P))}
+                for c in THEORY_COLUMNS}
+    return {"permutations": P, "shift": shift, "pairs": pairs}
+
+
+def spearman(x, y) -> float | None:
+    """Rank correlation (no ties expected among a handful of domains); None when either
+    side is constant."""
+    rx, ry = (np.argsort(np.argsort(v)).astype(float) for v in (x, y))
+    if rx.std() == 0 or ry.std() == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def rank_correlations(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Spearman over the target domains (the source against itself is left out: its
+    distance and theory value are 0 by construction and would buy the correlation a
+    point), of the CE and the class-balanced CE with 1 − cosine and each theory column."""
+    predictors = {"1 − cosine": [1 - r["cos_mean"] for r in rows],
+                  **{c: [row_theory(r, c) for r in rows] for c in THEORY_COLUMNS}}
+    measured = {"CE": [r["loss"]["mean"] for r in rows],
+                "class-balanced CE": [r["balanced_loss"] for r in rows]}
+    return {"domains": [r["domain"] for r in rows],
+            **{m: {p: spearman(y, x) for p, x in predictors.items()}
+               for m, y in measured.items()}}
 
 
 def beside_paper(result: dict[str, Any]) -> list[dict[str, Any]]:

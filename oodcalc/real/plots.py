@@ -52,13 +52,19 @@ def rotation(result: dict[str, Any]):
     measured.set_title("measured (real encoder)", fontsize=9)
     # legends under the panels: inside, the curves of every rotation reach each corner
     _outside_below(measured, fontsize=7.5, ncol=1)
-    theory.plot(theta, rot["theory_rotation"], "k--", lw=1.5,
+    # every curve as a fraction of its geometry's error at uniform attention (1/4 for
+    # orthonormal features, (1 − ρ)/4 for class means at cosine ρ): one scale for all
+    theory.plot(theta, np.array(rot["theory_rotation"]) / 0.25, "k--", lw=1.5,
                 label="rotation geometry γ = cos θ (oodcalc predict --theta, K = 2)")
     for fam, v in rot["families"].items():
         if fam != "all":     # for all dimensions the real geometry gives the line above
-            theory.plot(theta, v["theory_real"], ":", lw=1.8, color=COLORS.get(fam),
-                        label=f"real class-mean geometry: {_plain(FAMILY_TITLES.get(fam, fam))}")
-    theory.set_ylabel("theory's OOD error e (squared error)")
+            name = _plain(FAMILY_TITLES.get(fam, fam))
+            theory.plot(theta, v["theory_raw_vs_uniform"], ":", lw=1.8, color=COLORS.get(fam),
+                        label=f"class means as they are (ε relative): {name}")
+            theory.plot(theta, np.array(v["theory_orthonormalised"]) / 0.25, "-.", lw=0.9,
+                        color=COLORS.get(fam), alpha=0.6,
+                        label=f"class means orthonormalised: {name}")
+    theory.set_ylabel("theory's OOD error e / e at uniform attention")
     theory.set_ylim(bottom=0)
     theory.set_title("theory (exact dynamics, one layer)", fontsize=9)
     _outside_below(theory, fontsize=7.5, ncol=1)
@@ -78,7 +84,9 @@ def rotation(result: dict[str, Any]):
 def shift(result: dict[str, Any]):
     """Measured CE per domain against the cosine of its mean representation to the
     source's, the largest principal angle between class-mean subspaces, and the theory's
-    OOD error for V, U built from those class means."""
+    OOD error for V, U the class means as they are (as a fraction of uniform attention's
+    error) and orthonormalised, each with the split-source null: the range of its draws
+    (light band) and the t interval of their mean (dark band)."""
     plt = _pyplot()
     rows = result["shift"]["rows"]
     mean = np.array([r["loss"]["mean"] for r in rows])
@@ -87,24 +95,43 @@ def shift(result: dict[str, Any]):
     xs = [("cosine of mean representation to the source's",
            [r["cos_mean"] for r in rows]),
           ("largest principal angle between class-mean subspaces (°)",
-           [max(r["theory"]["principal_angles_deg"]) for r in rows]),
-          ("theory's OOD error e (oodcalc predict, V, U from class means)",
-           [r["theory"]["ood_loss"] for r in rows])]
+           [max(r["theory_orthonormalised"]["principal_angles_deg"]) for r in rows]),
+          ("theory: class means as they are, ε relative\ne / e at uniform attention",
+           [r["theory_raw"]["ood_vs_uniform"] for r in rows]),
+          ("theory: class means orthonormalised, e",
+           [r["theory_orthonormalised"]["ood_loss"] for r in rows])]
+    null = result["shift"]["null"]
     balanced = np.array([r["balanced_loss"] for r in rows])
     balanced_err = np.array([[r["balanced_loss"] - r["balanced_interval"]["lo"] for r in rows],
                              [r["balanced_interval"]["hi"] - r["balanced_loss"] for r in rows]])
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
+    fig, axes = plt.subplots(1, 4, figsize=(15, 4.2), sharey=True)
+    for ax, column in zip(axes[2:], ("raw_vs_uniform", "orthonormalised")):
+        # shaded spans, not markers: the domains' names may lie over them
+        draws = null["values"][column]
+        ax.axvspan(min(draws), max(draws), color="0.92", lw=0,
+                   label="split-source null: range of its draws")
+        t = null["summary"][column]["null"]
+        if t["lo"] is not None:
+            ax.axvspan(t["lo"], t["hi"], color="0.75", lw=0,
+                       label="split-source null: its mean's 95 % t interval")
     for ax, (label, x) in zip(axes, xs):
         ax.errorbar(x, mean, yerr=err, fmt="o", capsize=3, label="CE (95 % bootstrap)")
         ax.errorbar(x, balanced, yerr=balanced_err, fmt="s", mfc="none", capsize=3,
                     color="tab:orange", label="class-balanced CE (95 % bootstrap)")
         ax.margins(x=0.12)                # room for the names beside the outer points
         ax.set_xlabel(label, fontsize=8)
+    for ax in axes[2:]:             # the theory's targets crowd at the right: room for names
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(lo, hi + 0.35 * (hi - lo))
     axes[0].invert_xaxis()          # less similar to the right, as the other panels
     axes[0].set_ylabel("cross-entropy (nats)")
     # under the panels: inside, it covered the source domain's point
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8,
-               frameon=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for h, lab in zip(*axes[2].get_legend_handles_labels()):
+        if lab.startswith("split-source"):
+            handles.append(h)
+            labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle("Natural shift between review domains\n" + _subtitle(result), fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     names = [_plain(r["domain"]) for r in rows]

@@ -65,8 +65,28 @@ def setup_lines(result: dict[str, Any]) -> list[str]:
         + ("" if th.get("ft_steps") is None else f", fine-tuned exactly {th['ft_steps']} steps")
         + f"; its OOD error e is a squared error of "
         f"in-context regression, on another scale than cross-entropy: compare shapes and "
-        f"orderings, not values.",
+        f"orderings, not values. {RULE_TEXT[p['theory_rule']]}",
     ]
+
+
+#: What each stopping rule means for the theory on the class means as they are.
+RULE_TEXT = {
+    "relative": "Real geometry: V, U are the class means as they are (each scaled to unit "
+                "norm, not orthogonalised; the Gram dynamics), with the stopping rule "
+                "relative to their geometry: pretraining at ε·c_V and η/c_V³, fine-tuning at "
+                "ε·c_U and η/c_U³, c = 1 − (cosine of the two class means) (at fixed ε the "
+                "rule holds at uniform attention, e = c/4 < ε, and nothing is learned); "
+                "beside it the same means with ε, η as given, and the orthonormalised "
+                "(Löwdin) means.",
+    "absolute": "Real geometry: V, U are the class means as they are (each scaled to unit "
+                "norm, not orthogonalised; the Gram dynamics) with ε, η as given; beside it "
+                "the orthonormalised (Löwdin) means.",
+}
+#: The theory columns at the real geometry (experiment.THEORY_COLUMNS), as headed.
+COLUMN_TITLES = {"raw": "raw means, ε relative: e",
+                 "raw_vs_uniform": "raw means, ε relative: e / e(uniform attention)",
+                 "raw_fixed_eps": "raw means, ε as given: e",
+                 "orthonormalised": "orthonormalised means: e"}
 
 
 def paper_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -95,54 +115,118 @@ def rotation_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def shape_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["rotation", "shape (pre-registered contrasts)", "CE(π/2) − CE(0)",
               "CE(π/2) − CE(π)", "CE(π) − CE(0)", "argmax θ", "local maxima of the mean",
-              "γ_eff at π", "theory e at the real geometry, π/2"]
+              "γ_eff at π", "theory at the real geometry, π/2: raw means e · e/e(uniform)",
+              "orthonormalised means e"]
     rows = []
     for fam, v in result["rotation"]["families"].items():
         s = v["shape"]
-        half = len(v["theory_real"]) // 2
+        half = len(v["theory_raw"]) // 2
         rows.append([FAMILY_TITLES.get(fam, fam), s["verdict"],
                      signed_ci(s["rise_0_to_half_pi"]), signed_ci(s["fall_half_pi_to_pi"]),
                      signed_ci(s["change_0_to_pi"]), angle(s["argmax_theta"]),
                      ", ".join(angle(t) for t in s["local_maxima"]) or "none",
-                     f"{v['gamma_eff'][-1]:+.3f}", f"{v['theory_real'][half]:.4f}"])
+                     f"{v['gamma_eff'][-1]:+.3f}",
+                     f"{v['theory_raw'][half]:.2e} · {v['theory_raw_vs_uniform'][half]:.3f}",
+                     f"{v['theory_orthonormalised'][half]:.4f}"])
     return header, rows
 
 
-def spearman(x, y) -> float:
-    """Rank correlation (no ties expected among a handful of domains)."""
-    rx, ry = (np.argsort(np.argsort(v)).astype(float) for v in (x, y))
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
+def theory_F(x: float, spec: str) -> str:
+    """A theory F; one within round-off of 0 as a bound (its last bits are not a result)."""
+    return "0 (< 1e-12)" if abs(x) < 1e-12 else format(x, spec)
+
+
+def rho(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.2f}"
 
 
 def shift_orderings(result: dict[str, Any]) -> str:
-    """Do the domains' losses order as their similarity to the source and as the theory?"""
-    rows = result["shift"]["rows"]
-    distance = [1 - r["cos_mean"] for r in rows]
-    theory = [r["theory"]["ood_loss"] for r in rows]
+    """Do the target domains' losses order as their distance to the source and as the
+    theory's columns (the source against itself left out)?"""
+    rc = result["shift"]["rank_correlations"]
+    n = len(rc["domains"])
     parts = []
-    for name, key in (("CE", lambda r: r["loss"]["mean"]),
-                      ("class-balanced CE", lambda r: r["balanced_loss"])):
-        y = [key(r) for r in rows]
-        parts.append(f"{name} with (1 − cosine) {spearman(y, distance):+.2f} and with the "
-                     f"theory's OOD error {spearman(y, theory):+.2f}")
-    return (f"Spearman rank correlation over the {len(rows)} domains: " + "; ".join(parts)
-            + ".")
+    for measured in ("CE", "class-balanced CE"):
+        r = rc[measured]
+        parts.append(f"{measured} with (1 − cosine) {rho(r['1 − cosine'])}, with the theory "
+                     + ", ".join(f"({COLUMN_TITLES[c]}) {rho(r[c])}" for c in COLUMN_TITLES))
+    chance = math.factorial(n)
+    return (f"Spearman rank correlation over the {n} target domains (the source against "
+            f"itself left out): " + "; ".join(parts) + f". With {n} domains a correlation "
+            f"of +1 arises by chance once in {chance} orderings.")
 
 
 def shift_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["domain", "reviews (+/−)", "cos(mean, source mean)",
-              "principal angles (°)", "theory e (V, U from class means)", "theory F",
-              "CE [95 %]", "class-balanced CE [95 %]"]
+    header = ["domain", "reviews (+/−)", "cos(mean, source mean)", "cos(class means)",
+              "principal angles (°)", "theory e, raw means, ε relative [e/e(uniform)] · T1",
+              "theory e, raw means, ε as given · T1", "theory e, orthonormalised means",
+              "theory F: raw means · orthonormalised", "CE [95 %]", "class-balanced CE [95 %]"]
     rows = []
     for r in result["shift"]["rows"]:
-        angles = ", ".join(f"{a:.1f}" for a in r["theory"]["principal_angles_deg"])
+        raw, fixed, ortho = r["theory_raw"], r["theory_raw_fixed_eps"], \
+            r["theory_orthonormalised"]
+        angles = ", ".join(f"{a:.1f}" for a in ortho["principal_angles_deg"])
         rows.append([r["domain"], f"{r['n']} ({r['positive']}/{r['n'] - r['positive']})",
-                     f"{r['cos_mean']:.4f}", angles, f"{r['theory']['ood_loss']:.4f}",
-                     f"{r['theory']['F']:+.4f}", ci(r["loss"]),
-                     ci({"mean": r["balanced_loss"], **r["balanced_interval"]})])
+                     f"{r['cos_mean']:.4f}", f"{raw['cos_U']:.4f}", angles,
+                     f"{raw['ood_loss']:.2e} [{raw['ood_vs_uniform']:.3f}] · {raw['T1']}",
+                     f"{fixed['ood_loss']:.2e} · {fixed['T1']}",
+                     f"{ortho['ood_loss']:.4f}", f"{theory_F(raw['F'], '+.1e')} · {theory_F(ortho['F'], '+.4f')}",
+                     ci(r["loss"]), ci({"mean": r["balanced_loss"], **r["balanced_interval"]})])
     return header, rows
+
+
+def fmt(x: float, column: str) -> str:
+    """A theory value in its column's format (raw e are c ≈ 0.01 times smaller)."""
+    return f"{x:.2e}" if column in ("raw", "raw_fixed_eps") else f"{x:.3f}"
+
+
+def null_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per theory column: the split-source null (mean, t interval, largest draw) and each
+    target domain's value with the share of null draws at or above it and its
+    permutation p (the source's and the domain's reviews dealt again within each class)."""
+    shift = result["shift"]
+    null, perm = shift["null"], shift["permutation"]
+    domains = [r["domain"] for r in shift["rows"][1:]]
+    n = len(null["splits"])
+    header = ["theory column", f"split-source null: mean [95 % t, {n} splits] · largest"] + \
+        [f"{d}: value · null share ≥ · permutation p" for d in domains]
+    rows = []
+    for c, title in COLUMN_TITLES.items():
+        s = null["summary"][c]
+        t = s["null"]
+        level = fmt(t["mean"], c) + ("" if t["lo"] is None else
+                                     f" [{fmt(t['lo'], c)}, {fmt(t['hi'], c)}]")
+        rows.append([title, f"{level} · {fmt(s['null_max'], c)}"]
+                    + [f"{fmt(perm['shift'][d][c]['observed'], c)} · "
+                       f"{s['share_at_or_above'][d]:.2f} · {perm['shift'][d][c]['p']:.3f}"
+                       for d in domains])
+    return header, rows
+
+
+def pair_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Does the theory order two domains beyond the noise: the difference of their values
+    and its permutation p (the two domains' reviews dealt again within each class)."""
+    perm = result["shift"]["permutation"]
+    header = ["domains"] + [f"{title}: difference (p)" for title in COLUMN_TITLES.values()]
+    rows = [[pair] + [f"{'+' if v[c]['observed'] >= 0 else '−'}"
+                      f"{fmt(abs(v[c]['observed']), c)} ({v[c]['p']:.3f})"
+                      for c in COLUMN_TITLES]
+            for pair, v in perm["pairs"].items()]
+    return header, rows
+
+
+def null_note(result: dict[str, Any]) -> str:
+    perm = result["shift"]["permutation"]["permutations"]
+    return ("The split-source null: the source's reviews split into two random halves (each "
+            "class halved), the theory value between them; its 95 % interval is Student's t "
+            "over the splits (no model is trained: the splits are exchangeable draws). 'Null "
+            "share ≥': of the null's draws, (1 + those at or above the domain's value)/(1 + "
+            "splits); the halves have half the source's reviews, so the null is the noisier "
+            "and errs towards calling a domain noise. 'Permutation p': the source's and the "
+            f"domain's reviews pooled and dealt again within each class ({perm} times, each "
+            "keeping its sizes and label shift), one-sided, (1 + permuted ≥ observed)/(1 + "
+            "permutations). Between two domains: their reviews dealt again the same way, "
+            "two-sided on the difference, no correction for the comparisons made.")
 
 
 def forgetting_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -150,13 +234,15 @@ def forgetting_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]
                 "bert-forgetting-theta=pi/2": "rotation θ = π/2"}
     printed = {cond: paper.figure(fid).printed for fid, cond in by_theta.items()}
     header = ["fine-tuned on", "γ", "its own loss before → after", "F on the source [95 %]",
-              "theory F (rotation)", "theory F (real geometry)", "paper (BERT-base, MRPC)"]
+              "theory F (rotation)", "theory F (real geometry: raw means, ε relative)",
+              "theory F (orthonormalised means)", "paper (BERT-base, MRPC)"]
     rows = []
     for r in result["forgetting"]:
         gamma = "" if r["gamma"] is None else f"{r['gamma']:+.3f}"
         ideal = "" if r["theory_F_rotation"] is None else f"{r['theory_F_rotation']:+.4f}"
         rows.append([r["condition"], gamma, f"{r['ood_before']:.3f} → {r['ood_after']:.3f}",
-                     signed_ci(r["F"]), ideal, f"{r['theory_F_real']:+.4f}",
+                     signed_ci(r["F"]), ideal, theory_F(r["theory_F_raw"], "+.1e"),
+                     theory_F(r["theory_F_orthonormalised"], "+.4f"),
                      printed.get(r["condition"], "")])
     return header, rows
 
@@ -236,6 +322,9 @@ SECTIONS = (
     ("Rotation of hidden dimensions: cross-entropy on held-out source reviews", rotation_rows),
     ("Shape of each rotation curve", shape_rows),
     ("Natural shift: the source model on the other domains", shift_rows),
+    ("Natural shift: the theory's values against the noise (split-source null, permutations)",
+     null_rows, null_note),
+    ("Natural shift: does the theory order two domains beyond the noise?", pair_rows),
     ("Forgetting: fine-tune further, then the change of the held-out source loss",
      forgetting_rows),
     ("Which part's fine-tuning forgets: one part moves, the rest is frozen", part_rows,
@@ -243,6 +332,11 @@ SECTIONS = (
     ("Contrasts and their power: the double-peak test (pre-registered)", power_rows,
      POWER_NOTE),
 )
+
+
+def notes(note, result: dict[str, Any]) -> list[str]:
+    """A section's notes: fixed text, or text made from the result."""
+    return [n(result) if callable(n) else n for n in note]
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -257,7 +351,7 @@ def markdown(result: dict[str, Any]) -> str:
     for title, rows_of, *note in SECTIONS:
         lines += ["", f"### {title}", ""]
         lines += table(*rows_of(result))
-        lines += ["", *note] if note else []
+        lines += ["", *notes(note, result)] if note else []
     lines += ["", shift_orderings(result)]
     return "\n".join(lines)
 
@@ -286,6 +380,6 @@ def show(result: dict[str, Any]) -> None:
         for r in rows:
             table.add_row(*(escape(str(cell)) for cell in r))
         console.print(table)
-        for line in note:
+        for line in notes(note, result):
             console.print(escape(line), style="dim")
     console.print(escape(shift_orderings(result)))

@@ -73,7 +73,8 @@ def make_top(encoder: Encoder, layer: int, seed: int):
     """The pretrained attention block of layer ``layer`` (self-attention, output
     projection, residual and LayerNorm; a deep copy), then mean pooling over the tokens,
     dropout and a fresh 2-class head. The block's feed-forward part is left out: the top
-    is one softmax-attention layer with a linear read-out, the model class of the theory."""
+    is one softmax-attention layer with a linear read-out. (Not the theory's model: that
+    has one head, one trained matrix Q = W_Kᵀ W_Q, labels as values and a squared loss.)"""
     import torch
     from torch import nn
 
