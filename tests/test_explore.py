@@ -342,12 +342,9 @@ MUTATIONS = [
 ]
 
 
-@needs_chromium
-@pytest.mark.parametrize("what, line, mutant, iv", MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_a_wrong_port_fails_the_comparison(what, line, mutant, iv, page, tmp_path,
-                                           monkeypatch):
-    """The page rebuilt (its embedded maps reused) with one line of dynamics.js mutated:
-    the comparison with predict fails."""
+def mutated_page(page, line, mutant, tmp_path, monkeypatch):
+    """The page rebuilt (its embedded maps reused) with ``line`` of dynamics.js, which must
+    occur once, replaced by ``mutant``."""
     import oodcalc.explore as explore
     source = explore._asset("dynamics.js")
     assert source.count(line) == 1, line
@@ -358,6 +355,16 @@ def test_a_wrong_port_fails_the_comparison(what, line, mutant, iv, page, tmp_pat
     data = json.loads(re.search(r'id="oodcalc-data">(.*?)</script>', text, re.S).group(1))
     mutated = tmp_path / "mutated.html"
     mutated.write_text(explore.build_page(data), encoding="utf-8")
+    return mutated
+
+
+@needs_chromium
+@pytest.mark.parametrize("what, line, mutant, iv", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_a_wrong_port_fails_the_comparison(what, line, mutant, iv, page, tmp_path,
+                                           monkeypatch):
+    """The page rebuilt (its embedded maps reused) with one line of dynamics.js mutated:
+    the comparison with predict fails."""
+    mutated = mutated_page(page, line, mutant, tmp_path, monkeypatch)
     gamma = [1.0, -0.9]
     js = run_hook(mutated, [[gamma, 0.01, 0.1, 0.1, iv]], tmp_path)[0]
     report = predicted(gamma, 0.01, 0.1, 0.1, iv)
@@ -552,16 +559,7 @@ GRAM_MUTATIONS = [
 @pytest.mark.parametrize("what, line, mutant", GRAM_MUTATIONS, ids=[m[0] for m in GRAM_MUTATIONS])
 def test_a_wrong_gram_port_fails_the_comparison(what, line, mutant, page, tmp_path,
                                                 monkeypatch, overlap_reports):
-    import oodcalc.explore as explore
-    source = explore._asset("dynamics.js")
-    assert source.count(line) == 1, line
-    real = explore._asset
-    monkeypatch.setattr(explore, "_asset", lambda name: source.replace(line, mutant)
-                        if name == "dynamics.js" else real(name))
-    text = page.read_text(encoding="utf-8")
-    data = json.loads(re.search(r'id="oodcalc-data">(.*?)</script>', text, re.S).group(1))
-    mutated = tmp_path / "mutated.html"
-    mutated.write_text(explore.build_page(data), encoding="utf-8")
+    mutated = mutated_page(page, line, mutant, tmp_path, monkeypatch)
     js = run_hook(mutated, overlap_hook(overlap_points()[:1]), tmp_path)[0]
     with pytest.raises(AssertionError):
         compare_overlap(js, overlap_reports[0], what)

@@ -512,14 +512,7 @@ const OOD = (function () {
     result.D_k = [0, 1].map((k) => -K * (gV1[2 * k] * move[2 * k] + gV1[2 * k + 1] * move[2 * k + 1]));
     result.D_k_direction = result.D_k.map(direction);
     result.D_k_agrees = result.D_k_direction.map((d, k) => d === result.initial_direction[k]);
-    const paper = regimes(gamma, false), corr = regimes(gamma, true);
-    result.regime = paper.map((r) => r.regime);
-    result.condition = paper.map((r) => r.condition);
-    result.corrected_regime = corr.map((r) => r.regime);
-    result.corrected_condition = corr.map((r) => r.condition);
-    const expected = { "forgetting": "rising", "backward-transfer": "falling", "unaffected": "flat" };
-    result.theorem_holds = result.regime.map((r, k) =>
-      expected[r] === undefined ? null : result.trend[k] === expected[r]);
+    verdicts(result, gamma, result.trend);
     result.ms = performance.now() - started;
     if (record) result.paths = { pre: preSnaps, ft: ftSnaps, z1, z0, gamma: gamma.slice(), gram: true };
     return result;
@@ -642,6 +635,19 @@ const OOD = (function () {
 
   function direction(change) {       // report.directions
     return Math.abs(change) <= TREND_TOL ? "flat" : change > 0 ? "rising" : "falling";
+  }
+
+  // The paper's and the corrected verdicts per feature, and whether the exact trend bears
+  // the paper's out (report.FeatureForgetting.theorem_holds; null where it says nothing).
+  function verdicts(result, gamma, trend) {
+    const paper = regimes(gamma, false), corr = regimes(gamma, true);
+    result.regime = paper.map((r) => r.regime);
+    result.condition = paper.map((r) => r.condition);
+    result.corrected_regime = corr.map((r) => r.regime);
+    result.corrected_condition = corr.map((r) => r.condition);
+    const expected = { "forgetting": "rising", "backward-transfer": "falling", "unaffected": "flat" };
+    result.theorem_holds = result.regime.map((r, k) =>
+      expected[r] === undefined ? null : trend[k] === expected[r]);
   }
 
   function trendName(rises, falls) {
@@ -821,14 +827,7 @@ const OOD = (function () {
     result.D_k_direction = result.D_k.map((d, k) =>
       Math.abs(d) <= FLAT_RTOL * scale[k] ? "flat" : d > 0 ? "rising" : "falling");
     result.D_k_agrees = result.D_k_direction.map((d, k) => d === result.initial_direction[k]);
-    const paper = regimes(gamma, false), corr = regimes(gamma, true);
-    result.regime = paper.map((r) => r.regime);
-    result.condition = paper.map((r) => r.condition);
-    result.corrected_regime = corr.map((r) => r.regime);
-    result.corrected_condition = corr.map((r) => r.condition);
-    const expected = { "forgetting": "rising", "backward-transfer": "falling", "unaffected": "flat" };
-    result.theorem_holds = result.regime.map((r, k) =>    // report.FeatureForgetting.theorem_holds
-      expected[r] === undefined ? null : trend[k] === expected[r]);
+    verdicts(result, gamma, trend);
     result.ms = performance.now() - started;
     if (record) result.paths = { pre: preSnaps, ft: ftSnaps, z1, z0, gamma: gamma.slice() };
     return result;
