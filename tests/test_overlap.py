@@ -315,3 +315,24 @@ def test_cli_overlap_map_bad_input(capsys, tmp_path, argv, message):
     code, _, err = run(capsys, "plot", "overlap-map", *argv, "-o", str(out))
     assert code in (1, 2) and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_an_orthonormal_feature_in_span_of_V_is_frozen_too(monkeypatch):
+    """The same round-off on the orthonormal path: u_1 = V r from a file gives
+    (I − MᵀM)_11 ~ 7e-16; the query projection reports u_1 frozen instead of refusing."""
+    from oodcalc.errors import ComputationError
+    from oodcalc.finetune import terms
+    rng = np.random.default_rng(4)
+    Q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    R, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    V = Q[:, :3]
+    geometry = oc.from_arrays(V, np.column_stack([V @ R[:, 0], Q[:, 3], Q[:, 4]]))
+    assert geometry.orthonormal
+    assert 0 < abs(1 - geometry.M[:, 0] @ geometry.M[:, 0]) <= 1e-15
+    setting = oc.Setting(geometry, oc.Protocol(eps=0.01, project="query"))
+    report = oc.predict(setting)
+    assert report.finetune.reached is False and report.F == 0.0
+    assert "leaves u1 no update (in span(V))" in report.warnings[0]
+    monkeypatch.setattr(terms, "in_span_exactly", lambda A: A)     # the round-off kept
+    with pytest.raises(ComputationError):
+        oc.predict(setting)

@@ -178,9 +178,9 @@ def recipe(protocol: Protocol, M: np.ndarray, z_U1: np.ndarray, z_V1: np.ndarray
     left = protocol.project in ("key", "both")
     right = protocol.project in ("query", "both")
     MT = np.swapaxes(M, -1, -2)
-    if G_V is None:
-        A = np.eye(K) - MT @ M
-    else:                                   # UᵀPU with P = I − V G_V⁻¹ Vᵀ
+    if G_V is None:                         # UᵀPU with P = I − VVᵀ, or I − V G_V⁻¹ Vᵀ
+        A = in_span_exactly(np.eye(K) - MT @ M)
+    else:
         A = in_span_exactly(G_U - MT @ np.linalg.solve(G_V, M))
     terms: list[Term] = [Fit(1.0 - protocol.replay, weights, A if left else G_U,
                              A if right else G_U, None if left else M, None if right else M)]
@@ -199,7 +199,7 @@ def in_span_exactly(A: np.ndarray) -> np.ndarray:
     """``UᵀPU`` with the rows and columns of features in span(V) set to exactly 0.
 
     ``A_kk = ‖P u_k‖²`` and ``|A_jk| <= √(A_jj A_kk)``, so ``A_kk = 0`` zeroes row and
-    column k; computed from Gram matrices it comes out ~1e-16 instead, which would let a
+    column k; computed from M (and the Gram matrices) it comes out ~1e-16 instead, which would let a
     projection nudge a column that cannot move (and hide it from :func:`frozen_columns`)."""
     inside = np.diagonal(A, axis1=-2, axis2=-1) <= IN_SPAN_TOL
     if not inside.any():
