@@ -1,6 +1,6 @@
-"""What docs/depth.md and the README show of the depth experiment, built from the record
-of its runs (docs/depth.json, :mod:`.record`): which runs each part uses (the selections
-below), the generated blocks, and the figures. numpy and the theory only: no torch.
+"""What docs/depth.md and docs/guide/reproduce.md show of the depth experiment, built from
+the record of its runs (docs/depth.json, :mod:`.record`): which runs each part uses (the
+selections below), the generated blocks, and the figures. numpy and the theory only: no torch.
 
     python tools/depth_full_run.py --workers 2    # train what is missing, write the record
     python tools/generate_docs.py                 # the blocks, from the record
@@ -106,7 +106,7 @@ def table_block(results: Results) -> str:
 
 
 def summary_block(results: Results) -> str:
-    """The README's summary of the same table."""
+    """The summary of the same table in docs/guide/reproduce.md."""
     table = build_table(results, TABLE.configs, TABLE.seeds, TABLE.gammas)
     return header(table, verdicts=False) + "\n\n" + summary_markdown(table)
 
@@ -162,7 +162,7 @@ def ladder_block(results: Results) -> str:
 
 #: Generated blocks: (file, block name) → (the selection it needs, its generator).
 BLOCKS = {("docs/depth.md", "depth-table"): ("table", table_block),
-          ("README.md", "depth"): ("table", summary_block),
+          ("docs/guide/reproduce.md", "depth"): ("table", summary_block),
           ("docs/depth.md", "depth-protocols"): ("protocols", protocols_block),
           ("docs/depth.md", "ladder-table"): ("ladder", ladder_block)}
 
