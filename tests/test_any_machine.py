@@ -133,6 +133,7 @@ _BOUND_BEFORE = re.compile(r"(<|≤|<=|\\le|\\leq|\\textless\{\})\s*$")
 DOCUMENTS = sorted([*Path(ROOT, "derivations").glob("*.md"),
                     *Path(ROOT, "derivations").glob("*.tex"),
                     ROOT / "README.md", ROOT / "examples" / "tour.ipynb",
+                    *Path(ROOT, "docs", "guide").glob("*.md"),
                     *[p for p in Path(ROOT, "docs").glob("*.md") if p.name != "performance.md"]])
 
 

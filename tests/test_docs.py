@@ -72,7 +72,7 @@ def test_a_new_column_is_one_line(monkeypatch):
 
 
 def test_the_ledger_record_is_a_full_run_of_the_current_registry():
-    """The README's ledger comes from docs/ledger.json (`oodcalc verify --json`): a claim
+    """The guide's ledger comes from docs/ledger.json (`oodcalc verify --json`): a claim
     added, renamed or relabelled without re-running verify fails here, as a README table
     typed by hand once did (12 rows against verify's 14)."""
     from oodcalc.claims import CLAIMS
@@ -198,8 +198,8 @@ def test_the_outside_pattern_matches_what_it_must():
 
 
 def test_the_performance_figures_come_from_a_full_run(tmp_path, monkeypatch):
-    """The README's performance paragraph is read from docs/performance.md: a number changed
-    there changes the paragraph; a smoke-test record (all.py --quick, its headings carrying
+    """The performance paragraph (docs/guide/timing.md) is read from docs/performance.md: a
+    number changed there changes the paragraph; a smoke-test record (all.py --quick, its headings carrying
     options) is refused with the reason, not quoted."""
     text = generate_docs.PERFORMANCE_FILE.read_text(encoding="utf-8")
     sections = generate_docs.benchmark_sections(text.replace(

@@ -157,12 +157,13 @@ def test_misses_of_D_are_explained_by_turning_trajectories():
 
 
 def test_the_readme_states_what_the_study_finds_at_K3():
-    """The README's findings quote `python examples/claim8_rules.py --n 2000` (seed 0): its
-    K = 3 row and how D_k's misses turn. It said "every miss of D_k is rise-then-fall" while
+    """The findings (docs/guide/simulate-verify.md) quote `python examples/claim8_rules.py
+    --n 2000` (seed 0): its K = 3 row and how D_k's misses turn. It said "every miss of D_k is rise-then-fall" while
     12 of the 19 at K = 3 are rise-then-fall-then-rise."""
     import re
     from pathlib import Path
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "guide"
+              / "simulate-verify.md").read_text(encoding="utf-8")
     r = fr.agreement(3, 2000, seed=0)
     paper, corrected, D = (r.scores[name] for name in ("paper", "corrected", "D_sign"))
     row = (f"| 3 | {100 * paper.coverage:.0f} % · {100 * paper.accuracy:.1f} % | "
@@ -174,7 +175,7 @@ def test_the_readme_states_what_the_study_finds_at_K3():
     assert set(D.misses) <= {"rising→rise-then-fall", "rising→rise-then-fall-then-rise"}
     said = re.search(r"at K = 3: (\d+) rise-then-fall and (\d+) rise-then-fall-then-rise "
                      r"of the (\d+) misses", readme)
-    assert said, "the README no longer counts D_k's misses at K = 3"
+    assert said, "the findings no longer count D_k's misses at K = 3"
     assert [int(x) for x in said.groups()] == [
         D.misses.get("rising→rise-then-fall", 0),
         D.misses.get("rising→rise-then-fall-then-rise", 0), D.decided - D.correct]

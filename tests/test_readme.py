@@ -1,13 +1,16 @@
-"""The README is checked: every fenced shell command in it runs, every Python example
-prints what it shows, and it states no time that was not measured.
+"""The README and the guide pages (docs/guide/*.md) are checked: every fenced shell
+command in them runs, every Python example prints what it shows, they state no time that
+was not measured, and their links resolve; the README stays a front door (at most
+MAX_README_LINES lines, every command of its table run here).
 
-Commands are found automatically, so a new README section is covered without touching
-this file: every line of a ```bash (or ```sh, ```console) block is a command. A command
-whose comment says `[long]` (it takes minutes or hours; its cost is measured by
-tools/measure_readme_times.py or, for the experiments, in their docs) or `[cluster]` (it needs a dask scheduler) is not run; a command whose comment says
-"exits 1" (or "exits 2") must exit with that code, every other with 0. `oodcalc ...` commands run in this
-process (a trailing `> FILE` is honoured), anything else in bash; each in a fresh
-directory.
+Commands are found automatically, so a new section or guide page is covered without
+touching this file: every line of a ```bash (or ```sh, ```console) block is a command. A
+command whose comment says `[long]` (it takes minutes or hours; its cost is measured by
+tools/measure_readme_times.py or, for the experiments, in their docs) or `[cluster]` (it
+needs a dask scheduler) is not run; a command whose comment says "exits 1" (or "exits 2")
+must exit with that code, every other with 0. `oodcalc ...` commands run in this process
+(a trailing `> FILE` is honoured), anything else in bash; each in a fresh directory, as
+from a clone's root.
 """
 
 from __future__ import annotations
@@ -29,12 +32,17 @@ from oodcalc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guide"
+#: The documents checked here, by their path from the repository's root.
+DOCUMENTS = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+             for path in [README, *sorted(GUIDE.glob("*.md"))]}
+MAX_README_LINES = 200      # issue 33: the README is a front door; the rest is in the guide
 
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 NOT_RUN_MARKS = {"[long]": "takes minutes or hours (its cost is measured by "
                             "tools/measure_readme_times.py or in the experiment's docs)",
                  "[cluster]": "needs a dask.distributed scheduler"}
-#: Commands the README shows that this test must not run itself, and what covers them.
+#: Commands the documents show that this test must not run itself, and what covers them.
 COVERED_ELSEWHERE = {
     'python -m pip install -e ".[test]"': ".ci/run installs this way before running the "
                                           "tests; tests/test_wheel.py installs the wheel",
@@ -69,7 +77,7 @@ def split_comment(line: str) -> tuple[str, str]:
     return line.strip(), ""
 
 
-def readme_commands(text: str) -> list[tuple[str, str, int]]:
+def shell_commands(text: str) -> list[tuple[str, str, int]]:
     """(command, comment, line) for every command line of every shell fence."""
     out = []
     for language, body, first in fences(text):
@@ -82,7 +90,9 @@ def readme_commands(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
-COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+#: (document, command, comment, line) of every document's shell commands.
+COMMANDS = [(doc, command, comment, line) for doc, text in DOCUMENTS.items()
+            for command, comment, line in shell_commands(text)]
 
 
 def run_in_process(words: list[str]) -> tuple[int, str]:
@@ -107,9 +117,9 @@ def run_in_shell(command: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("command, comment, line", COMMANDS,
-                         ids=[f"line{line}:{cmd[:50]}" for cmd, _, line in COMMANDS])
-def test_readme_command_runs(command, comment, line, tmp_path, monkeypatch):
+@pytest.mark.parametrize("doc, command, comment, line", COMMANDS,
+                         ids=[f"{doc}:{line}:{cmd[:50]}" for doc, cmd, _, line in COMMANDS])
+def test_readme_command_runs(doc, command, comment, line, tmp_path, monkeypatch):
     if command in COVERED_ELSEWHERE:
         pytest.skip(f"covered by {COVERED_ELSEWHERE[command]}")
     for mark, reason in NOT_RUN_MARKS.items():
@@ -127,30 +137,32 @@ def test_readme_command_runs(command, comment, line, tmp_path, monkeypatch):
         code, output = run_in_shell(command)
     said = re.search(r"\bexits? ([12])\b", comment)
     expected = int(said.group(1)) if said else 0
-    assert code == expected, (f"README line {line}: `{command}` exited with {code}, "
+    assert code == expected, (f"{doc} line {line}: `{command}` exited with {code}, "
                               f"expected {expected}\n{output[-2000:]}")
     written = [p for p in tmp_path.iterdir() if not p.is_symlink() and p.stat().st_size > 0]
     if expected == 0:                      # a failure's one line is on stderr
-        assert output.strip() or written, f"README line {line}: `{command}` produced nothing"
+        assert output.strip() or written, f"{doc} line {line}: `{command}` produced nothing"
 
 
 def test_the_commands_are_found_and_the_exemptions_are_current():
-    found = {command for command, _, _ in COMMANDS}
+    found = {command for _, command, _, _ in COMMANDS}
     assert "oodcalc predict --gamma 1,-0.9" in found
     assert any(c.startswith("oodcalc sweep") for c in found)
+    assert {doc for doc, *_ in COMMANDS} >= {"README.md", "docs/guide/sweep.md",
+                                              "docs/guide/reproduce.md"}
     stale = set(COVERED_ELSEWHERE) - found
-    assert not stale, f"no longer in the README, remove from COVERED_ELSEWHERE: {stale}"
+    assert not stale, f"no longer in the documents, remove from COVERED_ELSEWHERE: {stale}"
 
 
 def test_training_commands_are_marked_long():
     """`reproduce depth` trains torch models on an empty cache (the full table is hours):
     run here, it would train in-process with no timeout and stall CI. (`plot depth` draws
     from docs/depth.json, which holds every run of its defaults: it runs.)"""
-    training = [(c, comment) for c, comment, _ in COMMANDS
+    training = [(c, comment) for _, c, comment, _ in COMMANDS
                 if c.startswith("oodcalc reproduce depth")]
-    assert training, "the README's depth commands are no longer found"
+    assert training, "the depth commands of docs/guide/reproduce.md are no longer found"
     unmarked = [c for c, comment in training if "[long]" not in comment]
-    assert not unmarked, f"mark these README commands [long]: {unmarked}"
+    assert not unmarked, f"mark these commands [long]: {unmarked}"
 
 
 def test_the_comment_splitter_respects_quotes():
@@ -161,18 +173,18 @@ def test_the_comment_splitter_respects_quotes():
         "oodcalc derive 3 --format markdown", "")
 
 
-PYTHON_EXAMPLES = [(body, line) for language, body, line in
-                   fences(README.read_text(encoding="utf-8")) if language in {"python", "pycon"}]
+PYTHON_EXAMPLES = [(doc, body, line) for doc, text in DOCUMENTS.items()
+                   for language, body, line in fences(text) if language in {"python", "pycon"}]
 
 
-@pytest.mark.parametrize("body, line", PYTHON_EXAMPLES,
-                         ids=[f"line{line}" for _, line in PYTHON_EXAMPLES])
-def test_readme_python_example(body, line):
+@pytest.mark.parametrize("doc, body, line", PYTHON_EXAMPLES,
+                         ids=[f"{doc}:{line}" for doc, _, line in PYTHON_EXAMPLES])
+def test_readme_python_example(doc, body, line):
     """A block with ``>>>`` prompts must print what it shows; any other must run."""
     if ">>>" not in body:
-        exec(compile(body, f"README.md:{line}", "exec"), {})
+        exec(compile(body, f"{doc}:{line}", "exec"), {})
         return
-    test = doctest.DocTestParser().get_doctest(body, {}, f"README.md:{line}", str(README), line)
+    test = doctest.DocTestParser().get_doctest(body, {}, f"{doc}:{line}", str(ROOT / doc), line)
     report = io.StringIO()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(test, out=report.write)
@@ -183,17 +195,19 @@ DURATION = re.compile(r"\b\d+(?:[.,]\d+)?\s*(?:ms|µs|s|sec|seconds?|min|minutes
 
 
 def text_to_check_for_times(text: str) -> str:
-    """The README without its generated blocks and its exempt sections."""
+    """A document without its generated blocks and its exempt sections."""
     text = re.sub(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", "", text, flags=re.S)
     for title in TIMES_EXEMPT_SECTIONS:
         text = re.sub(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", "", text, flags=re.S | re.M)
     return text
 
 
-def test_the_readme_states_no_typed_time():
-    typed = DURATION.findall(text_to_check_for_times(README.read_text(encoding="utf-8")))
-    assert not typed, (f"times typed into the README: {typed}; add the command to "
-                       "tools/measure_readme_times.py and point to the measured table")
+@pytest.mark.parametrize("doc", DOCUMENTS)
+def test_the_readme_states_no_typed_time(doc):
+    typed = DURATION.findall(text_to_check_for_times(DOCUMENTS[doc]))
+    assert not typed, (f"times typed into {doc}: {typed}; add the command to "
+                       "tools/measure_readme_times.py and point to the measured table "
+                       "(docs/guide/timing.md)")
 
 
 def test_the_time_check_sees_a_typed_time():
@@ -203,7 +217,7 @@ def test_the_time_check_sees_a_typed_time():
         "## Performance\n0.69 s\n## Next\nno time here\n"))
 
 
-#: A Python name in the README's prose: ``oc.x``, ``oodcalc.x.y`` or ``help(oc.x)``, with
+#: A Python name in a document's prose: ``oc.x``, ``oodcalc.x.y`` or ``help(oc.x)``, with
 #: or without a call; what is not fenced is not run, so it is resolved here.
 PROSE_NAME = re.compile(r"`(?:help\()?((?:oc|oodcalc)(?:\.\w+)+)(?:\(|`|\))")
 
@@ -229,18 +243,22 @@ def resolve(name: str):
     return obj
 
 
-def test_the_readme_prose_names_only_what_exists():
+def test_the_prose_names_are_found():
+    names = {name for text in DOCUMENTS.values() for name in prose_python_names(text)}
+    assert "oc.expected_seconds" in names and "oc.predict" in names
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS)
+def test_the_readme_prose_names_only_what_exists(doc):
     """`oodcalc.predict.expected_seconds(setting)` in the prose was an AttributeError: the
     function `oodcalc.predict` hides the module of the same name. Every API name the prose
     shows must resolve as a reader writes it, and a call must be callable."""
-    text = README.read_text(encoding="utf-8")
-    names = prose_python_names(text)
-    assert "oc.expected_seconds" in names and "oc.predict" in names
-    for name in names:
+    text = DOCUMENTS[doc]
+    for name in prose_python_names(text):
         try:
             obj = resolve(name)
         except (AttributeError, ImportError) as error:
-            pytest.fail(f"the README names `{name}`, which does not resolve: {error}")
+            pytest.fail(f"{doc} names `{name}`, which does not resolve: {error}")
         if re.search(rf"`(?:help\()?{re.escape(name)}\((?!\))", text) and "help(" not in name:
             assert callable(obj), name
 
@@ -250,3 +268,115 @@ def test_the_prose_check_sees_a_shadowed_module():
         "oodcalc.predict.expected_seconds"]
     with pytest.raises(AttributeError):
         resolve("oodcalc.predict.expected_seconds")
+
+
+# --- the README as a front door, the guide pages behind it ---------------------------------
+
+def test_the_readme_is_a_front_door():
+    lines = DOCUMENTS["README.md"].count("\n")
+    assert lines <= MAX_README_LINES, (f"README.md has {lines} lines (at most "
+                                       f"{MAX_README_LINES}): move sections to docs/guide/")
+
+
+#: An inline ``oodcalc ...`` command in a table row.
+TABLE_COMMAND = re.compile(r"^\|\s*`(oodcalc [^`]+)`", re.M)
+
+
+def table_commands_not_run(text: str) -> list[str]:
+    """The commands a document's tables show that no shell fence of the documents runs here
+    (a fence's command marked [long] or [cluster] is not run)."""
+    run = {command for _, command, comment, _ in COMMANDS
+           if not any(mark in comment for mark in NOT_RUN_MARKS)}
+    return [c for c in TABLE_COMMAND.findall(text) if c not in run]
+
+
+def test_every_command_of_the_readme_table_is_run():
+    """The README's table of commands is inline code, not a fence: each of its commands must
+    be one a fence runs (the guide page it links to shows it), or it would go untested."""
+    shown = TABLE_COMMAND.findall(DOCUMENTS["README.md"])
+    assert "oodcalc predict --gamma 1,-0.9" in shown and len(shown) >= 8
+    missing = table_commands_not_run(DOCUMENTS["README.md"])
+    assert not missing, f"README table commands that no fence runs: {missing}"
+
+
+def test_the_table_check_sees_a_command_no_fence_runs():
+    assert table_commands_not_run("| `oodcalc predict --gamma 1,-0.8` | x |") == [
+        "oodcalc predict --gamma 1,-0.8"]
+    assert table_commands_not_run("| `oodcalc verify` | the full ledger |") == [
+        "oodcalc verify"]                                       # its fence is marked [long]
+    assert table_commands_not_run("| `oodcalc predict --gamma 1,-0.9` | x |") == []
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCUMENTS if d != "README.md"])
+def test_a_guide_page_starts_with_its_title(doc):
+    assert re.match(r"# \S", DOCUMENTS[doc]), f"{doc} must start with a '# Title' line"
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub (and MyST's heading anchors) make it: lower case,
+    punctuation but ``-`` and ``_`` dropped, each space a ``-``."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+        name, n = slug(heading), 1
+        while name in found:                  # a repeated heading: name-1, name-2, ...
+            name, n = f"{slug(heading)}-{n}", n + 1
+        found.add(name)
+    return found
+
+
+#: ``[text](target)`` and ``![alt](target)`` outside code.
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def broken_links(doc: str, text: str) -> list[str]:
+    """Relative links of ``doc`` (a path from the root) whose file, or whose anchor in a
+    Markdown file, does not exist."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):          # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (ROOT / doc).parent / path if path else ROOT / doc
+        if not file.resolve().exists():
+            broken.append(target)
+        elif anchor and file.suffix == ".md" and anchor not in anchors(
+                file.read_text(encoding="utf-8")):
+            broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS)
+def test_the_links_resolve(doc):
+    broken = broken_links(doc, DOCUMENTS[doc])
+    assert not broken, f"{doc}: links to nothing: {broken}"
+
+
+def test_the_link_check_sees_a_wrong_file_or_anchor():
+    doc = "docs/guide/explore.md"
+    assert broken_links(doc, "[x](plot.md#k--3-the-forgetting-conditions-of-claim-8)") == []
+    assert broken_links(doc, "[x](../theory.md#overlapping-features) [y](../images/depth.png)"
+                        ) == []
+    assert broken_links(doc, "[x](docs/theory.md)") == ["docs/theory.md"]     # README's path
+    assert broken_links(doc, "[x](plot.md#k-3-the-forgetting)") == ["plot.md#k-3-the-forgetting"]
+    assert broken_links(doc, "[x](#no-such-heading)") == ["#no-such-heading"]
+    assert slug("Explore in a browser: `oodcalc explore`") == "explore-in-a-browser-oodcalc-explore"
+    assert slug("The paper's experiments") == "the-papers-experiments"
+
+
+def test_every_generated_block_of_the_documents_is_regenerated():
+    """A marker moved with its text (README → a guide page) must be registered for its new
+    file in tools/generate_docs.py, or the block would silently stop being checked."""
+    from test_docs import generate_docs
+    registered = {(b.file, b.name) for b in generate_docs.BLOCKS}
+    for doc, text in DOCUMENTS.items():
+        for name in re.findall(r"<!-- ([\w-]+):start -->", text):
+            assert (doc, name) in registered, f"{doc}: block '{name}' is not in BLOCKS"
+    assert ("README.md", "predict-example") in registered

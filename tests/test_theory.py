@@ -132,7 +132,7 @@ def test_conservation_along_exact_trajectories():
 
 
 def test_k3_counterexample_to_the_forgetting_condition_is_flagged():
-    # Finding (see README): for K > 2 the condition −γ_kγ_m0 > γ_k² is not sufficient.
+    # Finding (docs/guide/simulate-verify.md): for K > 2 the condition −γ_kγ_m0 > γ_k² is not sufficient.
     # Here feature 1 meets it (0.63 > 0.49) yet its loss falls at every step, in the exact
     # dynamics and in plain GD on the full Q alike.
     setting = oc.Setting(oc.parallel_shift([-0.7, 0.9, 0.95]))

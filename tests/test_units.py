@@ -2,9 +2,9 @@
 (compared with ε), a change — the first fine-tuning step, F_k, F — is a change of the loss
 L_{v_k} = e_k/K. This test takes one geometry and reads the same numbers from the CLI's
 text, its JSON, the plot's data, the sweep's columns, the explorer's JavaScript and the
-README, and checks each against the others (the README said the step "raises e_1 by
-2.85e-9" where predict printed +9.49e-10; `plot losses` drew L_k against ε/K while the
-explorer drew e_k against ε)."""
+findings (docs/guide/simulate-verify.md), and checks each against the others (the README
+said the step "raises e_1 by 2.85e-9" where predict printed +9.49e-10; `plot losses` drew
+L_k against ε/K while the explorer drew e_k against ε)."""
 
 from __future__ import annotations
 
@@ -118,10 +118,10 @@ console.log(JSON.stringify({{first_step: r.first_step, F_k: r.F_k, ood_error: r.
 
 
 def test_the_docs_quote_the_first_step_predict_prints(report):
-    """README and docs/theory.md give feature 1's first step at this γ; it is predict's
-    first_step (ΔL_{v_1}) to the digits they print."""
+    """The findings (docs/guide/simulate-verify.md) and docs/theory.md give feature 1's
+    first step at this γ; it is predict's first_step (ΔL_{v_1}) to the digits they print."""
     value = report.forgetting[0].first_step
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "guide" / "simulate-verify.md").read_text(encoding="utf-8")
     said = re.search(r"the step raises `L_\{v_1\}` by ([\d.]+e-\d+)", readme)
     assert said and float(said.group(1)) == pytest.approx(value, rel=0.01)
     theory = (ROOT / "docs" / "theory.md").read_text(encoding="utf-8")

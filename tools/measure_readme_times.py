@@ -1,13 +1,13 @@
-"""Measure how long the README's main commands take, and regenerate its times table.
+"""Measure how long the main commands take, and regenerate the guide's times table.
 
     python tools/measure_readme_times.py       # every command, several minutes
 
 Runs each command as a user would (a fresh process, from a scratch directory; the tests
 from the repository root), records the wall time, the exit code and the machine (cores,
 platform, load average before the runs) in tools/readme_times.json, then rewrites the
-README's generated "times" block from that file (tools/generate_docs.py). The README
-states no time that is not in that file. A command that fails stops the run: its output's
-end is shown and nothing is written.
+generated "times" block of docs/guide/timing.md from that file (tools/generate_docs.py).
+The README and the guide pages state no time that is not in that file. A command that
+fails stops the run: its output's end is shown and nothing is written.
 
 Two numbers per command: the CPU time of the command and every process it starts (what
 it costs; close to the wall time on an idle machine, except where it runs work in
