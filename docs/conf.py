@@ -80,6 +80,7 @@ html_theme = "pydata_sphinx_theme"
 html_title = f"oodcalc {release}"
 html_theme_options = {
     "navigation_with_keys": False,
+    "header_links_before_dropdown": 7,
     "show_toc_level": 2,
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
@@ -151,5 +152,28 @@ def rewrite_links(app, docname: str, source: list[str]) -> None:
     source[0] = LINK.sub(move, source[0])
 
 
+# --- the guide: every page in docs/guide/, quick start first ------------------------------------
+# A glob toctree, computed: a `:glob:` that matches nothing is a warning Sphinx cannot
+# suppress (so an error), and the guide's pages arrive one by one; the getting-started page
+# leads, then the commands by name.
+GUIDE_FIRST = ("getting-started",)
+
+
+def guide_pages() -> list[str]:
+    pages = sorted(p.stem for p in (DOCS / "guide").glob("*.md") if p.stem != "index")
+    return [p for p in GUIDE_FIRST if p in pages] + [p for p in pages if p not in GUIDE_FIRST]
+
+
+def list_guide(app, docname: str, source: list[str]) -> None:
+    if docname == "guide/index" and guide_pages():
+        source[0] += "\n```{toctree}\n:maxdepth: 1\n\n" + "\n".join(guide_pages()) + "\n```\n"
+
+
+def reread_guide(app, env, added, changed, removed) -> list[str]:
+    return ["guide/index"]               # a page added to the guide changes its list
+
+
 def setup(app):
     app.connect("source-read", rewrite_links)
+    app.connect("source-read", list_guide)
+    app.connect("env-get-outdated", reread_guide)
