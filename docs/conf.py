@@ -62,7 +62,11 @@ myst_heading_anchors = 4
 
 # --- MyST-NB: every notebook and MyST-NB page runs at every build ----------------------------
 nb_execution_mode = "force"          # never trust stored outputs: the build proves they run
-nb_execution_raise_on_error = True   # a cell that raises fails the build, -W or not
+# A cell that raises is a warning with its traceback shown, so an error under -W; the build
+# goes on to report every failing page (True would stop at the first with a bare
+# ExecutionError, the cell's error only in a log file).
+nb_execution_raise_on_error = False
+nb_execution_allow_errors = False
 nb_execution_timeout = 300           # seconds per cell
 nb_execution_show_tb = True
 nb_merge_streams = True
