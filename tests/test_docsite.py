@@ -32,7 +32,7 @@ PRINTS = {"theory_vs_simulation": "rotation θ = π/6, K = 4, d = 8",
           "will_it_forget": "γ = [0.8, -0.9, 0.3]",
           "own_features": "OOD error per feature at T1",
           "phase_diagram": "theorem and exact dynamics agree on the sign of F_1",
-          "claim8_rules": "n = 500 per K",
+          "claim8_rules": "n = 200 per K",
           "tour": "every one agrees within 1e-12"}
 #: the pages issue 33 names (the guide's are checked from docs/guide/)
 PAGES = ["index", "getting-started", "guide/index", "theory", "report", "derivations/README",
@@ -136,22 +136,10 @@ def test_a_broken_link_or_heading_anchor_fails_the_build(tmp_path):
         """, "other": OTHER})
     assert done.returncode != 0
     warnings = [line for line in done.stderr.splitlines() if "WARNING" in line]
-    assert len(warnings) == 2, done.stderr           # the two mutated links, nothing else
+    # the two mutated links and nothing else: the small site itself builds clean (the link
+    # to a heading that exists is no warning)
+    assert len(warnings) == 2, done.stderr
     assert any("missing" in w for w in warnings) and any("gone" in w for w in warnings)
-
-
-def test_the_same_small_site_without_the_broken_links_builds(tmp_path):
-    """The control: the failure above is the links', not the small site's."""
-    done = mini_build(tmp_path, {"index": """\
-        # Home
-
-        [fine](other.md#a-heading)
-
-        ```{toctree}
-        other
-        ```
-        """, "other": OTHER})
-    assert done.returncode == 0, done.stderr
 
 
 def test_a_cell_that_raises_fails_the_build(tmp_path):
