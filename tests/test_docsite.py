@@ -1,8 +1,9 @@
 """The documentation site (docs/site.md): `python tools/build_docs.py` builds it with every
 warning an error and every internal link checked; its pages exist, the tutorials ran
 during the build, the API reference covers `oodcalc.__all__`, and the home page and an API
-page render in headless Chromium. Mutations: a broken link, a missing heading and a cell
-that raises each fail the build; the link checker finds a missing file and fragment.
+page render in headless Chromium. Mutations: a broken link, a missing heading, a reference
+to an undocumented oodcalc object and a cell that raises each fail the build; the link
+checker finds a missing file, a missing fragment and a link out of the site.
 
 Needs the ``docs`` extra (skipped without it). The build takes ~50-90 s on 2 busy cores.
 """
@@ -102,6 +103,24 @@ def test_link_checker_finds_a_missing_file_and_fragment(tmp_path):
     assert build_docs.broken_links(tmp_path) == []
 
 
+def test_repository_links_are_mapped_onto_the_site():
+    """A guide page links the way GitHub reads it; the site gets the pages' own places."""
+    import runpy
+    from types import SimpleNamespace
+    conf = runpy.run_path(str(DOCS / "conf.py"))
+    app = SimpleNamespace(env=SimpleNamespace(doc2path=lambda name: DOCS / f"{name}.md"))
+    source = ["[a](../../derivations/claim3-convergence.md#derivation) "
+              "[b](../../examples/tour.ipynb) [c](../theory.md#conventions) "
+              "[d](../../examples/will_it_forget.py) [e](https://arxiv.org/abs/2609.36448) "
+              "[f](#here) [g](../../oodcalc/cli/app.py)"]
+    conf["rewrite_links"](app, "guide/predict", source)
+    assert source[0] == ("[a](../derivations/claim3-convergence.md#derivation) "
+                         "[b](../tutorials/tour.ipynb) [c](../theory.md#conventions) "
+                         "[d](../tutorials/will_it_forget.md) "
+                         "[e](https://arxiv.org/abs/2609.36448) [f](#here) "
+                         "[g](../../oodcalc/cli/app.py)")   # not in the site: MyST will warn
+
+
 # --- mutations of a small site built with docs/conf.py's settings -----------------------------
 
 def mini_build(tmp_path: Path, pages: dict[str, str]) -> subprocess.CompletedProcess:
@@ -124,11 +143,12 @@ def mini_build(tmp_path: Path, pages: dict[str, str]) -> subprocess.CompletedPro
 OTHER = "# Other\n\n## A heading\n\ntext\n"
 
 
-def test_a_broken_link_or_heading_anchor_fails_the_build(tmp_path):
+def test_a_broken_link_heading_or_api_reference_fails_the_build(tmp_path):
     done = mini_build(tmp_path, {"index": """\
         # Home
 
         [fine](other.md#a-heading) · [no page](missing.md) · [no heading](other.md#gone)
+        · {py:func}`oodcalc.no_such_function` · {py:class}`numpy.ndarray` (not checked)
 
         ```{toctree}
         other
@@ -136,10 +156,11 @@ def test_a_broken_link_or_heading_anchor_fails_the_build(tmp_path):
         """, "other": OTHER})
     assert done.returncode != 0
     warnings = [line for line in done.stderr.splitlines() if "WARNING" in line]
-    # the two mutated links and nothing else: the small site itself builds clean (the link
-    # to a heading that exists is no warning)
-    assert len(warnings) == 2, done.stderr
-    assert any("missing" in w for w in warnings) and any("gone" in w for w in warnings)
+    # the three mutated references and nothing else: the small site itself builds clean (the
+    # link to a heading that exists is no warning, nor one to a type outside oodcalc)
+    assert len(warnings) == 3, done.stderr
+    for name in ("missing", "gone", "oodcalc.no_such_function"):
+        assert any(name in w for w in warnings), name
 
 
 def test_a_cell_that_raises_fails_the_build(tmp_path):
