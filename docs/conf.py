@@ -18,7 +18,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-# Matplotlib in the kernels: no display; its cache out of the user's home is not needed.
+# Matplotlib in the kernels draws to files: no display is needed.
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import oodcalc  # noqa: E402  (after the path is set)
@@ -42,15 +42,15 @@ exclude_patterns = ["_build", "jupyter_execute", "**/.ipynb_checkpoints"]
 # --- warnings: -W makes each one an error ----------------------------------------------------
 nitpicky = True
 # Types from outside oodcalc (numpy, the standard library) have no inventory offline: a
-# reference to one is not checked. Every oodcalc.* reference still is.
+# reference to one, or to an unqualified name, is not checked. Every oodcalc.* reference is.
 nitpick_ignore_regex = [(r"py:.*", r"(?!oodcalc\b).*"),
                         # internal modules that docstrings name for the curious reader; the
                         # reference documents the public API only
                         (r"py:.*", r"oodcalc\.(limits|estimates|finetune|compare|k3maps|"
                                    r"overlap_map)\b.*")]
 suppress_warnings = [
-    # The generated depth and real tables put "####" result groups under "##" sections (so
-    # that they read the same inside README.md, where they sit one level lower).
+    # The generated depth tables (oodcalc/depth/table.py, documents.py) put "####" result
+    # groups right under "##" sections: a skipped heading level, cosmetic only.
     "myst.header",
 ]
 
