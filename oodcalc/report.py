@@ -245,6 +245,8 @@ class Report:
         How the numbers were computed: ``max_steps`` (the cap each phase ran under,
         ``pretrain`` and ``finetune``) and ``engine`` (the engine of each phase).
 
+    Notes
+    -----
     The JSON (:meth:`to_dict`) and the attributes have the same names: the JSON's
     ``ood.loss`` is ``report.ood.loss``, ``pretrain.beta_star`` is
     ``report.pretrain.beta_star`` (dicts, ``parameters`` and ``run``, by key). One

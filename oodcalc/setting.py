@@ -99,7 +99,10 @@ class Protocol:
         ``drop-negative`` (1 where ``cos_k >= 0``, else 0). The stopping rule covers the
         features with ``c_k > 0``.
 
-    A bad value raises :class:`~oodcalc.errors.InputError` naming the parameter.
+    Raises
+    ------
+    InputError
+        A bad value, naming the parameter.
 
     Example
     -------
