@@ -52,3 +52,65 @@ def test_t_interval_edges():
     assert t_interval([2.0, 2.0, 2.0]) == (2.0, 2.0)
     with pytest.raises(ValueError, match="level"):
         t_interval(TEN, 1.0)
+
+
+# --- the torch experiments on a dask cluster (item 5) ----------------------------------
+
+def _without_timing(records: dict) -> dict:
+    """Records without their wall-clock fields (the only part that may differ)."""
+    import json
+    out = {}
+    for key, r in records.items():
+        r = json.loads(json.dumps(r))
+        r["pretrain"].pop("seconds")
+        r.get("finetune", {}).pop("seconds", None)
+        out[key] = r
+    return out
+
+
+def test_depth_runs_on_a_local_cluster_give_the_serial_numbers(tmp_path, capsys):
+    pytest.importorskip("torch")
+    distributed = pytest.importorskip("dask.distributed")
+    import json
+
+    from oodcalc.cli import main
+    from oodcalc.depth import Cache, collect, configs
+
+    # tiny: ε = 0.1 on 64 prompts, 1 layer, SGD, 2 seeds (about half a second per run)
+    chosen = configs(["attention"], ["sgd"], [1], eps=0.1, eval_prompts=64, curve_prompts=64)
+    serial = collect(chosen, [0, 1], [0.75], Cache(enabled=False))
+    cli = ["reproduce", "depth", "--arch", "attention", "--optimizer", "sgd", "--layers", "1",
+           "--seeds", "2", "--gamma", "-0.75", "--eps", "0.1", "--eval-prompts", "64",
+           "-f", "json"]
+    assert main([*cli, "--cache-dir", str(tmp_path / "serial")]) == 0
+    table = json.loads(capsys.readouterr().out)
+    # threads in this process (2 workers, 1 thread each): worker processes would each
+    # import torch (~15 s on a loaded machine); the numbers are the same either way
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  host="127.0.0.1", protocol="tcp",
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        cached = Cache(tmp_path / "cluster")
+        remote = collect(chosen, [0, 1], [0.75], cached, executor=client.get_executor())
+        assert remote.computed == 2
+        assert _without_timing(remote.records) == _without_timing(serial.records)
+        assert main([*cli, "--cache-dir", str(tmp_path / "cluster"),
+                     "--scheduler", cluster.scheduler_address]) == 0
+        assert json.loads(capsys.readouterr().out) == table
+    # the results came back to this side's cache: nothing left to train
+    assert collect(chosen, [0, 1], [0.75], cached).computed == 0
+
+
+@pytest.mark.parametrize("command, args, fragment", [
+    (command, args, fragment) for command in ("depth", "ladder") for args, fragment in [
+        (["--scheduler", "localhost"], "expected a scheduler address PROTOCOL://HOST:PORT"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "not both")]
+] + [("depth", ["--scheduler", "tcp://127.0.0.1:1"], "could not connect to a dask scheduler")])
+def test_bad_scheduler_is_one_line(capsys, tmp_path, command, args, fragment):
+    from oodcalc.cli import main
+    if "could not" in fragment:
+        pytest.importorskip("dask.distributed")
+    code = main(["reproduce", command, "--seeds", "1", "--cache-dir", str(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("oodcalc: error: ")
+    assert fragment in err

@@ -217,11 +217,13 @@ def _logits(value: Any, parameters: dict[str, Any]) -> bool:
 
 def reproduce_ladder(seeds: Sequence[int] = range(10), gammas: Sequence[float] = (-0.75, 0, 0.75),
                      workers: int = 1, progress: Progress | None = None,
-                     cache: Cache | None = None, **protocol: Any) -> LadderTable:
+                     cache: Cache | None = None, executor=None,
+                     **protocol: Any) -> LadderTable:
     """Train (or read from ``cache``) every rung and tabulate it."""
     configs = ladder_configs(**protocol)
     cache = cache if cache is not None else Cache(enabled=False)
-    results = collect([c for _, c in configs], list(seeds), gammas, cache, workers, progress)
+    results = collect([c for _, c in configs], list(seeds), gammas, cache, workers, progress,
+                      executor)
     return build_ladder(results, configs, list(seeds), gammas)
 
 
