@@ -114,3 +114,37 @@ def test_bad_scheduler_is_one_line(capsys, tmp_path, command, args, fragment):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("oodcalc: error: ")
     assert fragment in err
+
+
+# --- tests beside the interval, and multiplicity ---------------------------------------
+
+def test_t_pvalue_inverts_the_t_interval_and_sign_rank_is_exact():
+    from oodcalc.depth.statistics import sign_rank_pvalue, t_pvalue
+    x = np.array([0.3, -0.1, 0.5, 0.8, 0.2, 0.4, -0.2, 0.6, 0.1, 0.7])
+    for shift in np.linspace(-0.2, 0.8, 21):
+        lo, hi = t_interval(x)
+        assert (t_pvalue(x, shift) < 0.05) == (not lo <= shift <= hi)
+    # exact sign-rank: ten positive values give p = 2 / 2^10 (the one all-positive sign
+    # pattern of 1024, both tails)
+    assert sign_rank_pvalue(np.arange(1.0, 11.0)) == pytest.approx(2 / 1024, abs=1e-15)
+
+
+def _bh_hand(p, q):
+    """Benjamini–Hochberg written out: the largest rank k with p_(k) <= k q / m."""
+    ranked = sorted(p)
+    return max([k for k in range(1, len(p) + 1) if ranked[k - 1] <= k * q / len(p)], default=0)
+
+
+def test_benjamini_hochberg_counts_a_hand_example():
+    from oodcalc.depth.statistics import benjamini_hochberg
+    # m = 6, q = 0.05: thresholds .0083 .0167 .025 .0333 .0417 .05; p_(4) = .03 <= .0333 is
+    # the largest rank under its line (p_(5) = .045 > .0417), so 4 are rejected, p_(3) =
+    # .028 > .025 included (step-up, not step-down)
+    p = [0.045, 0.001, 0.03, 0.2, 0.012, 0.028]
+    assert benjamini_hochberg(p, 0.05) == 4 == _bh_hand(p, 0.05)
+    assert benjamini_hochberg([0.2, 0.5], 0.05) == 0
+    assert benjamini_hochberg([0.04, float("nan")], 0.05) == 0       # nan counts in m
+    # perturbations: Bonferroni (q/m at every rank) rejects 1, step-down stops at 2
+    assert sum(x <= 0.05 / 6 for x in p) == 1
+    step_down = next(k for k in range(7) if k == 6 or sorted(p)[k] > (k + 1) * 0.05 / 6)
+    assert step_down == 2 != benjamini_hochberg(p, 0.05)
