@@ -4,7 +4,7 @@ one-layer theory and the paper's figures (arXiv 2609.36448).
 
 ``protocol`` (every choice, no torch), ``models`` and ``training`` (torch, imported only
 when a run must be computed), ``cache`` (JSON per run), ``experiment`` (cache or train, in
-worker processes), ``statistics`` (bootstrap), ``table`` and ``plot``. Install torch with
+worker processes), ``statistics`` (t intervals, tests), ``table`` and ``plot``. Install torch with
 ``pip install "oodcalc[nn]"``. The names below load on first use, so that importing the
 package (as the CLI does at start-up) costs nothing.
 """
