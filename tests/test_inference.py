@@ -148,3 +148,43 @@ def test_benjamini_hochberg_counts_a_hand_example():
     assert sum(x <= 0.05 / 6 for x in p) == 1
     step_down = next(k for k in range(7) if k == 6 or sorted(p)[k] > (k + 1) * 0.05 / 6)
     assert step_down == 2 != benjamini_hochberg(p, 0.05)
+
+
+# --- real text: runs counted (item 4) ----------------------------------------------------
+
+def test_forgetting_intervals_count_the_runs_and_keep_per_seed_values():
+    """runs_counted covers the true F across repeated experiments where the interval over
+    reviews alone (each fold's model shared by a fifth of the reviews) does not; its
+    per-seed means recompute its standard error; one seed gives none."""
+    from test_real import draw_contrasts
+
+    from oodcalc.real.experiment import Z95, runs_counted
+    rng = np.random.default_rng(11)
+    mu, covered, naive = 0.02, [], []
+    for _ in range(300):
+        d = draw_contrasts(rng, 5, 180, mu, 0.1, 0.1, 0.05)
+        r = runs_counted(d)
+        covered.append(r["lo"] <= mu <= r["hi"])
+        x = d.mean(axis=0)                    # reviews only, seed-averaged (the old interval)
+        half = Z95 * x.std(ddof=1) / np.sqrt(x.size)
+        naive.append(abs(x.mean() - mu) <= half)
+    # 300 experiments: the runs-counted coverage near 95 % (normal, 4 df for τ²: a little
+    # under); the review-only interval far below
+    assert np.mean(covered) > 0.85 and np.mean(naive) < 0.75
+    r = runs_counted(d)
+    se = np.sqrt(r["review_var"] / r["reviews"] + np.var(r["per_seed"], ddof=1) / 5)
+    assert abs(se - r["se"]) < 1e-12 and len(r["per_seed"]) == 5
+    assert runs_counted(d[:1]) is None
+
+
+def test_one_seed_prints_no_runs_counted_nor_power():
+    from oodcalc.real.experiment import double_peak, power
+    from oodcalc.real.render import power_rows
+    rng = np.random.default_rng(0)
+    one = rng.normal(size=(1, 5, 40))
+    dp = double_peak(one)
+    result = {"rotation": {"families": {"all": {"shape": {
+        "change_0_to_pi": {"power": power(one[:, 4] - one[:, 0])}, "double_peak": dp}}}}}
+    _, rows = power_rows(result)
+    text = " ".join(" ".join(r) for r in rows)
+    assert "%" not in text and "runs not counted" in text and "no verdict from 1 seed" in text
