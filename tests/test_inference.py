@@ -188,3 +188,43 @@ def test_one_seed_prints_no_runs_counted_nor_power():
     _, rows = power_rows(result)
     text = " ".join(" ".join(r) for r in rows)
     assert "%" not in text and "runs not counted" in text and "no verdict from 1 seed" in text
+
+
+# --- docs/depth.md's inference block ------------------------------------------------------
+
+def test_the_inference_block_counts_verdict_changes_and_sees_a_nudged_run():
+    """The count in docs/depth.md is recounted here from the record's runs with the tables'
+    own Summary (t) against the percentile bootstrap; nudging every seed of one changed
+    cell by the same amount moves both intervals off 0 and the count drops by one."""
+    import copy
+    import re
+
+    from oodcalc.depth import documents, record
+    from oodcalc.depth.statistics import Summary, percentile_interval
+    from oodcalc.depth.table import usable
+    _, results = record.load(documents.RECORD)
+    text = documents.generate(results, "docs/depth.md", "depth-inference")
+    m, changed = map(int, re.search(r"^(\d+) distinct F intervals.*differs in (\d+) of them",
+                                    text, re.S).groups())
+
+    def sign(lo, hi):
+        return (lo > 0) - (hi < 0)
+
+    keys = {}
+    for part in (documents.TABLE, documents.PROTOCOL_TABLE, documents.LADDER_RUNS):
+        for config, seed, gamma in part.runs():
+            # a run shared by two tables (ε = 0.01 in both) counts once
+            keys.setdefault((config, gamma), {})[seed] = results.records[(config, seed, gamma)]
+    F = {k: [r["F"] for r in runs.values() if usable(r)] for k, runs in keys.items()}
+    moved = [k for k, x in F.items()
+             if sign(*percentile_interval(x)) != Summary.of(x).sign]
+    assert (m, changed) == (len(F), len(moved)) == (114, 13)
+
+    nudged = copy.copy(results)
+    nudged.records = dict(results.records)
+    config, gamma = moved[0]
+    for (c, s, g), r in results.records.items():
+        if (c, g) == (config, gamma):
+            nudged.records[(c, s, g)] = {**r, "F": r["F"] + 1.0}
+    again = documents.generate(nudged, "docs/depth.md", "depth-inference")
+    assert f"differs in {changed - 1} of them" in again

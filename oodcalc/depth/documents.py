@@ -213,7 +213,9 @@ BLOCKS = {("docs/depth.md", "depth-table"): ("table", table_block),
           ("README.md", "depth"): ("table", summary_block),
           ("docs/depth.md", "depth-protocols"): ("protocols", protocols_block),
           ("docs/depth.md", "ladder-table"): ("ladder", ladder_block),
-          ("docs/depth.md", "depth-inference"): ("all", inference_block)}
+          ("docs/depth.md", "depth-inference"): ("protocols", inference_block)}
+#: Blocks that read more than their selection: the other selections they need.
+ALSO_NEEDS = {("docs/depth.md", "depth-inference"): ("table", "ladder")}
 
 
 def _only(results: Results, selection: Selection) -> Results:
@@ -224,7 +226,7 @@ def _only(results: Results, selection: Selection) -> Results:
 def generate(results: Results, file: str, name: str) -> str:
     """One block, from the record's runs (a clear error if runs it needs are missing)."""
     selection, make = BLOCKS[(file, name)]
-    parts = (["table", "protocols", "ladder"] if selection == "all" else [selection])
+    parts = [selection, *ALSO_NEEDS.get((file, name), ())]
     missing = [key for part in parts for key in SELECTIONS[part].missing(results)]
     if missing:
         config, seed, gamma = missing[0]
