@@ -48,7 +48,8 @@ Workers = Annotated[str, typer.Option("--workers", metavar="N",
 Scheduler = Annotated[Text, typer.Option("--scheduler", metavar="ADDRESS",
     help="Train the runs not in the cache on a dask.distributed cluster (tcp://host:8786), "
          "one task per (configuration, seed); this process caches the results (same "
-         "numbers as serially). Needs pip install \"oodcalc\\[dask]\".",
+         "numbers as serially; start its workers with --nthreads 1). Needs pip install "
+         "\"oodcalc\\[dask]\".",
     show_default="local")]
 Quick = Annotated[bool, typer.Option("--quick",
     help=f"Smoke run: {QUICK['seeds']} seeds, ε = {QUICK['eps']}, {QUICK['eval_prompts']} "

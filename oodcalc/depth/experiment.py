@@ -100,7 +100,9 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
     seed) tasks instead of ``workers`` local processes; the records come back here and
     this process's cache stores them, so a cluster's workers need no shared disk. Each
     task's numbers depend on its config and seed alone: any executor gives the serial
-    numbers."""
+    numbers. Training sets torch's (process-wide) thread count, so start dask workers with
+    ``--nthreads 1`` (one task per process at a time; the test's in-process cluster showed
+    no difference, which is not a guarantee)."""
     from ..extras import require
     results, tasks = plan(configs, seeds, gammas, cache)
     if not tasks:
