@@ -244,7 +244,7 @@ DEPTH_OPTIONS = {"--arch": ARCH, "--optimizer": OPTIMIZER, "--layers": LAYERS,
                "--gamma": DEPTH_GAMMA, "--seeds": SEEDS, "--workers": WORKERS, "--quick": None,
                "--cache-dir": DEPTH_CACHE, "--no-cache": None, "--eps": DEPTH_EPS, "--lr": LR,
                "--max-steps": DEPTH_STEPS, "--eval-prompts": EVAL_PROMPTS,
-               "--ft-steps": DEPTH_STEPS}
+               "--ft-steps": DEPTH_STEPS, "--scheduler": SCHEDULER}
 LADDER_OPTIONS = {k: v for k, v in DEPTH_OPTIONS.items()
                   if k not in ("--arch", "--optimizer", "--layers")}
 #: --input is given half the time: without it the experiment runs (minutes: a 'hang').

@@ -74,9 +74,12 @@ def test_default_learning_rates_and_gamma_keys():
 def test_summary_interval_and_sign():
     s = Summary.of([1.0, 2.0, 3.0, 4.0])
     assert s.mean == 2.5 and s.low < 2.5 < s.high and s.sign == 1
-    assert Summary.of([1.0, 2.0, 3.0, 4.0]) == s               # the bootstrap is seeded
+    assert Summary.of([1.0, 2.0, 3.0, 4.0]) == s               # a function of the values
     assert Summary.of([-1.0, 1.0, -2.0, 2.0]).sign == 0       # an interval spanning 0
-    assert Summary.of([-1.0, -2.0, -3.0]).sign == -1
+    assert Summary.of([-1.0, -2.0, -3.0, -2.5]).sign == -1
+    # t with 2 degrees of freedom: 3 seeds of -1, -2, -3 do not exclude 0 (the percentile
+    # bootstrap did: its resampled means never exceed -1)
+    assert Summary.of([-1.0, -2.0, -3.0]).sign == 0
 
 
 def test_no_verdict_mark_from_fewer_than_five_seeds():

@@ -134,3 +134,32 @@ def angle(option: str, text: str) -> float:
                              "by zero)")
         return value
     return number(option, text, accepted)
+
+
+#: A dask scheduler's address: PROTOCOL://HOST:PORT.
+SCHEDULER = re.compile(r"^[a-z][a-z0-9+]*://[^\s/]+:\d{1,5}$")
+
+
+def scheduler_executor(scheduler: str | None, workers: str | None = None):
+    """``(executor, close)`` on the dask cluster at ``--scheduler`` (``(None, None)`` when
+    not given), with one-line errors for a malformed or unreachable address and for
+    --workers given too. Shared by ``sweep`` and the torch experiments."""
+    if scheduler is None:
+        return None, None
+    if workers is not None:
+        raise InputError("--workers", workers, "use --workers (local processes) or "
+                         "--scheduler (a dask cluster), not both")
+    if not SCHEDULER.match(scheduler):
+        raise InputError("--scheduler", repr(scheduler), "expected a scheduler address "
+                         "PROTOCOL://HOST:PORT, e.g. tcp://10.0.0.5:8786")
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise InputError("--scheduler", scheduler, "needs dask.distributed: "
+                         'pip install "oodcalc[dask]"') from None
+    try:
+        client = Client(scheduler, timeout="10s")
+    except Exception as err:  # noqa: BLE001 - dask raises many kinds for a bad address
+        raise InputError("--scheduler", scheduler, f"could not connect to a dask "
+                         f"scheduler there ({err})") from None
+    return client.get_executor(), client.close

@@ -8,6 +8,7 @@ trains only what is missing. torch is imported only when something must be train
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -44,6 +45,12 @@ CurveSeeds = Annotated[Text, typer.Option("--seeds", metavar="N",
     show_default=str(CURVE_SEEDS))]
 Workers = Annotated[str, typer.Option("--workers", metavar="N",
     help="Worker processes for runs not in the cache (1 thread each; same numbers).")]
+Scheduler = Annotated[Text, typer.Option("--scheduler", metavar="ADDRESS",
+    help="Train the runs not in the cache on a dask.distributed cluster (tcp://host:8786), "
+         "one task per (configuration, seed); this process caches the results (same "
+         "numbers as serially; start its workers with --nthreads 1). Needs pip install "
+         "\"oodcalc\\[dask]\".",
+    show_default="local")]
 Quick = Annotated[bool, typer.Option("--quick",
     help=f"Smoke run: {QUICK['seeds']} seeds, ε = {QUICK['eps']}, {QUICK['eval_prompts']} "
          "evaluation prompts (not the experiment's protocol).")]
@@ -63,6 +70,18 @@ EvalPrompts = Annotated[Text, typer.Option("--eval-prompts", metavar="INT",
 FtSteps = Annotated[Text, typer.Option("--ft-steps", metavar="N", rich_help_panel=PANEL,
     help="Fine-tune exactly N steps (no stopping rule); the theory column follows the same "
          "protocol.", show_default="off: fine-tuning stops at --eps too")]
+
+
+@contextmanager
+def cluster(scheduler: str | None, workers: str, n_workers: int):
+    """The dask executor for --scheduler (None without it), closed on leaving; checked
+    after the other options and before any training."""
+    executor, close = options.scheduler_executor(scheduler, workers if n_workers > 1 else None)
+    try:
+        yield executor
+    finally:
+        if close is not None:
+            close()
 
 
 def choices(option: str, text: str | None, allowed: tuple[str, ...]) -> list[str]:
@@ -166,8 +185,8 @@ def depth(
     gamma: Annotated[str, typer.Option("--gamma", metavar="G1,G2,...",
         help="γ = ⟨v2, u2⟩ values (γ1 = 1); numbers or ranges START:STOP:NUM.")
     ] = "-0.75,0,0.75",
-    seeds: Seeds = None, workers: Workers = "1", quick: Quick = False,
-    output_format: FormatOption = None, output: OutputOption = None,
+    seeds: Seeds = None, workers: Workers = "1", scheduler: Scheduler = None,
+    quick: Quick = False, output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
     ft_steps: FtSteps = None,
@@ -183,8 +202,9 @@ def depth(
                                              no_cache, gammas, gamma, workers,
                                              ft_steps=ft_steps)
     n_workers = options.integer("--workers", workers, 1)
-    with count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
-        table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress)
+    with cluster(scheduler, workers, n_workers) as executor, \
+            count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
+        table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress, executor)
     if output_format is Format.table:
         show(table)
         return
@@ -210,8 +230,8 @@ def plot_depth(
     gamma: Annotated[str, typer.Option("--gamma", metavar="G1,G2,...",
         help="γ values of the curve; numbers or ranges START:STOP:NUM.")
     ] = f"-1:1:{CURVE_POINTS}",
-    seeds: CurveSeeds = None, workers: Workers = "1", quick: Quick = False,
-    cache_dir: CacheDir = None, no_cache: NoCache = False,
+    seeds: CurveSeeds = None, workers: Workers = "1", scheduler: Scheduler = None,
+    quick: Quick = False, cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
     ft_steps: FtSteps = None,
     record_file: Annotated[Text, typer.Option("--record", metavar="FILE|none",
@@ -234,8 +254,9 @@ def plot_depth(
                                              ft_steps=ft_steps)
     cache = with_record(cache, record_file)
     n_workers = options.integer("--workers", workers, 1)
-    with count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
-        results = collect(chosen, seed_list, gammas, cache, n_workers, progress)
+    with cluster(scheduler, workers, n_workers) as executor, \
+            count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
+        results = collect(chosen, seed_list, gammas, cache, n_workers, progress, executor)
     print(plots.save(gamma_curves(results, chosen, seed_list, gammas), output))
 
 

@@ -16,8 +16,8 @@ from . import options
 from .plot import Output, plot_app
 from .progress import count_progress
 from .reproduce import Format, FormatOption, OutputOption, output_format_for, reproduce_app
-from .reproduce_depth import PANEL, EvalPrompts, Eps, FtSteps, MaxSteps, NoCache, Seeds, \
-    Workers, check_memory, emit, gamma_values, option_names, protocol_options
+from .reproduce_depth import PANEL, EvalPrompts, Eps, FtSteps, MaxSteps, NoCache, Scheduler, \
+    Seeds, Workers, check_memory, cluster, emit, gamma_values, option_names, protocol_options
 
 #: --quick: 3 seeds at ε = 0.02 (about 2 minutes on one thread). At depth's quick ε = 0.05
 #: the theory's F at γ = −0.75 (+0.00024) is a 4% residue of two opposite F_k and cannot be
@@ -40,7 +40,7 @@ CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR",
 
 
 def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
-           eval_prompts, ft_steps=None):
+           eval_prompts, ft_steps=None, scheduler=None):
     """Parse every option (one-line errors), then train or read every run: the table."""
     from ..depth.ladder import LadderCache, ladder_configs, reproduce_ladder
     gammas = gamma_values("--gamma", gamma)
@@ -52,14 +52,16 @@ def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps
         chosen = [c for _, c in ladder_configs(**protocol)]
     check_memory(chosen, n_seeds, gammas, n_workers, seeds, None, eval_prompts, workers, gamma)
     cache = LadderCache(cache_dir, enabled=not no_cache)
-    with count_progress("training", lines=True, eta=True) as progress:
-        return reproduce_ladder(range(n_seeds), gammas, n_workers, progress, cache, **protocol)
+    with cluster(scheduler, workers, n_workers) as executor, \
+            count_progress("training", lines=True, eta=True) as progress:
+        return reproduce_ladder(range(n_seeds), gammas, n_workers, progress, cache, executor,
+                                **protocol)
 
 
 @reproduce_app.command("ladder")
 def ladder(
     gamma: Gamma = "-0.75,0,0.75", seeds: Seeds = None, workers: Workers = "1",
-    quick: Quick = False,
+    scheduler: Scheduler = None, quick: Quick = False,
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
@@ -70,7 +72,7 @@ def ladder(
 
     output_format = output_format_for(output, output_format)   # -o checked before training
     table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
-                   eval_prompts, ft_steps)
+                   eval_prompts, ft_steps, scheduler)
     if output_format is Format.table:
         show(table)
         return
@@ -80,7 +82,8 @@ def ladder(
 @plot_app.command("ladder")
 def plot_ladder(
     output: Output, gamma: Gamma = "-0.75,0,0.75", seeds: Seeds = None, workers: Workers = "1",
-    quick: Quick = False, cache_dir: CacheDir = None, no_cache: NoCache = False,
+    scheduler: Scheduler = None, quick: Quick = False, cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
     ft_steps: FtSteps = None,
 ) -> None:
@@ -91,5 +94,5 @@ def plot_ladder(
 
     plots.check_output(output)
     table = obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps,
-                   eval_prompts, ft_steps)
+                   eval_prompts, ft_steps, scheduler)
     print(plots.save(ladder_plot(table), output))

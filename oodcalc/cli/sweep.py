@@ -14,7 +14,6 @@ Grid syntax (every option is text, parsed here with one-line errors):
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from enum import Enum
@@ -161,30 +160,12 @@ def _check_size(planned, option: str, workers: int) -> None:
     limits.check_rows(by_K, workers)
 
 
-SCHEDULER = re.compile(r"^[a-z][a-z0-9+]*://[^\s/]+:\d{1,5}$")
-
-
 def _executor(n: int | None, workers: Text, scheduler: Text, tasks: int):
     """``(executor, closer)`` for --workers / --scheduler; ``(None, None)`` for serial.
     Never more local processes than tasks (one configuration runs here)."""
-    if n is not None and scheduler is not None:
-        raise InputError("--workers", workers, "use --workers (local processes) or "
-                         "--scheduler (a dask cluster), not both")
-    if scheduler is not None:
-        if not SCHEDULER.match(scheduler):
-            raise InputError("--scheduler", repr(scheduler), "expected a scheduler address "
-                             "PROTOCOL://HOST:PORT, e.g. tcp://10.0.0.5:8786")
-        try:
-            from dask.distributed import Client
-        except ImportError:
-            raise InputError("--scheduler", scheduler, "needs dask.distributed: "
-                             'pip install "oodcalc[dask]"') from None
-        try:
-            client = Client(scheduler, timeout="10s")
-        except Exception as err:  # noqa: BLE001 - dask raises many kinds for a bad address
-            raise InputError("--scheduler", scheduler, f"could not connect to a dask "
-                             f"scheduler there ({err})") from None
-        return client.get_executor(), client.close
+    executor, close = options.scheduler_executor(scheduler, None if n is None else workers)
+    if executor is not None:
+        return executor, close
     n = min(n or 1, tasks)
     if n > 1:
         from concurrent.futures import ProcessPoolExecutor

@@ -4,7 +4,7 @@ one-layer theory and the paper's figures (arXiv 2609.36448).
 
 ``protocol`` (every choice, no torch), ``models`` and ``training`` (torch, imported only
 when a run must be computed), ``cache`` (JSON per run), ``experiment`` (cache or train, in
-worker processes), ``statistics`` (bootstrap), ``table`` and ``plot``. Install torch with
+worker processes), ``statistics`` (t intervals, tests), ``table`` and ``plot``. Install torch with
 ``pip install "oodcalc[nn]"``. The names below load on first use, so that importing the
 package (as the CLI does at start-up) costs nothing.
 """
@@ -43,11 +43,12 @@ def configs(archs: Iterable[str] = ARCHITECTURES, optimizers: Iterable[str] = OP
 
 def reproduce(configs: Sequence[DepthConfig], seeds: Sequence[int] = range(10),
               gammas: Sequence[float] = PAPER_GAMMAS, cache: "Cache | None" = None,
-              workers: int = 1, progress: "Progress | None" = None) -> "DepthTable":
+              workers: int = 1, progress: "Progress | None" = None,
+              executor=None) -> "DepthTable":
     """The depth table for these configurations, from the cache where it can."""
     from .cache import Cache
     from .experiment import collect
     from .table import build_table
     cache = cache if cache is not None else Cache(enabled=False)
-    results = collect(configs, list(seeds), gammas, cache, workers, progress)
+    results = collect(configs, list(seeds), gammas, cache, workers, progress, executor)
     return build_table(results, configs, list(seeds), gammas)

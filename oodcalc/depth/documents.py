@@ -124,7 +124,7 @@ def protocols_block(results: Results) -> str:
              f"{first.eval_prompts} evaluation prompts, ≤ {first.max_steps} steps per phase), "
              f"{len(seeds)} seeds per cell, pretraining to the stopping rule at ε; "
              "fine-tuning to the same rule, or for exactly the steps named. Each cell: F "
-             "[95% bootstrap CI] and the mean F_1 · F_2 (n: usable seeds where fewer than "
+             "[95% t CI] and the mean F_1 · F_2 (n: usable seeds where fewer than "
              f"{len(seeds)}); the theory row: one layer, exact population dynamics under the "
              "same protocol. Last column: paired F(3 layers) − F(1 layer) at γ = −0.75.", ""]
     for (arch, optimizer), group in groups.items():
@@ -155,6 +155,54 @@ def _protocol_cell(cell, seeds: int) -> str:
     return (f"{interval(cell.F)};{n} {' · '.join(signed(s.mean) for s in cell.F_k)}")
 
 
+def inference_block(results: Results) -> str:
+    """Every F interval of docs/depth.md's three tables (each distinct configuration and γ
+    once): how many change verdict between the percentile bootstrap and the t interval,
+    which, and how many of the t tests against 0 survive Benjamini–Hochberg at q = 0.05."""
+    from .statistics import (benjamini_hochberg, percentile_interval, sign_rank_pvalue,
+                             t_interval, t_pvalue)
+    from .table import usable
+
+    def sign(low: float, high: float) -> str:
+        return "+" if low > 0 else "−" if high < 0 else "≈0"
+
+    cells: dict[tuple[DepthConfig, float], list[float]] = {}
+    for part in (TABLE, PROTOCOL_TABLE, LADDER_RUNS):
+        for config in part.configs:
+            for gamma in part.gammas:
+                runs = [results.get(config, s, gamma) for s in part.seeds]
+                cells[(config, canonical_gamma(gamma))] = [r["F"] for r in runs if usable(r)]
+    rungs = {c: name for name, c in ladder_configs()}
+    changed, pvalues, signrank = [], [], []
+    for (config, gamma), F in cells.items():
+        if len(F) < 2:
+            continue
+        before, after = sign(*percentile_interval(F)), sign(*t_interval(F))
+        pvalues.append(t_pvalue(F))
+        signrank.append(sign_rank_pvalue(F))
+        if before != after:
+            name = rungs.get(config) or (f"{config.arch} · {config.optimizer} {config.layers} L"
+                                         f", {protocol_name(config)}")
+            lo, hi = t_interval(F)
+            changed.append(f"{name}, γ = {gamma:+.2f} (n = {len(F)}): {before} → {after}, "
+                           f"t interval [{signed(lo)}, {signed(hi)}]")
+    m = len(pvalues)
+    return "\n".join([
+        f"{m} distinct F intervals (configuration × protocol × γ, over the usable of "
+        f"{len(SEEDS)} seeds) stand in this page's three tables (results, protocols, ladder). "
+        "Their sign verdict (the 95 % "
+        "interval above 0, below 0, or containing it) under the 95 % percentile bootstrap "
+        f"and under the Student-t interval differs in {len(changed)} of them:", ""]
+        + [f"- {line}" for line in changed] + ["",
+        f"Multiplicity: of the {m} two-sided t tests of F = 0, "
+        f"{sum(p < 0.05 for p in pvalues)} have p < 0.05 (the t intervals that exclude 0) "
+        f"and {benjamini_hochberg(pvalues, 0.05)} survive Benjamini–Hochberg at a false "
+        f"discovery rate q = 0.05; the Wilcoxon sign-rank test (no normality assumed; its "
+        f"smallest p at 10 seeds is 2/1024) gives {sum(p < 0.05 for p in signrank)} and "
+        f"{benjamini_hochberg(signrank, 0.05)}. Recipe: `oodcalc.depth.documents."
+        "inference_block` on docs/depth.json (`python tools/generate_docs.py`)."])
+
+
 def ladder_block(results: Results) -> str:
     return ladder_markdown(build_ladder(results, ladder_configs(), LADDER_RUNS.seeds,
                                         LADDER_RUNS.gammas))
@@ -164,7 +212,10 @@ def ladder_block(results: Results) -> str:
 BLOCKS = {("docs/depth.md", "depth-table"): ("table", table_block),
           ("docs/guide/reproduce.md", "depth"): ("table", summary_block),
           ("docs/depth.md", "depth-protocols"): ("protocols", protocols_block),
-          ("docs/depth.md", "ladder-table"): ("ladder", ladder_block)}
+          ("docs/depth.md", "ladder-table"): ("ladder", ladder_block),
+          ("docs/depth.md", "depth-inference"): ("protocols", inference_block)}
+#: Blocks that read more than their selection: the other selections they need.
+ALSO_NEEDS = {("docs/depth.md", "depth-inference"): ("table", "ladder")}
 
 
 def _only(results: Results, selection: Selection) -> Results:
@@ -175,7 +226,8 @@ def _only(results: Results, selection: Selection) -> Results:
 def generate(results: Results, file: str, name: str) -> str:
     """One block, from the record's runs (a clear error if runs it needs are missing)."""
     selection, make = BLOCKS[(file, name)]
-    missing = SELECTIONS[selection].missing(results)
+    parts = [selection, *ALSO_NEEDS.get((file, name), ())]
+    missing = [key for part in parts for key in SELECTIONS[part].missing(results)]
     if missing:
         config, seed, gamma = missing[0]
         raise LookupError(f"{file} block {name!r} needs {len(missing)} runs the record does "

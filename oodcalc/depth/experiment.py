@@ -3,6 +3,7 @@ processes when asked), storing each result as it arrives."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -91,8 +92,17 @@ def plan(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequence[
 
 
 def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequence[float],
-            cache: Cache, workers: int = 1, progress: Progress | None = None) -> Results:
-    """Every (config, seed, γ) record: cached ones read, the others trained and stored."""
+            cache: Cache, workers: int = 1, progress: Progress | None = None,
+            executor: "cf.Executor | None" = None) -> Results:
+    """Every (config, seed, γ) record: cached ones read, the others trained and stored.
+
+    ``executor`` (e.g. ``dask.distributed.Client(...).get_executor()``) runs the (config,
+    seed) tasks instead of ``workers`` local processes; the records come back here and
+    this process's cache stores them, so a cluster's workers need no shared disk. Each
+    task's numbers depend on its config and seed alone: any executor gives the serial
+    numbers. Training sets torch's (process-wide) thread count, so start dask workers with
+    ``--nthreads 1`` (one task per process at a time; the test's in-process cluster showed
+    no difference, which is not a guarantee)."""
     from ..extras import require
     results, tasks = plan(configs, seeds, gammas, cache)
     if not tasks:
@@ -112,13 +122,22 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
 
     if progress is not None:
         progress(0, len(tasks), announcement(tasks, len(results.records), workers))
+    if executor is not None:
+        futures = {executor.submit(run_task, task): task for task in tasks}
+        try:
+            for done, future in enumerate(cf.as_completed(futures), 1):
+                store(futures[future], future.result(), done)
+        finally:
+            for future in futures:           # an error or Ctrl-C: drop what has not run
+                future.cancel()
+        return results
     if workers <= 1 or len(tasks) == 1:
         for done, task in enumerate(tasks, 1):
             store(task, run_task(task), done)
         return results
 
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     from ..errors import ComputationError
@@ -128,7 +147,7 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
                              initializer=ignore_interrupts) as pool:
         futures = {pool.submit(run_task, task): task for task in tasks}
         try:
-            for done, future in enumerate(as_completed(futures), 1):
+            for done, future in enumerate(cf.as_completed(futures), 1):
                 store(futures[future], future.result(), done)
         except BrokenProcessPool:
             raise ComputationError(

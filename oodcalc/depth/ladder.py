@@ -17,7 +17,7 @@ layernorm-mlp   2, 3    each layer depth's ``standard`` block (pre-LayerNorm, ML
                         1/√width, final LayerNorm and linear head)
 ==============  ======  =====================================================================
 
-Per rung, depth and γ: F and F_k over seeds (mean, 95% bootstrap interval), the one-layer
+Per rung, depth and γ: F and F_k over seeds (mean, 95% t interval), the one-layer
 theory at the same ε, α and β per layer (the mean of the diagonal and of the off-diagonal of
 the layer's K × K logits on the bare source features, at T1 and after fine-tuning) and the
 paired change of F from the rung below.
@@ -168,7 +168,7 @@ class LadderTable:
         return jsonable({
             "parameters": {"protocol": described, "seeds": list(self.seeds),
                            "gammas": list(self.gammas),
-                           "bootstrap": "percentile, 10,000 resamples, 95%",
+                           "intervals": "Student t over seeds, 95%",
                            "logits": "per layer, the K × K logits of the layer's score on "
                                      "the bare source features [v_k; 0]; alpha = mean of "
                                      "the diagonal, beta = mean of the off-diagonal"},
@@ -217,11 +217,13 @@ def _logits(value: Any, parameters: dict[str, Any]) -> bool:
 
 def reproduce_ladder(seeds: Sequence[int] = range(10), gammas: Sequence[float] = (-0.75, 0, 0.75),
                      workers: int = 1, progress: Progress | None = None,
-                     cache: Cache | None = None, **protocol: Any) -> LadderTable:
+                     cache: Cache | None = None, executor=None,
+                     **protocol: Any) -> LadderTable:
     """Train (or read from ``cache``) every rung and tabulate it."""
     configs = ladder_configs(**protocol)
     cache = cache if cache is not None else Cache(enabled=False)
-    results = collect([c for _, c in configs], list(seeds), gammas, cache, workers, progress)
+    results = collect([c for _, c in configs], list(seeds), gammas, cache, workers, progress,
+                      executor)
     return build_ladder(results, configs, list(seeds), gammas)
 
 
@@ -241,7 +243,7 @@ def markdown(table: LadderTable) -> str:
         f"Protocol: depth's (docs/depth.md), SGD lr {p.lr:g}, width {p.width}, N = {p.N}, "
         f"batch {p.batch}, {p.eval_prompts} evaluation prompts, stop when every e_k <= "
         f"ε = {p.eps:g} (≤ {p.max_steps} steps per phase); seeds "
-        f"{', '.join(map(str, table.seeds))}. Intervals: 95% percentile bootstrap over "
+        f"{', '.join(map(str, table.seeds))}. Intervals: 95% Student t over "
         "seeds. Theory: one layer, exact population dynamics at the same ε. α, β: the mean "
         "diagonal and off-diagonal logit of each layer's score on the bare source features, "
         "at T1 → after fine-tuning (mean over seeds). ΔF: paired F − F(row below).", "",

@@ -1,4 +1,4 @@
-"""The γ-curve: forgetting F and F_k against γ per depth (mean and 95% bootstrap band over
+"""The γ-curve: forgetting F and F_k against γ per depth (mean and 95% t band over
 seeds), the one-layer theory's curve under the same protocol and the paper's nine points;
 one column per architecture and optimizer; and the ladder's F per rung (matplotlib)."""
 
@@ -15,7 +15,7 @@ from .table import make_cell, paper_figure, theory
 def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequence[int],
                  gammas: Sequence[float]):
     """One column per architecture and optimizer. Top: F against γ per depth (mean, 95%
-    bootstrap band), the one-layer theory's curve under the same protocol, the paper's
+    t band), the one-layer theory's curve under the same protocol, the paper's
     points (those beyond the axis listed in a box, with their value). Bottom: F_1
     and F_2 per depth, and the theory's. Linear axes; a point from fewer usable seeds than
     were run carries its n."""
@@ -94,14 +94,14 @@ def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequen
     labels.append("paper (in the box when beyond the axis)")
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.suptitle(f"Forgetting after fine-tuning, width {configs[0].width}, {protocol}; "
-                 f"{len(seeds)} seeds per point unless marked n (band: 95% bootstrap CI; "
+                 f"{len(seeds)} seeds per point unless marked n (band: 95% t CI; "
                  "runs that never met the stopping rule left out)", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 
 def ladder_plot(table):
-    """F per rung (mean and 95% bootstrap interval over seeds, dots: seeds), one column per
+    """F per rung (mean and 95% t interval over seeds, dots: seeds), one column per
     γ, with the one-layer theory's F at the same ε drawn across (a
     :class:`~.ladder.LadderTable`). Linear axes: the top row shows every rung, the bottom
     row the one-layer rungs on their own scale, where the departures from the theory
@@ -139,7 +139,7 @@ def ladder_plot(table):
     axes[0][0].set_ylabel("$F = F_1 + F_2$, every rung")
     axes[1][0].set_ylabel("F, the one-layer rungs")
     p = table.protocol
-    fig.suptitle(f"The ladder: forgetting F per rung (mean, 95% bootstrap CI, dots: seeds); "
+    fig.suptitle(f"The ladder: forgetting F per rung (mean, 95% t CI, dots: seeds); "
                  f"SGD lr {p.lr:g}, ε = {p.eps:g}, {len(table.seeds)} seeds per rung", fontsize=10)
     fig.tight_layout()
     return fig

@@ -1,7 +1,8 @@
 """The depth table: per architecture and optimizer, per depth and γ, the paper's F, ours
-over seeds (mean, sd, 95% bootstrap interval, per-feature F_k and which feature forgets),
+over seeds (mean, sd, 95% Student-t interval, per-feature F_k and which feature forgets),
 the one-layer theory at the same ε, and a verdict; plus the depth amplification 3 vs 1
-layer with a paired bootstrap interval. Text, Markdown and JSON renderings."""
+layer with a paired bootstrap interval (a ratio of means has no t form). Text, Markdown and
+JSON renderings."""
 
 from __future__ import annotations
 
@@ -186,7 +187,8 @@ class DepthTable:
         run, an unbounded ratio) is None."""
         return jsonable({"parameters": {"configs": [c.describe() for c in self.configs],
                                "seeds": list(self.seeds), "gammas": list(self.gammas),
-                               "bootstrap": "percentile, 10,000 resamples, 95%",
+                               "intervals": "Student t over seeds, 95%; the depth ratio: "
+                                            "paired percentile bootstrap, 10,000 resamples",
                                "paper": paper.CITATION},
                 "cells": [c.to_dict() for c in self.cells],
                 "amplification": [a.to_dict() for a in self.amplifications]})
@@ -280,7 +282,8 @@ def header(table: DepthTable, verdicts: bool = True) -> str:
             "Theory: one layer, "
             f"exact population dynamics at the same ε (η = {table.cells[0].theory.eta:g}). "
             f"Paper: {paper.CITATION}, TinyTransformer rows of the forgetting table. Intervals: "
-            "95% percentile bootstrap over seeds" + (f"; {VERDICT_LEGEND}." if verdicts else "."))
+            "95% Student t over seeds (the depth ratio: paired percentile bootstrap)"
+            + (f"; {VERDICT_LEGEND}." if verdicts else "."))
 
 
 def markdown(table: DepthTable) -> str:
