@@ -25,7 +25,7 @@ from _common import load, machine, table, verdict
 import oodcalc as oc
 from oodcalc.finetune import engine, terms
 from oodcalc.finetune.dynamics import ood_start
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 
 #: Replay and a projection: the terms that need the source logits as state. (A pull runs
 #: until its step settles below 1e-12, hundreds of thousands of steps: not a benchmark.)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import geometry as geo
-from .predict import predict
+from .prediction import predict
 from .setting import VERDICT_SEEDS, Protocol, Setting
 from .simulate.population import logit_path, simulate_population, train
 from .simulate.prompts import pretrain_prompts, simulate_prompts

@@ -8,7 +8,7 @@ import numpy as np
 from . import estimates, limits
 from .finetune.sequence import SequenceResult, Shifts, check_shifts, check_stage_weights, \
     run_sequence, stage_protocols
-from .predict import pretrain_logits
+from .prediction import pretrain_logits
 from .setting import Protocol
 
 

@@ -361,9 +361,9 @@ def finetune_seconds(K: int, log_steps: float, engine: str) -> float:
     per_step = SECONDS_PER_STEP[engine]
     extra = 0.0
     if engine == "numpy" and 4 * 8 * K * K * (steps + 1) <= TRAJECTORY_BYTES / 3:
-        per_step = SECONDS_PER_RECORDED_STEP      # predict._finetune_recorded
+        per_step = SECONDS_PER_RECORDED_STEP      # prediction._finetune_recorded
     if engine == "compiled":
-        kept = TRAJECTORY_BYTES * 2 / 3 // (3 * 8 * K * K)   # predict._snapshot_store
+        kept = TRAJECTORY_BYTES * 2 / 3 // (3 * 8 * K * K)   # prediction._snapshot_store
         extra = min(steps + 1, kept) * SECONDS_PER_SNAPSHOT
     return steps * (per_step + K * K * SECONDS_PER_UPDATE[engine] / threads) + extra
 

@@ -43,7 +43,7 @@ from . import paper
 from .finetune.dynamics import descend, ood_start, source_logits
 from .geometry import parallel_shift
 from .model import conditional_errors
-from .predict import predict, pretrain_logits
+from .prediction import predict, pretrain_logits
 from .setting import DEFAULT_MAX_STEPS, NEVER, Protocol, Setting
 from .theory import k2_error, k2_flow_margin
 

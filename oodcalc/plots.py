@@ -17,7 +17,7 @@ from .finetune.dynamics import ood_start
 from .errors import InputError, NothingToDraw, param
 from .io import check_output as check_file, write_atomic
 from .model import conditional_errors
-from .predict import pretrain_logits
+from .prediction import pretrain_logits
 from .report import Report
 from .setting import Protocol, Setting
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import ComputationError, InputError, param
-from .predict import predict
+from .prediction import predict
 from .report import jsonable
 from .setting import Setting, check_setting
 

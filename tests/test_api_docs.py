@@ -147,9 +147,9 @@ def test_the_attribute_rule_fails_on_a_renamed_key():
 
 
 def test_expected_seconds_is_at_the_top_level_and_suggests_numba_only_when_it_pays():
-    from oodcalc import predict as predict_module  # noqa: F401  (the module, as a reader imports it)
+    from oodcalc import prediction  # noqa: F401  (the module, as a reader imports it)
     setting = oc.Setting(oc.parallel_shift([1, -0.9]))
     seconds, words = oc.expected_seconds(setting)
     assert seconds < 1 and "oodcalc[fast]" not in words
-    from oodcalc.predict import FAST_HINT_SECONDS
+    from oodcalc.prediction import FAST_HINT_SECONDS
     assert FAST_HINT_SECONDS >= 1

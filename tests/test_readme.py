@@ -231,8 +231,9 @@ def resolve(name: str):
 
 def test_the_readme_prose_names_only_what_exists():
     """`oodcalc.predict.expected_seconds(setting)` in the prose was an AttributeError: the
-    function `oodcalc.predict` hides the module of the same name. Every API name the prose
-    shows must resolve as a reader writes it, and a call must be callable."""
+    function `oodcalc.predict` hid the module of the same name (now oodcalc.prediction).
+    Every API name the prose shows must resolve as a reader writes it, and a call must be
+    callable."""
     text = README.read_text(encoding="utf-8")
     names = prose_python_names(text)
     assert "oc.expected_seconds" in names and "oc.predict" in names

@@ -154,7 +154,7 @@ def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     import math
 
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     from ..checks import EXACT_TOL, PopulationCheck
 

@@ -206,7 +206,7 @@ def derive_first_step(claimed: dict = CLAIMED):
 
 def derive_counterexample(claimed: dict = CLAIMED):
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Setting
     r = Recorder()
     alpha_star = sp.log(3)          # K = 2, ε = 1/100: e^{2α*} = (1 − √ε)/√ε = 9

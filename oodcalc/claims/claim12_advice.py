@@ -80,7 +80,7 @@ def _weights_for(rule, gamma) -> tuple[float, ...]:
 def _runs(gamma, weights):
     """(plain, advice) reports of the exact dynamics for a parallel shift."""
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     g = geo.parallel_shift([float(x) for x in gamma])
     return predict(Setting(g)), predict(Setting(g, Protocol(weights=weights)))
@@ -260,7 +260,7 @@ def derive_projection(claimed: dict = CLAIMED):
             SYMBOLIC, matrix_expr_is_zero(column), decisive=True)
 
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     names = PROJECT
     frozen = predict(Setting(geo.parallel_shift([1, -0.9]),

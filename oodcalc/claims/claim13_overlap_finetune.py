@@ -669,7 +669,7 @@ def check_orthonormal(ctx, claimed: dict = NUMERIC_CLAIMED):
     from .. import geometry as geo
     from ..checks import PopulationCheck
     from ..model import errors_and_gradient
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Setting
     worst, c_gap, lines, same_steps = 0.0, 0.0, [], True
     for g in _orthonormal_geometries():

@@ -148,7 +148,7 @@ def derive(claimed: dict = CLAIMED):
 # --- numeric check against gradient descent -------------------------------------------
 
 def check(ctx, claimed: dict = NUMERIC_CLAIMED):
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     from ..setting import Protocol
     from ..checks import MAIN, Point, PopulationCheck, mean_se, monte_carlo_check, rel
     b = ctx.budget

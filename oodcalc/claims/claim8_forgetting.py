@@ -294,7 +294,7 @@ def derive_criterion(claimed: dict = CLAIMED):
 
 def _t1_ood_logits(gamma: np.ndarray, eps: float = 0.01) -> np.ndarray:
     from ..finetune.dynamics import ood_start
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     return ood_start(pretrain_logits(len(gamma), eps, 0.1, 1_000_000).z[0], np.diag(gamma))
 
 
@@ -302,7 +302,7 @@ def _exact_first_step(gamma: np.ndarray, eta: float, eps: float = 0.01):
     """One fine-tuning step of the exact dynamics from T1: (δe_k on v_k, D_k, g_k)."""
     from ..finetune.dynamics import descend, ood_start, source_logits
     from ..model import attention, conditional_errors
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     K = len(gamma)
     z1 = pretrain_logits(K, eps, 0.1, 1_000_000).z[0]
     M = np.diag(gamma)
@@ -371,7 +371,7 @@ def derive_k2(claimed: dict = CLAIMED):
 def source_trends(gamma, eps: float = 0.01, eta: float = 0.1) -> list[str]:
     """Trend of each L_{v_k} through fine-tuning in the exact dynamics (via predict)."""
     from ..geometry import parallel_shift
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     report = predict(Setting(parallel_shift(list(gamma)), Protocol(eps=eps, eta=eta)))
     return [f.trend for f in report.forgetting]

@@ -658,7 +658,7 @@ def _runs(etas: tuple, steps: tuple, eps: float = 0.01):
     (the stopping rule's length, recorded per γ) and each t of ``steps`` (no stopping
     rule), with z1 and the OOD start."""
     from ..finetune.dynamics import descend, ood_start
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     out = {}
     for eta in etas:
         z1 = pretrain_logits(2, eps, eta, 1_000_000).z[0]

@@ -28,7 +28,8 @@ from ..console import StripTrailing
 from ..limits import MEMORY_VARIABLE
 
 from . import options
-from .app import CONTEXT, START, SUMMARY, app  # noqa: F401  (the root app)
+# The root app under another name: ``app`` stays the module (``oodcalc.cli.app``).
+from .app import CONTEXT, START, SUMMARY, app as root_app
 
 #: The modules that register commands (the groups' subcommands in this order).
 COMMAND_MODULES = ("predict", "advise", "sequence", "reproduce", "reproduce_real", "sweep",
@@ -65,7 +66,7 @@ def root_command(command: str | None = None):
 def _tree(loaded: frozenset[str]):
     """The tree of the commands registered so far, built once per set of loaded modules,
     listed in :data:`LISTED` order whatever order they were loaded in."""
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(root_app)
     rank = {name: i for i, name in enumerate(LISTED)}     # others (added on app) last
     group.commands = dict(sorted(group.commands.items(),
                                  key=lambda c: rank.get(c[0], len(rank))))

@@ -58,7 +58,7 @@ def predict(
                                 checks=[partial(limits.check_precision, digits=digits)])
         print_high_precision(setting, eps, precision, as_json)
         return
-    from ..predict import expected_seconds, predict as run_predict
+    from ..prediction import expected_seconds, predict as run_predict
 
     if arrays is not None:
         from ..io import check_output

@@ -42,7 +42,7 @@ class Theory:
 @functools.lru_cache(maxsize=None)
 def theory(gamma: float, eps: float, ft_steps: int | None = None) -> Theory:
     from ..geometry import parallel_shift
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     report = predict(Setting(parallel_shift([1.0, gamma]),
                              Protocol(eps=eps, ft_steps=ft_steps)))

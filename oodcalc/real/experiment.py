@@ -42,7 +42,7 @@ from ..geometry import from_arrays
 from ..geometry import rotation as rotation_geometry
 from ..model import conditional_errors, errors_and_gradient
 from ..depth.statistics import VERDICT_SEEDS
-from ..predict import pretrain_logits, predict
+from ..prediction import pretrain_logits, predict
 from ..setting import Protocol, Setting
 from .data import DOMAINS, SOURCE, Review, counts
 from .encoder import Encoder, hidden_states
