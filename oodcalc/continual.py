@@ -12,6 +12,9 @@ from .prediction import pretrain_logits
 from .setting import Protocol
 
 
+__all__ = ["sequence", "sequence_estimate"]
+
+
 def sequence(shifts: Shifts, protocol: Protocol | None = None, *,
              stages: list | None = None, progress=None) -> SequenceResult:
     """Pretrain on V, then fine-tune on U_1, ..., U_S in turn, exactly (K×K logits of

@@ -18,6 +18,12 @@ import re
 from contextlib import contextmanager
 from typing import Iterator, Mapping, Union
 
+__all__ = [
+    "API_NAMES", "ComputationError", "InputError", "NothingToDraw", "OodcalcError", "fill",
+    "item_name", "naming", "param", "shorten",
+]
+
+
 #: How the Python API names the parameters that library messages mention.
 API_NAMES = {
     "K": "the geometry's K", "d": "the geometry's d",

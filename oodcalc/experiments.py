@@ -24,6 +24,13 @@ from .prediction import expected_seconds as predict_seconds, predict
 from .report import Report
 from .setting import Protocol, Setting
 
+__all__ = [
+    "Quantity", "READERS", "Row", "TABLES", "agreement", "common_fit", "expected_seconds",
+    "experiment_label", "explain", "geometry_of", "quantities", "reproduce", "run_table",
+    "warnings",
+]
+
+
 #: A simulator: ``Setting → Report`` in the shared schema.
 Simulator = Callable[[Setting], Report]
 

@@ -40,6 +40,13 @@ from .report import TREND_TOL
 from .setting import Protocol, require_plain
 from .sweep import gamma_rows, sweep
 
+__all__ = [
+    "Agreement", "H_violation_rate", "PATH_BUDGET", "PROMISE", "RULES", "RuleScore",
+    "agreement", "exact_first_step", "first_order_ratio", "random_gammas", "shape", "signs",
+    "source_loss_paths", "source_slopes", "table",
+]
+
+
 RULES = ("paper", "corrected", "D_sign")
 
 #: the sign of F_k each verdict promises

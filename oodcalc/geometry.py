@@ -22,6 +22,16 @@ import numpy as np
 from . import estimates, io, limits
 from .errors import InputError, item_name, param, shorten
 
+__all__ = [
+    "FEATURE_FILE_SUFFIXES", "Geometry", "JSON_BYTES_PER_BYTE", "MAX_NPY_HEADER",
+    "NpyHeader", "ORTHONORMAL_TOL", "PARALLEL_TOL", "check_K", "check_dimension",
+    "check_features", "check_finite", "check_gram", "check_orthonormal", "check_sequence",
+    "check_size", "describe_text", "feature_shape", "from_arrays", "from_files", "gram",
+    "load_features", "mean_query", "orthogonal", "overlap", "parallel_shift",
+    "read_npy_header", "rotation",
+]
+
+
 #: Largest entry of |VᵀV − I| (and |UᵀU − I|) accepted as orthonormal.
 ORTHONORMAL_TOL = 1e-6
 #: Off-diagonal entries of M = VᵀU below this count as zero when deciding whether a

@@ -21,6 +21,16 @@ from .prediction import pretrain_logits
 from .report import Report
 from .setting import Protocol, Setting
 
+__all__ = [
+    "ETA_FT", "FORMATS", "K3_CLASS_COLORS", "K3_DIRECTION_COLORS", "K3_LABELS", "K3_SHORT",
+    "K3_VERDICT_COLORS", "LABELLED", "MPLCONFIGDIR", "OVERLAP_SIGN_COLORS", "advice_figure",
+    "check_output", "error_curves", "forgetting_curve", "loss_trajectories",
+    "ood_error_vs_theta", "overlap_map", "overlap_map_figure", "phase_diagram",
+    "phase_diagram_k2", "phase_k3", "phase_k3_slices", "protocol_text", "save",
+    "weight_trajectories",
+]
+
+
 FORMATS = (".png", ".svg", ".pdf")
 
 

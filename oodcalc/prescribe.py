@@ -30,6 +30,13 @@ from .prediction import predict
 from .report import jsonable
 from .setting import Setting, check_setting
 
+__all__ = [
+    "Advice", "Arm", "CAP_FACTOR", "CRITERIA", "FIXED_ARMS", "MIN_CAP", "PAPER_ADVICE",
+    "PULL_GRID", "REPLAY_GRID", "SAME_LOSS", "TOLERANCE", "Threshold", "Verdict", "advise",
+    "judge", "judge_advice", "pareto_front",
+]
+
+
 #: λ* and μ* are bracketed to this width unless asked otherwise.
 TOLERANCE = 1e-6
 #: An arm runs at most CAP_FACTOR × plain fine-tuning's steps (at least MIN_CAP): an

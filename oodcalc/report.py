@@ -16,6 +16,13 @@ from typing import Any
 import numpy as np
 
 
+__all__ = [
+    "CURVE_POINTS", "FULL_MATRIX_K", "FeatureForgetting", "Finetune", "OOD", "Pretrain",
+    "Report", "TREND_TOL", "directions", "jsonable", "matrix_summary", "off_diagonal",
+    "trend",
+]
+
+
 def jsonable(value: Any) -> Any:
     """numpy → plain Python; NaN/inf → None (JSON has neither)."""
     if isinstance(value, dict):

@@ -12,6 +12,13 @@ import numpy as np
 from .errors import API_NAMES, InputError, param, shorten
 from .geometry import Geometry
 
+__all__ = [
+    "DEFAULT_EPS", "DEFAULT_ETA", "DEFAULT_MAX_STEPS", "INTERVENTIONS", "MAX_STEP_COUNT",
+    "NEVER", "PROJECTIONS", "Protocol", "STALL_STEP", "Setting", "VERDICT_SEEDS",
+    "WEIGHT_RULES", "check_positive", "check_setting", "require_plain",
+]
+
+
 DEFAULT_EPS = 0.01
 DEFAULT_ETA = 0.1
 DEFAULT_MAX_STEPS = 1_000_000

@@ -46,6 +46,13 @@ from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, INTERVENTIONS, NEVER, \
     Protocol, check_positive
 
+__all__ = [
+    "BLOCK", "Chunk", "EXECUTOR_CHUNKS", "FORMATS", "Grid", "REGIMES", "SERIAL_CHUNK",
+    "SweepResult", "finetune_chunk", "gamma_grid", "gamma_rows", "geometry_grid",
+    "output_format", "read_result", "regimes", "sweep", "theta_grid", "write_csv",
+]
+
+
 #: Rows per chunk when no executor is given (bounds memory; one chunk is one batch).
 SERIAL_CHUNK = 1 << 17
 #: Chunks per sweep when an executor is given and no chunk size is.

@@ -58,6 +58,12 @@ from .report import jsonable
 
 # --- results --------------------------------------------------------------------------
 
+__all__ = [
+    "Ledger", "Row", "SymbolicCheck", "cached_derivation", "ledger", "row_label",
+    "run_claim", "symbolic_check",
+]
+
+
 @dataclass
 class SymbolicCheck:
     """The claim's derivation, run (or read from the cache of its code's outcome)."""

@@ -5,6 +5,7 @@ function ``oc.predict``; the module is now ``oodcalc.prediction``)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import sys
 import types
@@ -69,3 +70,74 @@ def test_the_shadow_check_sees_a_function_named_like_its_module(tmp_path, monkey
     finally:
         for name in [m for m in sys.modules if m.split(".")[0] in ("shadowpkg", "cleanpkg")]:
             del sys.modules[name]
+
+
+# ---------------------------------------------------------------------------------------
+# __all__: every public module declares its names. Public = not starting with "_" anywhere
+# in its dotted name, and not a command module of the CLI (oodcalc.cli's submodules are the
+# command line's internals: its docstring says so; oodcalc.cli itself has __all__).
+
+def public_modules() -> list[str]:
+    names = ["oodcalc"]
+    for info in pkgutil.walk_packages(oodcalc.__path__, "oodcalc.", onerror=lambda n: None):
+        parts = info.name.split(".")
+        if any(part.startswith("_") for part in parts):
+            continue
+        if parts[:2] == ["oodcalc", "cli"] and len(parts) > 2:
+            continue
+        names.append(info.name)
+    return names
+
+
+def all_problems(module: types.ModuleType) -> list[str]:
+    """What is wrong with ``module``'s ``__all__``: missing, naming what does not exist, or
+    leaving out a public function or class the module defines."""
+    if not hasattr(module, "__all__"):
+        return [f"{module.__name__} has no __all__"]
+    listed = list(module.__all__)
+    problems = [f"{module.__name__}.__all__ names {n!r}, which does not exist"
+                for n in listed if not hasattr(module, n)]
+    problems += [f"{module.__name__}.__all__ lists {n!r} twice"
+                 for n in sorted(set(listed)) if listed.count(n) > 1]
+    for name, obj in vars(module).items():
+        if name.startswith("_") or name in listed:
+            continue
+        if (inspect.isfunction(obj) or inspect.isclass(obj)) \
+                and getattr(obj, "__module__", None) == module.__name__:
+            problems.append(f"{module.__name__}.{name} is public but not in __all__ "
+                            "(list it, or name it with a leading _)")
+    return problems
+
+
+def test_every_public_module_has_a_complete_all():
+    names = public_modules()
+    assert {"oodcalc", "oodcalc.prediction", "oodcalc.cli", "oodcalc.claims.claim1_attention",
+            "oodcalc.finetune.terms"} <= set(names)
+    assert "oodcalc.cli.predict" not in names and "oodcalc.finetune._kernels" not in names
+    problems = [p for name in names for p in all_problems(importlib.import_module(name))]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_all_check_sees_each_fault():
+    """Each fault the check exists for is caught: no ``__all__``, a name that does not
+    exist, a duplicate, a public function left out. A private one is not a fault."""
+    def module_with(all_names=None, **defs):
+        module = types.ModuleType("fake")
+        if all_names is not None:
+            module.__all__ = all_names
+        for name, obj in defs.items():
+            obj.__module__ = "fake"
+            setattr(module, name, obj)
+        return module
+
+    def public():
+        pass
+
+    def _private():
+        pass
+
+    assert all_problems(module_with(None)) == ["fake has no __all__"]
+    assert all_problems(module_with(["public"], public=public, _private=_private)) == []
+    assert "does not exist" in all_problems(module_with(["public", "gone"], public=public))[0]
+    assert "twice" in all_problems(module_with(["public", "public"], public=public))[0]
+    assert "not in __all__" in all_problems(module_with([], public=public))[0]

@@ -38,6 +38,13 @@ from ..symbolic.core import EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, is_zero, 
     matrix_expr_is_zero, sym_K
 
 
+__all__ = [
+    "CLAIMED", "GEOMETRIES", "NUMERIC_CLAIMED", "check_counterexample", "check_first_step",
+    "check_pull", "derive_counterexample", "derive_first_step", "derive_pull", "first_step",
+    "forgetting_floor", "lambda_first", "mu_stall",
+]
+
+
 def _e(s):
     return (1 + sp.exp(s)) ** -2
 

@@ -31,6 +31,13 @@ from ..symbolic.core import EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, matrix_ex
     sym_K
 
 
+__all__ = [
+    "CLAIMED", "FAMILY", "NUMERIC_CLAIMED", "PIECE", "PROJECT", "SECOND", "STEP_RATIO_TOL",
+    "check_cosine", "check_drop_negative", "check_projection", "derive_cosine",
+    "derive_drop_negative", "derive_projection",
+]
+
+
 def _cosine(cos):
     """max(cos_k, 0) scaled to mean 1 (exact for sympy numbers, float for floats)."""
     kept = [max(c, 0) for c in cos]

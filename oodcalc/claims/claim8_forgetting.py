@@ -30,6 +30,14 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, certify_nonn
 from ..symbolic.model import Column, conditional_error
 from .claim3_convergence import ray_gradient
 
+__all__ = [
+    "CLAIMED", "COUNTEREXAMPLES", "EXPECTED_TREND", "NUMERIC_CLAIMED", "SEPARATING",
+    "check_backward_transfer", "check_criterion", "check_k2", "check_paper_k3",
+    "derive_backward_transfer", "derive_criterion", "derive_k2", "derive_paper_k3",
+    "first_order_change", "source_trends",
+]
+
+
 CLAIMED = {
     # D_k from γ_k, the other γ (IndexedBase, n = 1..K−1), Λ (IndexedBase), Δ
     "D": lambda g_k, g, Lam, Delta, K, n: (sp.Sum(-g_k * g[n] * Lam[n], (n, 1, K - 1))

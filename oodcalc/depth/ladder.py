@@ -46,6 +46,13 @@ from .statistics import Summary
 from .table import Cell, make_cell, theory, usable
 
 
+__all__ = [
+    "LADDER", "LadderCache", "LadderTable", "PopulationErrors", "RUNGS", "Row", "Rung",
+    "alpha_beta", "below", "build_ladder", "ladder_configs", "make_row", "markdown",
+    "reproduce_ladder", "show", "simulator_batches", "theory_on_simulator_draws",
+]
+
+
 @dataclass(frozen=True)
 class Rung:
     name: str

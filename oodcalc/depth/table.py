@@ -18,6 +18,15 @@ from .experiment import Results
 from .protocol import DepthConfig, canonical_gamma
 from .statistics import VERDICT_SEEDS, Ratio, Summary, forgetting_patterns
 
+__all__ = [
+    "AMPLIFICATION_ID", "Amplification", "COLUMNS", "Cell", "DepthTable", "Theory",
+    "VERDICT_LEGEND", "amplification", "amplification_text", "build_table",
+    "describe_protocol", "failures", "grid_cell", "header", "interval", "make_cell",
+    "markdown", "paper_figure", "percent", "ratio_text", "row", "show", "signed",
+    "summary_markdown", "usable", "verdict",
+]
+
+
 AMPLIFICATION_ID = "tiny-transformer-depth-amplification"
 
 

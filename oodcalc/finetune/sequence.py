@@ -82,6 +82,16 @@ from .terms import errors_and_gradient, query_weights
 
 # --- geometry: a sequence of shifts ---------------------------------------------------
 
+__all__ = [
+    "BWT_DEFINITION", "FORGETTING_DEFINITION", "FROZEN_TOL", "FWT_DEFINITION", "Joint",
+    "Metric", "SPAN_TOL", "SequenceResult", "Shifts", "Stage", "WORKING_COPIES",
+    "check_shifts", "check_size", "check_stage_weights", "descend", "descend_stage",
+    "earlier_span_blocks", "losses", "metrics", "parallel_shifts", "replay_shares",
+    "report_every", "run_sequence", "shifts_from_arrays", "stage_plan", "stage_protocols",
+    "start_logits",
+]
+
+
 @dataclass(frozen=True)
 class Shifts:
     """The source V and the shifts U_1..U_S of a sequence: ``gram[j, i] = D_jᵀ D_i``

@@ -28,6 +28,9 @@ from .core import sym_K
 
 # --- explicit K -----------------------------------------------------------------------
 
+__all__ = ["Column", "attention", "column_symbols", "conditional_error", "logits", "loss"]
+
+
 def attention(column: Sequence[sp.Expr]) -> list[sp.Expr]:
     """Softmax down one column of logits: ``a_n = e^{z_n} / Σ_m e^{z_m}``."""
     weights = [sp.exp(x) for x in column]
