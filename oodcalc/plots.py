@@ -701,7 +701,7 @@ def advice_figure(advice):
     p = advice.parameters
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.4), width_ratios=(1.5, 1, 1))
     ax = axes[0]
-    arms = [a for a in advice.all_arms if math.isfinite(a.F)]
+    arms = [a for a in advice.arms if math.isfinite(a.F)]
     losses = np.array([a.loss_ood for a in arms])
     norm = plt.matplotlib.colors.LogNorm(vmin=max(losses.min(), 1e-6),
                                          vmax=max(losses.max(), losses.min() * 10, 1e-5))

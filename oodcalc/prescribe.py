@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -121,11 +122,14 @@ class Verdict:
 
 @dataclass
 class Advice:
-    """:func:`advise`'s result; ``to_dict`` is the JSON the command line prints."""
+    """:func:`advise`'s result; ``to_dict`` is the JSON the command line prints, and every
+    key of it is the attribute of the same name (``advice.arms[0].F`` is
+    ``to_dict()["arms"][0]["F"]``, ``advice.thresholds["replay_each"].value`` is
+    ``to_dict()["thresholds"]["replay_each"]["value"]``)."""
 
     parameters: dict[str, Any]
     cap: int
-    arms: list[Arm]
+    fixed_arms: list[Arm]        # plain, the query weights, the projections
     replay: Threshold
     l2: Threshold
     replay_each: Threshold
@@ -134,23 +138,33 @@ class Advice:
     pareto: list[str] = field(default_factory=list)
 
     def arm(self, name: str) -> Arm:
-        return next(a for a in self.all_arms if a.name == name)
+        return next(a for a in self.arms if a.name == name)
 
     @property
-    def thresholds(self) -> tuple[Threshold, ...]:
-        return (self.replay, self.l2, self.replay_each, self.l2_each)
+    def thresholds(self) -> dict[str, Threshold]:
+        """``replay``, ``l2`` (F <= 0) and ``replay_each``, ``l2_each`` (every F_k <= 0)."""
+        return {"replay": self.replay, "l2": self.l2, "replay_each": self.replay_each,
+                "l2_each": self.l2_each}
+
+    @property
+    def arms(self) -> list[Arm]:
+        """Every run: the fixed arms, then the runs at the thresholds (as the JSON lists)."""
+        found = [t.arm for t in self.thresholds.values() if t.arm is not None]
+        names = {b.name for b in self.fixed_arms}
+        return self.fixed_arms + [a for a in found if a.name not in names]
 
     @property
     def all_arms(self) -> list[Arm]:
-        found = [t.arm for t in self.thresholds if t.arm is not None]
-        return self.arms + [a for a in found if a.name not in {b.name for b in self.arms}]
+        """Deprecated: the same list as :attr:`arms` (the JSON's name)."""
+        warnings.warn("Advice.all_arms is deprecated; use Advice.arms (the JSON's name)",
+                      DeprecationWarning, stacklevel=2)
+        return self.arms
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"parameters": self.parameters, "cap": self.cap,
-                         "arms": [dataclasses.asdict(a) for a in self.all_arms],
-                         "thresholds": {t.intervention + ("" if t.criterion == "total"
-                                                          else "_each"): dataclasses.asdict(t)
-                                        for t in self.thresholds},
+                         "arms": [dataclasses.asdict(a) for a in self.arms],
+                         "thresholds": {name: dataclasses.asdict(t)
+                                        for name, t in self.thresholds.items()},
                          "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
                          "pareto": self.pareto})
 
@@ -172,8 +186,8 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
     Returns
     -------
     Advice
-        ``arms`` (plain, the query weights, the projections) and the runs at the
-        thresholds (``all_arms``); the thresholds ``replay`` and ``l2`` (F <= 0) and
+        ``arms``: plain, the query weights, the projections (``fixed_arms``), then the
+        runs at the thresholds; the thresholds ``replay`` and ``l2`` (F <= 0) and
         ``replay_each`` and ``l2_each`` (every F_k <= 0); one ``verdicts`` entry per piece
         of the paper's advice and the ``pareto`` front; ``to_dict()`` is the JSON.
 
@@ -225,7 +239,7 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
                 for name, grid in (("replay", REPLAY_GRID), ("l2", PULL_GRID))]
     advice = Advice(setting.describe(), cap, arms, *searches, [])
     advice.verdicts = [_judge(text, names, advice) for text, names in PAPER_ADVICE]
-    advice.pareto = pareto_front(advice.all_arms)
+    advice.pareto = pareto_front(advice.arms)
     return advice
 
 

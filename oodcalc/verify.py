@@ -56,13 +56,13 @@ from .claims import CLAIMS, Claim
 from .report import jsonable
 
 
-# --- results --------------------------------------------------------------------------
-
 __all__ = [
     "Ledger", "Row", "SymbolicCheck", "cached_derivation", "ledger", "row_label",
     "run_claim", "symbolic_check",
 ]
 
+
+# --- results --------------------------------------------------------------------------
 
 @dataclass
 class SymbolicCheck:

@@ -26,10 +26,10 @@ import sympy as sp
 from .core import sym_K
 
 
-# --- explicit K -----------------------------------------------------------------------
-
 __all__ = ["Column", "attention", "column_symbols", "conditional_error", "logits", "loss"]
 
+
+# --- explicit K -----------------------------------------------------------------------
 
 def attention(column: Sequence[sp.Expr]) -> list[sp.Expr]:
     """Softmax down one column of logits: ``a_n = e^{z_n} / Σ_m e^{z_m}``."""
