@@ -125,7 +125,20 @@ class Advice:
     """:func:`advise`'s result; ``to_dict`` is the JSON the command line prints, and every
     key of it is the attribute of the same name (``advice.arms[0].F`` is
     ``to_dict()["arms"][0]["F"]``, ``advice.thresholds["replay_each"].value`` is
-    ``to_dict()["thresholds"]["replay_each"]["value"]``)."""
+    ``to_dict()["thresholds"]["replay_each"]["value"]``).
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1)),
+    ...                    tolerance=0.01)
+    >>> [arm.name for arm in advice.arms][-2:], len(advice.fixed_arms)
+    (['project both', 'replay λₖ*'], 6)
+    >>> f"{advice.thresholds['replay_each'].value:.3f}", advice.replay.value
+    ('0.151', 0.0)
+    >>> advice.to_dict()["thresholds"]["replay_each"]["value"] == advice.replay_each.value
+    True
+    """
 
     parameters: dict[str, Any]
     cap: int
@@ -138,6 +151,17 @@ class Advice:
     pareto: list[str] = field(default_factory=list)
 
     def arm(self, name: str) -> Arm:
+        """The run called ``name`` (one of :attr:`arms`).
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1)),
+        ...                    tolerance=0.01)
+        >>> run = advice.arm("project key")
+        >>> run.F, run.steps, run.reached
+        (0.0, 119, True)
+        """
         return next(a for a in self.arms if a.name == name)
 
     @property
@@ -161,6 +185,21 @@ class Advice:
         return self.arms
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``oodcalc advise --json``: every key the attribute of its name.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1)),
+        ...                    tolerance=0.01)
+        >>> data = advice.to_dict()
+        >>> list(data)
+        ['parameters', 'cap', 'arms', 'thresholds', 'verdicts', 'pareto']
+        >>> sorted(data["thresholds"])
+        ['l2', 'l2_each', 'replay', 'replay_each']
+        >>> f"{data['arms'][0]['F']:+.2e}"                       # plain fine-tuning
+        '-3.43e-03'
+        """
         return jsonable({"parameters": self.parameters, "cap": self.cap,
                          "arms": [dataclasses.asdict(a) for a in self.arms],
                          "thresholds": {name: dataclasses.asdict(t)
@@ -194,11 +233,12 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
     Example
     -------
     >>> import oodcalc as oc
-    >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.9])))
-    >>> f"{advice.replay.value:.4f}", advice.verdicts[2].verdict
-    ('0.0124', 'removes forgetting exactly')
+    >>> setting = oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1))
+    >>> advice = oc.advise(setting, tolerance=0.01)       # coarse: a fast example
+    >>> f"{advice.replay_each.value:.3f}", advice.verdicts[2].verdict
+    ('0.151', 'removes forgetting exactly')
     >>> advice.arm("project key").F, advice.arm("project key").steps
-    (0.0, 3802)
+    (0.0, 119)
     """
     setting = check_setting(setting)
     protocol = setting.protocol

@@ -222,6 +222,17 @@ class Protocol:
         return f"every e_k <= {self.eps_ft:g}"
 
     def describe(self) -> dict[str, Any]:
+        """The protocol's part of a result's ``parameters`` (interventions only when set).
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> described = oc.Protocol(eps=0.05, replay=0.1).describe()
+        >>> list(described)
+        ['eps', 'eta', 'eta_ft', 'max_steps', 'eps_ft', 'ft_steps', 'replay']
+        >>> described["eps_ft"], described["max_steps"], described["replay"]
+        (0.05, 'auto', 0.1)
+        """
         return {"eps": self.eps, "eta": self.eta, "eta_ft": self.eta_ft,
                 "max_steps": "auto" if self.auto_steps else self.max_steps,
                 "eps_ft": self.eps_ft, "ft_steps": self.ft_steps, **self.interventions}
@@ -270,7 +281,15 @@ class Setting:
         return self.geometry.K
 
     def describe(self) -> dict[str, Any]:
-        """The ``parameters`` block every result carries, so anyone can recompute it."""
+        """The ``parameters`` block every result carries, so anyone can recompute it.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> described = oc.Setting(oc.parallel_shift([1, -0.9])).describe()
+        >>> described["K"], described["eps"], described["geometry"]["gamma"]
+        (2, 0.01, [1.0, -0.9])
+        """
         return {"K": self.K, "d": self.geometry.d, **self.protocol.describe(),
                 "geometry": self.geometry.describe()}
 

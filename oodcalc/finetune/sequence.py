@@ -333,7 +333,17 @@ class SequenceResult:
     ``i`` (row 0 after pretraining; column 0 the source V), each stage's steps and
     whether it met its rule, the logits at the end, the untrained model's loss on every
     domain (``Q = 0``, the forward-transfer baseline), the metrics and the joint reference.
-    Every key of ``to_dict()`` is the attribute of the same name."""
+    Every key of ``to_dict()`` is the attribute of the same name.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> result = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]))
+    >>> result.R.shape, result.steps, result.reached          # S = 2 stages after V
+    ((3, 3), [360, 331], [True, True])
+    >>> f"{result.metrics['bwt'].value:+.3e}", result.untrained_loss.tolist()
+    ('+2.161e-03', [0.25, 0.25, 0.25])
+    """
 
     R: np.ndarray
     steps: list
@@ -357,6 +367,18 @@ class SequenceResult:
         return self.untrained_loss
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``oodcalc sequence --json``: every key the attribute of its name.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> result = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]))
+        >>> data = result.to_dict()
+        >>> list(data)
+        ['parameters', 'T1', 'R', 'steps', 'reached', 'untrained_loss', 'metrics', 'joint']
+        >>> data["R"] == result.R.tolist() and data["joint"]["steps"] == result.joint.steps
+        True
+        """
         return {"parameters": self.parameters, "T1": self.T1,
                 "R": self.R.tolist(), "steps": self.steps, "reached": self.reached,
                 "untrained_loss": self.untrained_loss.tolist(),
