@@ -141,3 +141,39 @@ def test_the_all_check_sees_each_fault():
     assert "does not exist" in all_problems(module_with(["public", "gone"], public=public))[0]
     assert "twice" in all_problems(module_with(["public", "public"], public=public))[0]
     assert "not in __all__" in all_problems(module_with([], public=public))[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Help texts name documentation by topic: a wheel has no docs/ (only a clone's own files,
+# said to be a clone's, may be named by path).
+
+def help_texts(command, path=("oodcalc",)):
+    """(where, text) for a click command's help, epilog, every option's help, default
+    text and panel, and the same for its subcommands."""
+    where = " ".join(path)
+    yield where, command.help or ""
+    yield where, command.epilog or ""
+    for param in command.params:
+        for attribute in ("help", "show_default", "rich_help_panel"):
+            value = getattr(param, attribute, None)
+            if isinstance(value, str):
+                yield f"{where} {param.name}", value
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from help_texts(sub, (*path, name))
+
+
+def dead_paths(texts) -> list[str]:
+    return [f"{where}: {text[:80]}" for where, text in texts
+            if "docs/" in text and "clone" not in text]
+
+
+def test_no_help_text_points_to_a_file_a_wheel_lacks():
+    from oodcalc.cli import root_command
+    texts = list(help_texts(root_command()))
+    assert len(texts) > 100 and any("report guide" in t for _, t in texts)
+    assert dead_paths(texts) == []
+
+
+def test_the_help_check_sees_a_dead_path():
+    assert dead_paths([("x", "schema in docs/report.md")]) == ["x: schema in docs/report.md"]
+    assert dead_paths([("x", "a clone's docs/depth.json")]) == []
