@@ -11,7 +11,8 @@ Results go to stdout, diagnostics to stderr.
 
 The command line is the interface: the command modules under ``oodcalc.cli`` are its
 internals (they translate options into library calls), have no ``__all__`` and promise no
-Python names; this package's ``__all__`` names what tests and tools call (``main`` first).
+Python names; this package's ``__all__`` names what tests and tools call (``main``,
+``root_command``, ...).
 """
 
 from __future__ import annotations
