@@ -20,6 +20,21 @@ from _common import machine, median, table, user_env, verdict
 
 TARGET = 3.0
 
+#: Why pyproject keeps typer < 0.29: a measurement of another environment, so a record
+#: (with its recipe), not rerun by this script.
+TYPER_NOTE = """\
+Why `typer<0.29` (pyproject.toml): typer 0.29 imports pydantic to coerce every option.
+Measured 2026-12-05 on this 2-core machine under load (load average 10), CPU time (user +
+sys) of fresh processes, median of 15, alternating: `python -m oodcalc predict --gamma
+1,-0.9` took 351 ms with typer 0.28.0 and 489 ms with typer 0.29.2 (+138 ms), `import
+numpy` 158 ms, so 2.2× → 3.1× `import numpy`, over the 3× target; the median wall times
+of this script were 2.16× → 2.98×. oodcalc itself runs on 0.29 (this script's output
+check passed). Recipe: `python -m venv --system-site-packages V && V/bin/pip install
+typer==0.29.2`, then run the same commands with V/bin/python (PYTHONPATH = the checkout,
+PATH without another `oodcalc`) and with the main Python; CPU time from
+resource.getrusage(RUSAGE_CHILDREN) around each subprocess.\
+"""
+
 
 def wall(cmd) -> tuple[float, str]:
     start = time.perf_counter()
@@ -74,6 +89,7 @@ def main() -> None:
            f"{median(times[label]) / t_numpy:.2f}×", ""] for label in parts),
         [" ".join(["oodcalc"] + predict[-3:]), f"{t_predict * 1e3:.0f} ms", f"{ratio:.2f}×",
          f"<= {TARGET:g}×: {verdict(ratio <= TARGET)}"]]))
+    print("\n" + TYPER_NOTE)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from _common import load, machine, table, verdict
 import oodcalc as oc
 from oodcalc.finetune import engine, terms
 from oodcalc.finetune.dynamics import ood_start
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 
 #: Replay and a projection: the terms that need the source logits as state. (A pull runs
 #: until its step settles below 1e-12, hundreds of thousands of steps: not a benchmark.)
@@ -124,7 +124,8 @@ def main() -> None:
     for name, gamma, target in (("K = 2, γ = (1, −0.9)", [1, -0.9], 5.0),
                                 ("K = 32, γ = (1, −0.5, …)", [1] + [-0.5] * 31, 60.0)):
         w, c, advice = best_of(lambda: oc.advise(oc.Setting(oc.parallel_shift(gamma))), 1)
-        runs = 1 + 5 + sum(t.runs for t in advice.thresholds)   # grid runs shared: at most
+        # at most (the searches share their grid runs)
+        runs = 1 + 5 + sum(t.runs for t in advice.thresholds.values())
         rows.append([name, runs, f"{w:.1f}", f"{c:.1f}", f"<= {target:g} s",
                      verdict(c <= target)])
     print("\noodcalc advise end to end (every arm and both searches)")

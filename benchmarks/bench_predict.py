@@ -85,7 +85,7 @@ def main() -> None:
     print(machine())
     import oodcalc as oc
     from oodcalc.estimates import pretrain_steps
-    from oodcalc.predict import expected_seconds
+    from oodcalc.prediction import expected_seconds
     rng = np.random.default_rng(0)
     cases = [("rotation θ = 0.5", int(K), ["--theta", "0.5", "--K", K],
               oc.rotation(0.5, int(K))) for K in args.rotation_K.split(",") if K]

@@ -28,7 +28,7 @@ from _common import machine, table, timed
 
 import oodcalc as oc
 from oodcalc.finetune.dynamics import descend
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 from oodcalc.simulate import simulate_population
 from oodcalc.simulate.population import errors_and_gradient
 from oodcalc.sweep import sweep, theta_grid

@@ -4,7 +4,7 @@
 from .errors import ComputationError, InputError, OodcalcError
 from .geometry import (Geometry, from_arrays, from_files, gram, mean_query, orthogonal,
                        overlap, parallel_shift, rotation)
-from .predict import expected_seconds, predict
+from .prediction import expected_seconds, predict
 from .continual import sequence
 from .finetune.sequence import parallel_shifts, shifts_from_arrays
 from .prescribe import advise

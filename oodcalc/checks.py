@@ -15,10 +15,19 @@ from typing import Any, Callable
 import numpy as np
 
 from . import geometry as geo
-from .predict import predict
+from .prediction import predict
 from .setting import VERDICT_SEEDS, Protocol, Setting
 from .simulate.population import logit_path, simulate_population, train
 from .simulate.prompts import pretrain_prompts, simulate_prompts
+
+
+__all__ = [
+    "ALPHA", "Budget", "Context", "EXACT_TOL", "FULL", "GAMMA_GRID_FULL",
+    "GAMMA_GRID_QUICK", "K_SIGMA", "MAIN", "MIN_RATE", "OOD_GEOMETRIES", "OOD_SETTING",
+    "Point", "PopulationCheck", "PromptCheck", "QUICK", "STEP_CAP_CLAIM9", "combined_tests",
+    "exact_check", "fit_rate", "general_position", "last_slope", "mean_se",
+    "monte_carlo_check", "normal_scores", "rel", "setting_key", "with_batch_sweep", "z_path",
+]
 
 
 #: Identities exact in real arithmetic: absolute tolerance on O(1) float64 numbers.

@@ -16,6 +16,9 @@ import numpy as np
 
 from .report import Report
 
+__all__ = ["FieldDiff", "SKIP", "compare"]
+
+
 SKIP = {"source", "parameters"}
 
 

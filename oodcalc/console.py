@@ -13,6 +13,12 @@ import os
 import re
 import sys
 
+__all__ = [
+    "COMPARISONS", "OPERATORS", "PIPE_WIDTH", "StripTrailing", "UNIVERSE_YEARS", "YEAR",
+    "breaks", "duration", "make_console", "say",
+]
+
+
 #: Width given to tables when the output is not a terminal and $COLUMNS is not set.
 PIPE_WIDTH = 160
 

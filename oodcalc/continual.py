@@ -8,8 +8,11 @@ import numpy as np
 from . import estimates, limits
 from .finetune.sequence import SequenceResult, Shifts, check_shifts, check_stage_weights, \
     run_sequence, stage_protocols
-from .predict import pretrain_logits
+from .prediction import pretrain_logits
 from .setting import Protocol
+
+
+__all__ = ["sequence", "sequence_estimate"]
 
 
 def sequence(shifts: Shifts, protocol: Protocol | None = None, *,

@@ -15,6 +15,12 @@ from typing import Any
 
 from .geometry import describe_text
 
+__all__ = [
+    "Section", "TEXT_MAX_FEATURES", "fmt", "one_line", "sections", "to_html", "to_markdown",
+    "to_text",
+]
+
+
 #: A :class:`~oodcalc.report.Report`, read by its fields: this module sits below report.py
 #: (whose Jupyter reprs call it) and does not import it.
 Report = Any

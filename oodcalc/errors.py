@@ -18,6 +18,12 @@ import re
 from contextlib import contextmanager
 from typing import Iterator, Mapping, Union
 
+__all__ = [
+    "API_NAMES", "ComputationError", "InputError", "NothingToDraw", "OodcalcError", "fill",
+    "item_name", "naming", "param", "shorten",
+]
+
+
 #: How the Python API names the parameters that library messages mention.
 API_NAMES = {
     "K": "the geometry's K", "d": "the geometry's d",
@@ -76,7 +82,17 @@ def shorten(value: object, limit: int = 60) -> str:
 
 
 class OodcalcError(Exception):
-    """A problem the user can act on; ``str(err)`` is the whole message."""
+    """A problem the user can act on; ``str(err)`` is the whole message.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> try:
+    ...     oc.predict(oc.Setting(oc.parallel_shift([1, 2])))
+    ... except oc.OodcalcError as error:                  # bad input or a failed run
+    ...     print(error)
+    gamma[1]: got 2.0; each γ must lie in [-1, 1]
+    """
 
     exit_code = 1
     #: The caller's names for the parameters the message mentions (see :func:`naming`).
@@ -90,7 +106,18 @@ class OodcalcError(Exception):
 
 
 class InputError(OodcalcError, ValueError):
-    """Bad input: an argument, a value or a file that oodcalc cannot accept."""
+    """Bad input: an argument, a value or a file that oodcalc cannot accept (also a
+    ``ValueError``); ``what``, ``value`` and ``accepted`` are the message's parts.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> try:
+    ...     oc.parallel_shift([1, 2])
+    ... except ValueError as error:
+    ...     print(type(error).__name__, "|", error.what, "|", error.accepted)
+    InputError | gamma[1] | each γ must lie in [-1, 1]
+    """
 
     exit_code = 2
 
@@ -114,7 +141,17 @@ class InputError(OodcalcError, ValueError):
 
 class ComputationError(OodcalcError, RuntimeError):
     """A computation that was well posed but could not finish (for example the
-    stopping rule was not met within the step cap)."""
+    stopping rule was not met within the step cap); also a ``RuntimeError``.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> try:
+    ...     oc.predict(oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(max_steps=10)))
+    ... except oc.ComputationError as error:
+    ...     print(str(error).split(" (")[0])
+    pretraining would need about 357 steps to meet the stopping rule
+    """
 
     exit_code = 1
 

@@ -37,6 +37,28 @@ from .finetune import compiled
 from .model import features_last, matrices_first
 from .theory import alpha_star, centred_gram_spectrum, stopping_margin
 
+__all__ = [
+    "BASE_BYTES", "COMPILED_FROM_WORK", "COMPILED_LOAD_SECONDS", "CURVE_BYTES",
+    "DEPTH_LAYER_BYTES", "DEPTH_PROMPT_BYTES", "DEPTH_RECORD_BYTES", "ENGINES", "FLOAT",
+    "K3_SLICE_BYTES", "Plan", "RAY_COMPILED_FROM_STEPS", "SECONDS_PER_CURVE",
+    "SECONDS_PER_RAY_STEP", "SECONDS_PER_RECORDED_STEP", "SECONDS_PER_SNAPSHOT",
+    "SECONDS_PER_STEP", "SECONDS_PER_UPDATE", "SEQUENCE_SECONDS_PER_PRODUCT",
+    "SEQUENCE_SECONDS_PER_STEP", "SIMULATOR_SECONDS", "TERMS_PROBE_FROM_SECONDS",
+    "TERMS_PROBE_SHARE", "TERMS_PROBE_STEPS", "TERMS_PROBE_WORK", "TERMS_SECONDS_PER_STEP",
+    "TORCH_BYTES", "TRAJECTORY_BYTES", "WORKER_BYTES", "column_log_steps", "column_steps",
+    "compiled_pays", "depth_bytes", "dynamics_bytes", "effective_margins", "eps_for_steps",
+    "exp_steps", "figure_bytes", "finetune_log_steps", "finetune_plan", "finetune_seconds",
+    "format_steps", "geometry_bytes", "gram_scale", "k3_figure_bytes",
+    "log_steps_from_margin", "margin_rate", "ood_vs_theta_bytes", "phase_diagram_bytes",
+    "population_bytes", "precision_bytes", "predict_bytes", "predict_seconds",
+    "pretrain_steps", "prompts_bytes", "ray_compiled", "ray_seconds", "reproduce_bytes",
+    "resolving_eta", "sequence_seconds", "simulation_log_steps", "simulation_seconds",
+    "simulation_steps", "step_at_threshold", "steps_from_margin", "steps_held",
+    "sweep_bytes", "sweep_row_bytes", "terms_log_steps", "terms_probe_steps",
+    "terms_seconds", "trajectory_bytes", "trajectory_curves", "trajectory_plot_bytes",
+]
+
+
 #: Natural log of the largest step count we express as a float.
 _LOG_MAX = math.log(1e300)
 
@@ -361,9 +383,9 @@ def finetune_seconds(K: int, log_steps: float, engine: str) -> float:
     per_step = SECONDS_PER_STEP[engine]
     extra = 0.0
     if engine == "numpy" and 4 * 8 * K * K * (steps + 1) <= TRAJECTORY_BYTES / 3:
-        per_step = SECONDS_PER_RECORDED_STEP      # predict._finetune_recorded
+        per_step = SECONDS_PER_RECORDED_STEP      # prediction._finetune_recorded
     if engine == "compiled":
-        kept = TRAJECTORY_BYTES * 2 / 3 // (3 * 8 * K * K)   # predict._snapshot_store
+        kept = TRAJECTORY_BYTES * 2 / 3 // (3 * 8 * K * K)   # prediction._snapshot_store
         extra = min(steps + 1, kept) * SECONDS_PER_SNAPSHOT
     return steps * (per_step + K * K * SECONDS_PER_UPDATE[engine] / threads) + extra
 

@@ -20,9 +20,16 @@ import numpy as np
 from . import geometry as geo
 from . import paper, paper_protocols
 from .errors import ComputationError
-from .predict import expected_seconds as predict_seconds, predict
+from .prediction import expected_seconds as predict_seconds, predict
 from .report import Report
 from .setting import Protocol, Setting
+
+__all__ = [
+    "Quantity", "READERS", "Row", "TABLES", "agreement", "common_fit", "expected_seconds",
+    "experiment_label", "explain", "geometry_of", "quantities", "reproduce", "run_table",
+    "warnings",
+]
+
 
 #: A simulator: ``Setting → Report`` in the shared schema.
 Simulator = Callable[[Setting], Report]
@@ -302,7 +309,7 @@ def warnings(tables: dict[str, list[Row]]) -> list[str]:
 
 def expected_seconds(protocol: Protocol | None = None, columns: int = 2) -> float:
     """How long :func:`reproduce` will take, to the order of magnitude, before it runs:
-    the theory of every distinct setting (:func:`oodcalc.predict.expected_seconds`) times
+    the theory of every distinct setting (:func:`oodcalc.expected_seconds`) times
     ``columns`` (the theory and GD on Q take about as long as each other); 0 when a
     setting would be refused (the run then says why)."""
     protocol = protocol or Protocol()

@@ -8,6 +8,9 @@ from types import ModuleType
 from .errors import OodcalcError
 
 
+__all__ = ["MissingDependency", "install_hint", "require"]
+
+
 def install_hint(extra: str) -> str:
     """The command that installs an optional extra of oodcalc."""
     return f'pip install "oodcalc[{extra}]"'

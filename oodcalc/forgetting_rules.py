@@ -35,10 +35,17 @@ from .finetune.dynamics import descend, first_step_change, ood_start, source_log
 from .errors import InputError
 from .geometry import check_K
 from .model import attention, conditional_errors, loss_gradient_from_attention
-from .predict import pretrain_logits
+from .prediction import pretrain_logits
 from .report import TREND_TOL
 from .setting import Protocol, require_plain
 from .sweep import gamma_rows, sweep
+
+__all__ = [
+    "Agreement", "H_violation_rate", "PATH_BUDGET", "PROMISE", "RULES", "RuleScore",
+    "agreement", "exact_first_step", "first_order_ratio", "random_gammas", "shape", "signs",
+    "source_loss_paths", "source_slopes", "table",
+]
+
 
 RULES = ("paper", "corrected", "D_sign")
 

@@ -22,6 +22,16 @@ import numpy as np
 from . import estimates, io, limits
 from .errors import InputError, item_name, param, shorten
 
+__all__ = [
+    "FEATURE_FILE_SUFFIXES", "Geometry", "JSON_BYTES_PER_BYTE", "MAX_NPY_HEADER",
+    "NpyHeader", "ORTHONORMAL_TOL", "PARALLEL_TOL", "check_K", "check_dimension",
+    "check_features", "check_finite", "check_gram", "check_orthonormal", "check_sequence",
+    "check_size", "describe_text", "feature_shape", "from_arrays", "from_files", "gram",
+    "load_features", "mean_query", "orthogonal", "overlap", "parallel_shift",
+    "read_npy_header", "rotation",
+]
+
+
 #: Largest entry of |VᵀV − I| (and |UᵀU − I|) accepted as orthonormal.
 ORTHONORMAL_TOL = 1e-6
 #: Off-diagonal entries of M = VᵀU below this count as zero when deciding whether a
@@ -40,7 +50,19 @@ class Geometry:
     ``V`` and ``U`` are built on first use (``build`` returns them): a constructed geometry
     knows its ``d``, ``K`` and, where it knows it, ``diag M`` without them, so an entry
     point can refuse a run out of reach before ``2·d·K`` floats exist (K = 5000: 800 MB,
-    2 s). :meth:`of` wraps arrays that exist already."""
+    2 s). :meth:`of` wraps arrays that exist already. Build one with
+    :func:`parallel_shift`, :func:`rotation`, :func:`mean_query`, :func:`orthogonal`,
+    :func:`overlap`, :func:`from_arrays` or :func:`from_files`.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> geometry = oc.rotation(0.5, K=3)
+    >>> geometry
+    Geometry(kind='rotation', params={'theta': 0.5}, d=6, K=3)
+    >>> geometry.V.shape, geometry.U.shape                  # built on first use
+    ((6, 3), (6, 3))
+    """
 
     kind: str
     params: dict[str, Any]
@@ -133,7 +155,17 @@ class Geometry:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready description: enough to rebuild the geometry (with overlapping
-        features, their Gram matrices too)."""
+        features, their Gram matrices too).
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> described = oc.parallel_shift([1, -0.9]).describe()
+        >>> list(described)
+        ['kind', 'gamma', 'K', 'd', 'M']
+        >>> described["gamma"], described["M"]                  # M = VᵀU
+        ([1.0, -0.9], [[1.0, 0.0], [0.0, -0.9]])
+        """
         out = {"kind": self.kind, **self.params, "K": self.K, "d": self.d,
                "M": self.M.tolist()}
         if not self.orthonormal:

@@ -31,6 +31,13 @@ from typing import BinaryIO, Callable, Iterable
 
 from .errors import InputError
 
+__all__ = [
+    "CACHE_VARIABLE", "NAME_MAX", "PARTIAL", "PATH_MAX", "SYSTEM", "cache_home",
+    "check_cache_dir", "check_output", "check_output_dir", "open_input", "read_input",
+    "remove_stale", "write_atomic", "write_npz_atomic", "write_text_atomic",
+]
+
+
 PARTIAL = ".oodcalc-partial"
 #: Paths under these are never output files (devices, kernel files), whatever they resolve to.
 SYSTEM = ("/dev/", "/proc/", "/sys/")

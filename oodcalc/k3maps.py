@@ -38,6 +38,12 @@ from .errors import InputError
 from .report import TREND_TOL
 from .setting import Protocol, require_plain
 
+__all__ = [
+    "DEFAULT_GAMMA1", "DEFAULT_GRID", "DIRECTION_CODES", "K3Slice", "LABELS", "MAP_FLOATS",
+    "RULES", "SHORT", "VERDICT_CODES", "check_gamma1", "fractions_table", "slices",
+]
+
+
 #: The rules scored against the exact sign of F_1, in the order they are drawn.
 RULES = ("paper", "corrected", "D_sign", "first_step")
 LABELS = {"paper": "paper's verdict (claim 8b)",

@@ -31,6 +31,18 @@ from .finetune import compiled
 from .console import duration
 from .errors import ComputationError, InputError, param, shorten
 
+__all__ = [
+    "ADDRESS_SPACE_SHARE", "AUTO_STEP_LIMIT", "MAX_AXIS", "MAX_CURVES", "MAX_DIGITS",
+    "MAX_FEATURE_FILE", "MAX_INT", "MAX_JSON_FEATURE_FILE", "MAX_K3_SLICES", "MAX_MEMORY",
+    "MAX_ROWS", "MAX_STEPS", "MAX_THREADS", "MEMORY_SHARE", "MEMORY_VARIABLE", "WORK_LIMIT",
+    "check_figure", "check_finetune_work", "check_k3_figure", "check_maps", "check_memory",
+    "check_ood_vs_theta", "check_phase_diagram", "check_population", "check_precision",
+    "check_predict", "check_prompts", "check_rows", "check_simulation", "check_sweep_steps",
+    "check_terms_steps", "check_trajectory_plot", "memory_cap", "parse_size", "phase_cap",
+    "pretrain_cap", "refuse_over_cap", "require_memory", "size", "steps_culprit",
+]
+
+
 #: Environment variable that sets the memory cap (a size: 16G, 512M, or bytes).
 MEMORY_VARIABLE = "OODCALC_MAX_MEMORY"
 #: Default cap: this share of the physical memory ...

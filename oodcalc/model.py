@@ -11,6 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 
+__all__ = [
+    "SMALL_K", "attention", "attention_first", "conditional_errors", "errors_and_gradient",
+    "errors_first", "errors_from_attention", "feature_sum", "features_first",
+    "features_last", "loss", "loss_gradient_from_attention", "matrices_first",
+    "matrices_last",
+]
+
+
 def attention(z: np.ndarray) -> np.ndarray:
     """Aggregated attention ``Attn[n, k]`` that the tokens of ``f_n`` receive for query ``f_k``
     (population limit, balanced features): a softmax down each column, max subtracted."""

@@ -37,6 +37,12 @@ from .geometry import overlap
 from .report import TREND_TOL, directions
 from .setting import Protocol, require_plain
 
+__all__ = [
+    "BATCH", "COUNTEREXAMPLES", "DEFAULT_GRID", "MAP_FLOATS", "MAX_GRID", "OverlapMap",
+    "RHO_MAX", "RULES", "SPREAD", "axes", "check_grid", "compute",
+]
+
+
 #: Rules scored against the exact sign of F_k.
 RULES = ("paper", "C_sign")
 #: The cases of issue 32 the figure stars: (ρ, γ2) and what they show (arXiv 2609.36448's

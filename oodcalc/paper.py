@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+__all__ = ["ARXIV", "CITATION", "Figure", "TITLE", "URL", "VENUE", "figure", "radians"]
+
+
 TITLE = "Theory on Attention Dynamics for Out-of-Distribution In-Context Learning"
 VENUE = "NeurIPS 2026"
 ARXIV = "2609.36448"

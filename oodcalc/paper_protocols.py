@@ -43,9 +43,18 @@ from . import paper
 from .finetune.dynamics import descend, ood_start, source_logits
 from .geometry import parallel_shift
 from .model import conditional_errors
-from .predict import predict, pretrain_logits
+from .prediction import predict, pretrain_logits
 from .setting import DEFAULT_MAX_STEPS, NEVER, Protocol, Setting
 from .theory import k2_error, k2_flow_margin
+
+__all__ = [
+    "COMMAND", "EPS_GRID", "ETA", "ETA_FT_GRID", "MAX_FT_STEPS", "ORDER_ETA", "PAPER_EPS",
+    "PREFIX", "RECORD", "TOLERANCE", "admits", "c_of", "common", "describe_protocol",
+    "eps_for_steps", "flow_forgetting", "flow_steps", "for_figure", "loss_range", "main",
+    "needed_loss", "ordered_bound", "pretrain_loss", "pretrained", "report_for", "rows",
+    "run", "scan", "search", "search_row", "summary", "why",
+]
+
 
 #: A value "is" the paper's when it rounds to the printed third decimal: |F − p| <= 5e-4.
 TOLERANCE = 5e-4

@@ -17,9 +17,19 @@ from .finetune.dynamics import ood_start
 from .errors import InputError, NothingToDraw, param
 from .io import check_output as check_file, write_atomic
 from .model import conditional_errors
-from .predict import pretrain_logits
+from .prediction import pretrain_logits
 from .report import Report
 from .setting import Protocol, Setting
+
+__all__ = [
+    "ETA_FT", "FORMATS", "K3_CLASS_COLORS", "K3_DIRECTION_COLORS", "K3_LABELS", "K3_SHORT",
+    "K3_VERDICT_COLORS", "LABELLED", "MPLCONFIGDIR", "OVERLAP_SIGN_COLORS", "advice_figure",
+    "check_output", "error_curves", "forgetting_curve", "loss_trajectories",
+    "ood_error_vs_theta", "overlap_map", "overlap_map_figure", "phase_diagram",
+    "phase_diagram_k2", "phase_k3", "phase_k3_slices", "protocol_text", "save",
+    "weight_trajectories",
+]
+
 
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -691,7 +701,7 @@ def advice_figure(advice):
     p = advice.parameters
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.4), width_ratios=(1.5, 1, 1))
     ax = axes[0]
-    arms = [a for a in advice.all_arms if math.isfinite(a.F)]
+    arms = [a for a in advice.arms if math.isfinite(a.F)]
     losses = np.array([a.loss_ood for a in arms])
     norm = plt.matplotlib.colors.LogNorm(vmin=max(losses.min(), 1e-6),
                                          vmax=max(losses.max(), losses.min() * 10, 1e-5))

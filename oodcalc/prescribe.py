@@ -20,15 +20,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from .errors import ComputationError, InputError, param
-from .predict import predict
+from .prediction import predict
 from .report import jsonable
 from .setting import Setting, check_setting
+
+__all__ = [
+    "Advice", "Arm", "CAP_FACTOR", "CRITERIA", "FIXED_ARMS", "MIN_CAP", "PAPER_ADVICE",
+    "PULL_GRID", "REPLAY_GRID", "SAME_LOSS", "TOLERANCE", "Threshold", "Verdict", "advise",
+    "judge", "judge_advice", "pareto_front",
+]
+
 
 #: λ* and μ* are bracketed to this width unless asked otherwise.
 TOLERANCE = 1e-6
@@ -114,11 +122,27 @@ class Verdict:
 
 @dataclass
 class Advice:
-    """:func:`advise`'s result; ``to_dict`` is the JSON the command line prints."""
+    """:func:`advise`'s result; ``to_dict`` is the JSON the command line prints, and every
+    key of it is the attribute of the same name (``advice.arms[0].F`` is
+    ``to_dict()["arms"][0]["F"]``, ``advice.thresholds["replay_each"].value`` is
+    ``to_dict()["thresholds"]["replay_each"]["value"]``).
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1)),
+    ...                    tolerance=0.01)
+    >>> [arm.name for arm in advice.arms][-2:], len(advice.fixed_arms)
+    (['project both', 'replay λₖ*'], 6)
+    >>> f"{advice.thresholds['replay_each'].value:.3f}", advice.replay.value
+    ('0.151', 0.0)
+    >>> advice.to_dict()["thresholds"]["replay_each"]["value"] == advice.replay_each.value
+    True
+    """
 
     parameters: dict[str, Any]
     cap: int
-    arms: list[Arm]
+    fixed_arms: list[Arm]        # plain, the query weights, the projections
     replay: Threshold
     l2: Threshold
     replay_each: Threshold
@@ -127,23 +151,59 @@ class Advice:
     pareto: list[str] = field(default_factory=list)
 
     def arm(self, name: str) -> Arm:
-        return next(a for a in self.all_arms if a.name == name)
+        """The run called ``name`` (one of :attr:`arms`).
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1)),
+        ...                    tolerance=0.01)
+        >>> run = advice.arm("project key")
+        >>> run.F, run.steps, run.reached
+        (0.0, 119, True)
+        """
+        return next(a for a in self.arms if a.name == name)
 
     @property
-    def thresholds(self) -> tuple[Threshold, ...]:
-        return (self.replay, self.l2, self.replay_each, self.l2_each)
+    def thresholds(self) -> dict[str, Threshold]:
+        """``replay``, ``l2`` (F <= 0) and ``replay_each``, ``l2_each`` (every F_k <= 0)."""
+        return {"replay": self.replay, "l2": self.l2, "replay_each": self.replay_each,
+                "l2_each": self.l2_each}
+
+    @property
+    def arms(self) -> list[Arm]:
+        """Every run: the fixed arms, then the runs at the thresholds (as the JSON lists)."""
+        found = [t.arm for t in self.thresholds.values() if t.arm is not None]
+        names = {b.name for b in self.fixed_arms}
+        return self.fixed_arms + [a for a in found if a.name not in names]
 
     @property
     def all_arms(self) -> list[Arm]:
-        found = [t.arm for t in self.thresholds if t.arm is not None]
-        return self.arms + [a for a in found if a.name not in {b.name for b in self.arms}]
+        """Deprecated: the same list as :attr:`arms` (the JSON's name)."""
+        warnings.warn("Advice.all_arms is deprecated; use Advice.arms (the JSON's name)",
+                      DeprecationWarning, stacklevel=2)
+        return self.arms
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``oodcalc advise --json``: every key the attribute of its name.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1)),
+        ...                    tolerance=0.01)
+        >>> data = advice.to_dict()
+        >>> list(data)
+        ['parameters', 'cap', 'arms', 'thresholds', 'verdicts', 'pareto']
+        >>> sorted(data["thresholds"])
+        ['l2', 'l2_each', 'replay', 'replay_each']
+        >>> f"{data['arms'][0]['F']:+.2e}"                       # plain fine-tuning
+        '-3.43e-03'
+        """
         return jsonable({"parameters": self.parameters, "cap": self.cap,
-                         "arms": [dataclasses.asdict(a) for a in self.all_arms],
-                         "thresholds": {t.intervention + ("" if t.criterion == "total"
-                                                          else "_each"): dataclasses.asdict(t)
-                                        for t in self.thresholds},
+                         "arms": [dataclasses.asdict(a) for a in self.arms],
+                         "thresholds": {name: dataclasses.asdict(t)
+                                        for name, t in self.thresholds.items()},
                          "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
                          "pareto": self.pareto})
 
@@ -165,19 +225,20 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
     Returns
     -------
     Advice
-        ``arms`` (plain, the query weights, the projections) and the runs at the
-        thresholds (``all_arms``); the thresholds ``replay`` and ``l2`` (F <= 0) and
+        ``arms``: plain, the query weights, the projections (``fixed_arms``), then the
+        runs at the thresholds; the thresholds ``replay`` and ``l2`` (F <= 0) and
         ``replay_each`` and ``l2_each`` (every F_k <= 0); one ``verdicts`` entry per piece
         of the paper's advice and the ``pareto`` front; ``to_dict()`` is the JSON.
 
     Example
     -------
     >>> import oodcalc as oc
-    >>> advice = oc.advise(oc.Setting(oc.parallel_shift([1, -0.9])))
-    >>> f"{advice.replay.value:.4f}", advice.verdicts[2].verdict
-    ('0.0124', 'removes forgetting exactly')
+    >>> setting = oc.Setting(oc.parallel_shift([1, -0.5]), oc.Protocol(eps=0.1))
+    >>> advice = oc.advise(setting, tolerance=0.01)       # coarse: a fast example
+    >>> f"{advice.replay_each.value:.3f}", advice.verdicts[2].verdict
+    ('0.151', 'removes forgetting exactly')
     >>> advice.arm("project key").F, advice.arm("project key").steps
-    (0.0, 3802)
+    (0.0, 119)
     """
     setting = check_setting(setting)
     protocol = setting.protocol
@@ -218,7 +279,7 @@ def advise(setting: Setting, *, tolerance: float = TOLERANCE,
                 for name, grid in (("replay", REPLAY_GRID), ("l2", PULL_GRID))]
     advice = Advice(setting.describe(), cap, arms, *searches, [])
     advice.verdicts = [_judge(text, names, advice) for text, names in PAPER_ADVICE]
-    advice.pareto = pareto_front(advice.all_arms)
+    advice.pareto = pareto_front(advice.arms)
     return advice
 
 

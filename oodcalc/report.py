@@ -16,6 +16,13 @@ from typing import Any
 import numpy as np
 
 
+__all__ = [
+    "CURVE_POINTS", "FULL_MATRIX_K", "FeatureForgetting", "Finetune", "OOD", "Pretrain",
+    "Report", "TREND_TOL", "directions", "jsonable", "matrix_summary", "off_diagonal",
+    "trend",
+]
+
+
 def jsonable(value: Any) -> Any:
     """numpy → plain Python; NaN/inf → None (JSON has neither)."""
     if isinstance(value, dict):
@@ -285,13 +292,32 @@ class Report:
 
     @property
     def F(self) -> float:
-        """Forgetting ``F = L^(tr)(after) − L^(tr)(before) = Σ_k F_k`` (> 0: forgetting)."""
+        """Forgetting ``F = L^(tr)(after) − L^(tr)(before) = Σ_k F_k`` (> 0: forgetting).
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+        >>> f"{report.F:+.3e}", [f"{f.F_k:+.3e}" for f in report.forgetting]
+        ('+1.499e-04', ['-8.635e-04', '+1.013e-03'])
+        """
         return float(sum(f.F_k for f in self.forgetting))
 
     def forgetting_curve(self) -> dict[str, np.ndarray] | None:
         """``F_k`` and ``F`` along fine-tuning: ``{"steps": (T,), "F_k": (T, K), "F": (T,)}``
         at the kept steps (every step when they fit, evenly strided snapshots otherwise;
-        the last is ``T2``), from ``trajectories["finetune_source_loss"]``; None without it."""
+        the last is ``T2``), from ``trajectories["finetune_source_loss"]``; None without it.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+        >>> curve = report.forgetting_curve()
+        >>> curve["F_k"].shape, int(curve["steps"][-1])      # T2 = 360 steps, K = 2
+        ((361, 2), 360)
+        >>> bool(abs(curve["F"][-1] - report.F) < 1e-12)
+        True
+        """
         loss = self.trajectories.get("finetune_source_loss")
         if loss is None:
             return None
@@ -302,7 +328,18 @@ class Report:
         return {"steps": steps, "F_k": F_k, "F": F_k.sum(axis=1)}
 
     def __str__(self) -> str:
-        """A plain-text summary within 80 columns (T1, OOD loss, T2, F_k with verdicts, F)."""
+        """A plain-text summary within 80 columns (T1, OOD loss, T2, F_k with verdicts, F):
+        what ``oodcalc predict`` prints.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+        >>> print(str(report).splitlines()[2])
+        1 · Pretraining on V: T1 = 357 (α = 1.0994, threshold α* = 1.0986)
+        >>> max(len(line) for line in str(report).splitlines()) <= 80
+        True
+        """
         from .display import to_text
         return to_text(self)
 
@@ -319,9 +356,21 @@ class Report:
         return to_html(self)
 
     def to_dict(self, full: bool | None = None) -> dict[str, Any]:
-        """The JSON form (docs/report.md). ``full``: every K × K matrix in full (default:
+        """The JSON form (``oodcalc predict --json``; the report guide in the
+        documentation describes every key). ``full``: every K × K matrix in full (default:
         only up to ``K = FULL_MATRIX_K``; above it each is a summary, named under
-        ``matrices``, and :meth:`arrays` holds it in full)."""
+        ``matrices``, and :meth:`arrays` holds it in full).
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+        >>> data = report.to_dict()
+        >>> list(data)
+        ['source', 'parameters', 'pretrain', 'ood', 'finetune', 'forgetting', 'warnings', 'run']
+        >>> data["finetune"]["T2"] == report.finetune.T2 == 360
+        True
+        """
         tree = self._tree()
         K = self.pretrain.z.shape[-1]
         if full is None:
@@ -339,7 +388,16 @@ class Report:
     def arrays(self) -> dict[str, np.ndarray]:
         """Every K × K matrix of :meth:`to_dict` (keyed by its path there, e.g.
         ``"pretrain.z"``, ``"ood.beta"``) and every trajectory (``"trajectories.NAME"``),
-        in full: what ``oodcalc predict --arrays FILE.npz`` writes."""
+        in full: what ``oodcalc predict --arrays FILE.npz`` writes.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> report = oc.predict(oc.Setting(oc.parallel_shift([1, -0.9])))
+        >>> arrays = report.arrays()
+        >>> arrays["pretrain.z"].shape, "ood.beta" in arrays
+        ((2, 2), True)
+        """
         K = self.pretrain.z.shape[-1]
         out = {".".join(path): np.asarray(m, dtype=np.float64)
                for path, m in _matrices(self._tree(), K)}

@@ -12,6 +12,13 @@ import numpy as np
 from .errors import API_NAMES, InputError, param, shorten
 from .geometry import Geometry
 
+__all__ = [
+    "DEFAULT_EPS", "DEFAULT_ETA", "DEFAULT_MAX_STEPS", "INTERVENTIONS", "MAX_STEP_COUNT",
+    "NEVER", "PROJECTIONS", "Protocol", "STALL_STEP", "Setting", "VERDICT_SEEDS",
+    "WEIGHT_RULES", "check_positive", "check_setting", "require_plain",
+]
+
+
 DEFAULT_EPS = 0.01
 DEFAULT_ETA = 0.1
 DEFAULT_MAX_STEPS = 1_000_000
@@ -218,6 +225,17 @@ class Protocol:
         return f"every e_k <= {self.eps_ft:g}"
 
     def describe(self) -> dict[str, Any]:
+        """The protocol's part of a result's ``parameters`` (interventions only when set).
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> described = oc.Protocol(eps=0.05, replay=0.1).describe()
+        >>> list(described)
+        ['eps', 'eta', 'eta_ft', 'max_steps', 'eps_ft', 'ft_steps', 'replay']
+        >>> described["eps_ft"], described["max_steps"], described["replay"]
+        (0.05, 'auto', 0.1)
+        """
         return {"eps": self.eps, "eta": self.eta, "eta_ft": self.eta_ft,
                 "max_steps": "auto" if self.auto_steps else self.max_steps,
                 "eps_ft": self.eps_ft, "ft_steps": self.ft_steps, **self.interventions}
@@ -266,7 +284,15 @@ class Setting:
         return self.geometry.K
 
     def describe(self) -> dict[str, Any]:
-        """The ``parameters`` block every result carries, so anyone can recompute it."""
+        """The ``parameters`` block every result carries, so anyone can recompute it.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> described = oc.Setting(oc.parallel_shift([1, -0.9])).describe()
+        >>> described["K"], described["eps"], described["geometry"]["gamma"]
+        (2, 0.01, [1.0, -0.9])
+        """
         return {"K": self.K, "d": self.geometry.d, **self.protocol.describe(),
                 "geometry": self.geometry.describe()}
 

@@ -46,6 +46,13 @@ from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, INTERVENTIONS, NEVER, \
     Protocol, check_positive
 
+__all__ = [
+    "BLOCK", "Chunk", "EXECUTOR_CHUNKS", "FORMATS", "Grid", "REGIMES", "SERIAL_CHUNK",
+    "SweepResult", "finetune_chunk", "gamma_grid", "gamma_rows", "geometry_grid",
+    "output_format", "read_result", "regimes", "sweep", "theta_grid", "write_csv",
+]
+
+
 #: Rows per chunk when no executor is given (bounds memory; one chunk is one batch).
 SERIAL_CHUNK = 1 << 17
 #: Chunks per sweep when an executor is given and no chunk size is.
@@ -385,10 +392,30 @@ class SweepResult:
     claim 8c's first-order criterion ``theory.first_step_D`` with its sign). Rows of smaller K
     hold NaN (or "") in the columns of features they lack. ``shape`` is the product
     grid's shape when the sweep is one grid.
+
+    Example
+    -------
+    >>> from oodcalc.sweep import gamma_grid, sweep
+    >>> result = sweep(gamma_grid([[-0.5, 1.0], [0.5, 1.0]]))       # 2 × 2 values of γ
+    >>> result
+    <SweepResult: 4 rows × 32 columns; grid eps × eta × gamma_1 × gamma_2 = 1 × 1 × 2 × 2>
+    >>> result["T2"].tolist()
+    [357, 367, 312, 0]
+    >>> result["regime_1"].tolist()
+    ['unaffected', 'forgetting', 'backward-transfer', 'backward-transfer']
     """
 
     columns: dict[str, np.ndarray]
     meta: dict[str, Any]
+
+    def __repr__(self) -> str:
+        # one line, not every column's array (the dataclass's repr)
+        text = f"<SweepResult: {len(self)} rows × {len(self.columns)} columns"
+        axes = self.meta.get("axes")
+        if self.shape is not None and axes and len(axes) == len(self.shape):
+            text += (f"; grid {' × '.join(axes)} = "
+                     f"{' × '.join(str(n) for n in self.shape)}")
+        return text + ">"
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
@@ -402,17 +429,45 @@ class SweepResult:
         return tuple(shape) if shape else None
 
     def grid(self, name: str) -> np.ndarray:
-        """A column reshaped to the product grid, e.g. ``F`` over ``(eps, eta, γ1, γ2)``."""
+        """A column reshaped to the product grid, e.g. ``F`` over ``(eps, eta, γ1, γ2)``.
+
+        Example
+        -------
+        >>> from oodcalc.sweep import gamma_grid, sweep
+        >>> result = sweep(gamma_grid([[-0.5, 1.0], [0.5, 1.0]]))       # 2 × 2 values of γ
+        >>> result.grid("T2").shape, result.grid("T2")[0, 0].tolist()
+        ((1, 1, 2, 2), [[357, 367], [312, 0]])
+        """
         if self.shape is None:
             raise ValueError("this sweep is not a single product grid")
         return self.columns[name].reshape(self.shape)
 
     def rows(self) -> Iterable[dict[str, Any]]:
+        """One dict per configuration, column name to plain Python value.
+
+        Example
+        -------
+        >>> from oodcalc.sweep import gamma_grid, sweep
+        >>> result = sweep(gamma_grid([[-0.5, 1.0], [0.5, 1.0]]))       # 2 × 2 values of γ
+        >>> row = next(iter(result.rows()))
+        >>> row["gamma_1"], row["gamma_2"], row["T2"], row["regime_2"]
+        (-0.5, 0.5, 357, 'unaffected')
+        """
         names = list(self.columns)
         for values in zip(*(self.columns[n].tolist() for n in names)):
             yield dict(zip(names, values))
 
     def to_csv(self) -> str:
+        """The CSV that ``oodcalc sweep`` writes: a header, then one line per row.
+
+        Example
+        -------
+        >>> from oodcalc.sweep import gamma_grid, sweep
+        >>> result = sweep(gamma_grid([[-0.5, 1.0], [0.5, 1.0]]))       # 2 × 2 values of γ
+        >>> lines = result.to_csv().splitlines()
+        >>> len(lines), lines[0].split(",")[:5]
+        (5, ['geometry', 'K', 'd', 'gamma_1', 'gamma_2'])
+        """
         buffer = io.StringIO()
         write_csv(self, buffer)
         return buffer.getvalue()
@@ -526,7 +581,21 @@ class SweepResult:
 
     def write(self, path: str | Path, format: str | None = None, *,
               option: str = "output") -> Path:
-        """Write atomically (temp file beside ``path``, then rename): CSV or NPZ."""
+        """Write atomically (temp file beside ``path``, then rename): CSV or NPZ (from the
+        suffix unless ``format`` says); :func:`read_result` reads an NPZ back.
+
+        Example
+        -------
+        >>> from oodcalc.sweep import gamma_grid, sweep
+        >>> result = sweep(gamma_grid([[-0.5, 1.0], [0.5, 1.0]]))       # 2 × 2 values of γ
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from oodcalc.sweep import read_result
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     again = read_result(result.write(Path(folder) / "grid.npz"))
+        >>> again["T2"].tolist() == result["T2"].tolist(), again.shape
+        (True, (1, 1, 2, 2))
+        """
         fmt = format or output_format(path)
         if fmt == "csv":
             def write(tmp: Path) -> None:

@@ -14,6 +14,18 @@ import numpy as np
 from .model import attention_first, conditional_errors, errors_and_gradient, features_first, \
     features_last, matrices_first, matrices_last
 
+__all__ = [
+    "DIRECTIONS", "FLAT_RTOL", "PAPER_K3_COUNTEREXAMPLES", "PROMISE", "REGIMES", "Regime",
+    "ZERO_TOL", "alpha_star", "beta_from_alpha", "centred_gram_spectrum", "corollary_cases",
+    "corrected_regimes", "directions_from_D", "first_step_D", "first_step_terms",
+    "flow_time", "forgetting_regimes", "gram_alpha_star", "hypothesis_H",
+    "initial_directions", "k2_error", "k2_flow_margin", "k2_flow_time", "mean_projections",
+    "ood_errors", "ood_logits", "ood_shares", "overlap_first_order", "promised_signs",
+    "q_at_t1", "regime_names", "step_size_bounds", "stopping_margin", "symmetric_logits",
+    "t1_bracket", "uniform_error", "uniform_errors", "uniform_overlap",
+]
+
+
 #: |value| below this counts as zero in the exact-equality cases of the theorems.
 ZERO_TOL = 1e-12
 

@@ -56,6 +56,12 @@ from .claims import CLAIMS, Claim
 from .report import jsonable
 
 
+__all__ = [
+    "Ledger", "Row", "SymbolicCheck", "cached_derivation", "ledger", "row_label",
+    "run_claim", "symbolic_check",
+]
+
+
 # --- results --------------------------------------------------------------------------
 
 @dataclass

@@ -18,6 +18,7 @@ from oodcalc.errors import InputError
 from oodcalc.simulate import simulate_population
 
 from cli_run import one_line, run
+from schema_paths import attribute_at, json_leaves
 
 #: The issue's counterexample to the paper's advice (1)–(2): plain fine-tuning does not
 #: forget (F = −3.25e-3), dropping or down-weighting the negatively correlated features
@@ -169,6 +170,39 @@ def _documented_keys(heading: str) -> set[str]:
         if line.startswith("| `"):
             keys |= {k.strip("` ") for k in line.split("|")[1].split(",")}
     return keys
+
+
+def test_every_json_key_is_the_attribute_of_the_same_name(shift):
+    """``advice.arms[i]`` and ``advice.thresholds[name]`` are what the JSON's ``arms`` and
+    ``thresholds`` hold (they once were the fixed arms only, and a tuple), value for value;
+    the same for a sequence's result (``untrained_loss`` was ``reference``)."""
+    from oodcalc.report import jsonable
+    sequence = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]))
+    for result in (shift, sequence):
+        leaves = list(json_leaves(result.to_dict()))
+        assert len(leaves) > 40
+        for path, value in leaves:
+            assert jsonable(attribute_at(result, path)) == jsonable(value), path
+    assert [a.name for a in shift.arms][-2:] == ["replay λ*", "replay λₖ*"]
+    with pytest.warns(DeprecationWarning):
+        assert shift.all_arms == shift.arms
+    with pytest.warns(DeprecationWarning):
+        assert sequence.reference is sequence.untrained_loss
+
+
+def test_the_attribute_rule_fails_on_a_key_without_its_attribute(shift):
+    """Not vacuous: a JSON key with no attribute of its name, a run the attribute's list
+    lacks (the old ``advice.arms``), thresholds in a tuple (the old ``advice.thresholds``)
+    are each caught."""
+    data = shift.to_dict()
+    with pytest.raises(AttributeError):
+        attribute_at(shift, ("arms", 0, "loss_source"))
+    fixed = len(shift.fixed_arms)
+    assert len(data["arms"]) > fixed                 # the JSON lists the threshold runs too
+    with pytest.raises(IndexError):
+        attribute_at(shift.fixed_arms, (fixed,))     # the old advice.arms lacked them
+    with pytest.raises(AttributeError):              # a tuple of thresholds, by name
+        attribute_at(tuple(shift.thresholds.values()), ("replay",))
 
 
 def test_the_json_is_the_documented_schema(shift):

@@ -9,7 +9,7 @@ import pytest
 
 import oodcalc as oc
 from oodcalc.errors import InputError, item_name
-from oodcalc.predict import expected_seconds
+from oodcalc.prediction import expected_seconds
 from oodcalc.sweep import gamma_grid
 
 SETTING = oc.Setting(oc.parallel_shift([1, -0.9]))

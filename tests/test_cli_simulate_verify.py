@@ -10,7 +10,7 @@ from rich.console import Console
 from oodcalc import checks
 from oodcalc.claims import CLAIMS
 from oodcalc.cli import main
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 
 
 def run(capsys, *args):

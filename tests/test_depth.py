@@ -550,6 +550,6 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(importlib.import_module("oodcalc.predict"), "predict", interrupt)
+    monkeypatch.setattr(importlib.import_module("oodcalc.prediction"), "predict", interrupt)
     assert main(["predict", "--gamma", "1,-0.9"]) == 130
     assert capsys.readouterr().err == "oodcalc: error: interrupted\n"

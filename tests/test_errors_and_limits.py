@@ -667,7 +667,7 @@ def _stub_predict(monkeypatch):
     import importlib
 
     from oodcalc.errors import ComputationError
-    predict_module = importlib.import_module("oodcalc.predict")
+    predict_module = importlib.import_module("oodcalc.prediction")
 
     def refuse(*args, **kwargs):
         raise ComputationError("stub: the run itself is not the test")
@@ -703,7 +703,7 @@ def test_the_time_estimate_starts_from_the_logits_a_coarse_step_reaches():
     where pretraining lands it takes 242,591 (``oodcalc predict --gamma=1,-0.2 --eta 1000``,
     its report's T2; about a minute)."""
     import oodcalc as oc
-    from oodcalc.predict import expected_seconds
+    from oodcalc.prediction import expected_seconds
     _, words = expected_seconds(oc.Setting(oc.parallel_shift([1, -0.2]), oc.Protocol(eta=1000)))
     steps = int(re.search(r"≈ ([\d,]+) steps", words).group(1).replace(",", ""))
     assert abs(steps - 242_591) < 0.001 * 242_591, words
@@ -719,7 +719,7 @@ def test_the_ray_estimate_follows_the_engine_the_run_takes(monkeypatch):
     from oodcalc import estimates
     from oodcalc.finetune import compiled
     from oodcalc.cli.progress import LONG_RUN_SECONDS
-    from oodcalc.predict import expected_seconds
+    from oodcalc.prediction import expected_seconds
     setting = oc.Setting(oc.rotation(0.5, 1024))
     steps = estimates.pretrain_steps(1024, 0.01, 0.1)
     assert estimates.ray_compiled(steps, loaded=False)
@@ -881,7 +881,7 @@ def test_the_terms_estimate_extrapolates_the_probe():
     assert estimates.terms_log_steps(1000, 0.05, 0.05, 0.01) == math.inf
     # against a run: --project key fine-tunes 3,802 steps; the estimate is within 2×
     import oodcalc as oc
-    from oodcalc.predict import expected_seconds
+    from oodcalc.prediction import expected_seconds
     setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(project="key"))
     _, words = expected_seconds(setting)
     steps = int(re.search(r"≈ ([\d,]+) steps", words).group(1).replace(",", ""))

@@ -11,7 +11,7 @@ import oodcalc as oc
 from oodcalc import estimates, limits
 from oodcalc.finetune import compiled, dynamics
 import importlib
-predict_module = importlib.import_module("oodcalc.predict")
+predict_module = importlib.import_module("oodcalc.prediction")
 from oodcalc.finetune.dynamics import (descend, descend_columns, descend_ray, ood_start, ray_logits,
                               ray_step_loop)
 from oodcalc.simulate import simulate_population

@@ -15,7 +15,7 @@ from oodcalc.cli import main
 from oodcalc.finetune.dynamics import descend, ood_start, source_logits
 from oodcalc.errors import InputError
 from oodcalc.model import conditional_errors
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 from oodcalc.simulate import simulate_population
 
 

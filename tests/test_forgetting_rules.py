@@ -8,7 +8,7 @@ from oodcalc import forgetting_rules as fr
 from oodcalc import theory
 from oodcalc.finetune.dynamics import ood_start
 from oodcalc.model import conditional_errors
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 
 KS = [2, 3, 4, 5, 6]
 

@@ -150,7 +150,7 @@ def fast_engines(tmp_path_factory):
     import oodcalc.simulate as simulate
     import oodcalc.simulate.prompts as prompts
     from oodcalc.io import write_atomic
-    from oodcalc.predict import predict
+    from oodcalc.prediction import predict
 
     def as_simulation(setting, *args, **kwargs):
         return predict(setting)

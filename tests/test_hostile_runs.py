@@ -278,7 +278,7 @@ def test_a_long_small_fine_tuning_goes_to_the_compiled_kernel():
 def test_the_fast_extra_is_advised_only_without_numba(monkeypatch):
     import oodcalc as oc
     from oodcalc.finetune import compiled
-    from oodcalc.predict import expected_seconds
+    from oodcalc.prediction import expected_seconds
     setting = oc.Setting(oc.parallel_shift([1, -0.9]), oc.Protocol(ft_steps=10**6))
     monkeypatch.setattr(compiled, "available", lambda: True)
     seconds, words = expected_seconds(setting)

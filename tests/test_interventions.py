@@ -11,7 +11,7 @@ import oodcalc as oc
 from oodcalc.finetune import engine, terms
 from oodcalc.finetune.dynamics import descend, ood_start
 from oodcalc.errors import InputError
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 from oodcalc.simulate import simulate_population
 
 from cli_run import one_line, run

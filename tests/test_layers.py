@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("inputs", ["oodcalc.geometry", "oodcalc.setting"]),
     ("engines and results", ["oodcalc.finetune.*",
                              "oodcalc.display", "oodcalc.report"]),
-    ("entry points", ["oodcalc.predict", "oodcalc.simulate", "oodcalc.simulate.*",
+    ("entry points", ["oodcalc.prediction", "oodcalc.simulate", "oodcalc.simulate.*",
                       "oodcalc.sweep", "oodcalc.compare", "oodcalc.symbolic.highprec",
                       "oodcalc.continual"]),
     ("prescriptions", ["oodcalc.prescribe"]),

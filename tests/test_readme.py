@@ -251,8 +251,9 @@ def test_the_prose_names_are_found():
 @pytest.mark.parametrize("doc", DOCUMENTS)
 def test_the_readme_prose_names_only_what_exists(doc):
     """`oodcalc.predict.expected_seconds(setting)` in the prose was an AttributeError: the
-    function `oodcalc.predict` hides the module of the same name. Every API name the prose
-    shows must resolve as a reader writes it, and a call must be callable."""
+    function `oodcalc.predict` hid the module of the same name (now oodcalc.prediction).
+    Every API name the prose shows must resolve as a reader writes it, and a call must be
+    callable."""
     text = DOCUMENTS[doc]
     for name in prose_python_names(text):
         try:

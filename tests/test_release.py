@@ -57,6 +57,14 @@ def test_citation_cff_parses_and_names_the_version_and_the_paper():
         assert all(set(a) == {"name"} for a in ref["authors"])
 
 
+def test_the_package_metadata_names_the_citations_authors_and_no_invented_url():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    cff = _citation()
+    assert project["authors"] == cff["authors"] == [{"name": "oodcalc developers"}]
+    # a URL in the metadata only once CITATION.cff knows the repository
+    assert ("urls" in project) == ("repository-code" in cff)
+
+
 def test_changelog_names_the_current_version():
     text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     versions = re.findall(r"^## \[([^\]]+)\]", text, flags=re.M)

@@ -169,7 +169,7 @@ def test_what_has_no_meaning_says_why():
     none = engine.metrics(np.array([[0.1]]), np.array([0.25]))
     assert none["bwt"].value is None and "no stage" in none["bwt"].undefined
     K = 2
-    assert one.reference.tolist() == [(K - 1) / (2 * K)] * 2     # Q = 0: uniform attention
+    assert one.untrained_loss.tolist() == [(K - 1) / (2 * K)] * 2     # Q = 0: uniform attention
 
 
 # --- geometry and entry point: bad input is named -----------------------------------------

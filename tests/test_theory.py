@@ -9,7 +9,7 @@ import oodcalc as oc
 from oodcalc import paper, theory
 from oodcalc.finetune.dynamics import ood_start
 from oodcalc.model import conditional_errors
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 
 from conftest import random_orthonormal
 

@@ -6,7 +6,7 @@ Answer recorded in docs/total_forgetting.json (tools/generate_docs.py renders do
 step (T1 = T2 = 1) landing far past the threshold, mostly with predict's "too coarse"
 warning; none where pretraining takes two steps or more. Every run is the exact population dynamics of a parallel shift (M = diag(γ)):
 the batched descent that oodcalc.predict runs (oodcalc.finetune.dynamics.descend from
-MᵀZ1M, Z1 from oodcalc.predict.pretrain_logits; the same arithmetic, checked equal to
+MᵀZ1M, Z1 from oodcalc.prediction.pretrain_logits; the same arithmetic, checked equal to
 oc.predict on the recorded points, which are recomputed with oc.predict).
 
 Searches (seeded, SEED below):
@@ -44,7 +44,7 @@ from oodcalc import estimates, theory
 from oodcalc.finetune.dynamics import descend
 from oodcalc.io import write_atomic
 from oodcalc.model import conditional_errors
-from oodcalc.predict import pretrain_logits
+from oodcalc.prediction import pretrain_logits
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "total_forgetting.json"

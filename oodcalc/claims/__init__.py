@@ -26,6 +26,9 @@ from typing import Any, Callable
 from ..errors import InputError
 
 
+__all__ = ["CLAIMS", "Claim", "get_claim", "get_claims"]
+
+
 @dataclass(frozen=True)
 class Claim:
     id: str                     # "3", "8a": number plus part letter

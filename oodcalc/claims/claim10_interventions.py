@@ -25,6 +25,9 @@ import sympy as sp
 
 from ..symbolic.core import SYMBOLIC, Recorder, eq, matrix_expr_is_zero, sym_K
 
+__all__ = ["CLAIMED", "NUMERIC_CLAIMED", "check", "derive"]
+
+
 # A_l, A_r: UᵀP U per side; B_l: VᵀP_l U (key side), B_r: VᵀP_r U (query side)
 CLAIMED = {
     "dz_U": lambda lam, mu, A_l, G, A_r, M, g_V, dzU: (1 - lam) * A_l * G * A_r
@@ -154,7 +157,7 @@ def check(ctx, claimed: dict = NUMERIC_CLAIMED):
     import math
 
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     from ..checks import EXACT_TOL, PopulationCheck
 

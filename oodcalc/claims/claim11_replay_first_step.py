@@ -38,6 +38,13 @@ from ..symbolic.core import EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, is_zero, 
     matrix_expr_is_zero, sym_K
 
 
+__all__ = [
+    "CLAIMED", "GEOMETRIES", "NUMERIC_CLAIMED", "check_counterexample", "check_first_step",
+    "check_pull", "derive_counterexample", "derive_first_step", "derive_pull", "first_step",
+    "forgetting_floor", "lambda_first", "mu_stall",
+]
+
+
 def _e(s):
     return (1 + sp.exp(s)) ** -2
 
@@ -206,7 +213,7 @@ def derive_first_step(claimed: dict = CLAIMED):
 
 def derive_counterexample(claimed: dict = CLAIMED):
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Setting
     r = Recorder()
     alpha_star = sp.log(3)          # K = 2, ε = 1/100: e^{2α*} = (1 − √ε)/√ε = 9

@@ -31,6 +31,13 @@ from ..symbolic.core import EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, matrix_ex
     sym_K
 
 
+__all__ = [
+    "CLAIMED", "FAMILY", "NUMERIC_CLAIMED", "PIECE", "PROJECT", "SECOND", "STEP_RATIO_TOL",
+    "check_cosine", "check_drop_negative", "check_projection", "derive_cosine",
+    "derive_drop_negative", "derive_projection",
+]
+
+
 def _cosine(cos):
     """max(cos_k, 0) scaled to mean 1 (exact for sympy numbers, float for floats)."""
     kept = [max(c, 0) for c in cos]
@@ -80,7 +87,7 @@ def _weights_for(rule, gamma) -> tuple[float, ...]:
 def _runs(gamma, weights):
     """(plain, advice) reports of the exact dynamics for a parallel shift."""
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     g = geo.parallel_shift([float(x) for x in gamma])
     return predict(Setting(g)), predict(Setting(g, Protocol(weights=weights)))
@@ -260,7 +267,7 @@ def derive_projection(claimed: dict = CLAIMED):
             SYMBOLIC, matrix_expr_is_zero(column), decisive=True)
 
     from .. import geometry as geo
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     names = PROJECT
     frozen = predict(Setting(geo.parallel_shift([1, -0.9]),

@@ -38,6 +38,13 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, as_scalar, e
 from ..symbolic.model import attention
 from . import claim1_attention as c1
 
+__all__ = [
+    "CLAIMED", "G_UNEQUAL", "NUMERIC_CLAIMED", "T1_CASES", "balanced_prompts",
+    "check_conservation", "check_loss", "check_ood", "check_t1", "conservation_geometries",
+    "derive_conservation", "derive_loss", "derive_ood", "derive_t1", "ood_geometries",
+]
+
+
 #: The counterexample of 13b (exact): ⟨v_1, v_2⟩ = ½, v_3 orthogonal to both.
 G_UNEQUAL = ((1, sp.Rational(1, 2), 0), (sp.Rational(1, 2), 1, 0), (0, 0, 1))
 

@@ -36,6 +36,14 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, as_scalar, e
                              matrix_expr_is_zero, sym_K)
 
 
+__all__ = [
+    "CLAIMED", "COUNTEREXAMPLES", "FIRST_STEP_RTOL", "GAMMA2_GRID", "NUMERIC_CLAIMED",
+    "RHO_GRID", "check_forgetting", "check_orthonormal", "check_source",
+    "derive_forgetting", "derive_orthonormal", "derive_source", "forgetting_grid", "k2_C",
+    "source_change",
+]
+
+
 def _h(s):
     return 2 * sp.exp(s) / (1 + sp.exp(s)) ** 3
 
@@ -669,7 +677,7 @@ def check_orthonormal(ctx, claimed: dict = NUMERIC_CLAIMED):
     from .. import geometry as geo
     from ..checks import PopulationCheck
     from ..model import errors_and_gradient
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Setting
     worst, c_gap, lines, same_steps = 0.0, 0.0, [], True
     for g in _orthonormal_geometries():

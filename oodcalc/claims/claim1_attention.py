@@ -21,6 +21,12 @@ from ..symbolic.core import (EXPLICIT, SYMBOLIC, K_RANGE, Recorder, as_scalar,
                              cayley_orthonormal, eq, sym_K)
 from ..symbolic.model import Column, attention
 
+__all__ = [
+    "CLAIMED", "NUMERIC_CLAIMED", "check", "derive", "grouped_attention",
+    "token_softmax_by_feature",
+]
+
+
 #: The claim as stated, as functions building sympy expressions (the mutation tests
 #: perturb these and expect the derivation's checks to fail).
 CLAIMED = {

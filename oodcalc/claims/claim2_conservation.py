@@ -25,6 +25,12 @@ from ..symbolic.core import (EXPLICIT, K_RANGE, MP_DPS, MP_TOL, NUMERIC, SYMBOLI
                              cayley_orthonormal, eq, is_zero, is_zero_rational, sym_K)
 from ..symbolic.model import Column, column_symbols, conditional_error, logits, loss
 
+__all__ = [
+    "CLAIMED", "NUMERIC_CLAIMED", "check", "column_residual", "derive", "gradient",
+    "q_gradient_is_z_gradient",
+]
+
+
 CLAIMED = {
     # one GD step on Q, seen in the logits: ΔZ from the step size and G = ∂L/∂Z
     "logit-step": lambda eta, G: -eta * G,

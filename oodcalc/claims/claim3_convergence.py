@@ -25,6 +25,9 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, eq, is_zero,
                              matrix_expr_is_zero, sym_K)
 from ..symbolic.model import Column, column_symbols, conditional_error
 
+__all__ = ["CLAIMED", "NUMERIC_CLAIMED", "check", "derive", "population_check"]
+
+
 CLAIMED = {
     # the conservation law on the ray: own + (K − 1)·other = 0 (the residual)
     "ray-law": lambda own, other, K: own + (K - 1) * other,

@@ -23,6 +23,9 @@ from .. import theory
 from ..symbolic.core import NUMERIC, SYMBOLIC, Recorder, eq, is_zero, sym_K
 from .claim3_convergence import _solve_alpha_star, ray_gradient
 
+__all__ = ["CLAIMED", "NUMERIC_CLAIMED", "check", "derive"]
+
+
 CLAIMED = {
     # the margin's increase per step on the ray, from the attention a on the own feature
     "step": lambda a, K, eta: eta * K * a * (1 - a) ** 2 / (K - 1) ** 2,
@@ -148,7 +151,7 @@ def derive(claimed: dict = CLAIMED):
 # --- numeric check against gradient descent -------------------------------------------
 
 def check(ctx, claimed: dict = NUMERIC_CLAIMED):
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     from ..setting import Protocol
     from ..checks import MAIN, Point, PopulationCheck, mean_se, monte_carlo_check, rel
     b = ctx.budget

@@ -23,6 +23,9 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, cayley_ortho
 from ..symbolic.model import conditional_error
 from .claim3_convergence import t1_logits
 
+__all__ = ["CLAIMED", "NUMERIC_CLAIMED", "check", "derive"]
+
+
 CLAIMED = {
     # the OOD logits at T1 from α, M and b = Mᵀ1/√K (matrix expressions)
     "ood": lambda alpha, K, M, b: alpha * K / (K - 1) * (M.T * M - b * b.T),

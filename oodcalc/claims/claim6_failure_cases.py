@@ -20,6 +20,9 @@ from ..symbolic.core import (EXPLICIT, K_RANGE, SYMBOLIC, Recorder, eq, is_zero,
 from ..symbolic.model import Column, attention, conditional_error
 from .claim5_ood_weights import ood_logits_at_t1
 
+__all__ = ["CLAIMED", "NUMERIC_CLAIMED", "check", "derive", "householder_to_mean"]
+
+
 CLAIMED = {
     "uniform-attention": lambda K: 1 / K,
     "uniform-error": lambda K: (K - 1) / (2 * K),

@@ -18,6 +18,11 @@ import sympy as sp
 
 from ..symbolic.core import (EXPLICIT, SYMBOLIC, Recorder, eq, matrix_expr_is_zero, sym_K)
 
+__all__ = [
+    "CLAIMED", "NUMERIC_CLAIMED", "check", "derive", "parallel_shift_frames", "residual",
+]
+
+
 CLAIMED = {
     "gradient": lambda U, G: U * G * U.T,              # ∇_Q of the OOD loss
     "source-view": lambda Z1, M, W: Z1 + M * W * M.T,

@@ -30,6 +30,14 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, certify_nonn
 from ..symbolic.model import Column, conditional_error
 from .claim3_convergence import ray_gradient
 
+__all__ = [
+    "CLAIMED", "COUNTEREXAMPLES", "EXPECTED_TREND", "NUMERIC_CLAIMED", "SEPARATING",
+    "check_backward_transfer", "check_criterion", "check_k2", "check_paper_k3",
+    "derive_backward_transfer", "derive_criterion", "derive_k2", "derive_paper_k3",
+    "first_order_change", "source_trends",
+]
+
+
 CLAIMED = {
     # D_k from γ_k, the other γ (IndexedBase, n = 1..K−1), Λ (IndexedBase), Δ
     "D": lambda g_k, g, Lam, Delta, K, n: (sp.Sum(-g_k * g[n] * Lam[n], (n, 1, K - 1))
@@ -294,7 +302,7 @@ def derive_criterion(claimed: dict = CLAIMED):
 
 def _t1_ood_logits(gamma: np.ndarray, eps: float = 0.01) -> np.ndarray:
     from ..finetune.dynamics import ood_start
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     return ood_start(pretrain_logits(len(gamma), eps, 0.1, 1_000_000).z[0], np.diag(gamma))
 
 
@@ -302,7 +310,7 @@ def _exact_first_step(gamma: np.ndarray, eta: float, eps: float = 0.01):
     """One fine-tuning step of the exact dynamics from T1: (δe_k on v_k, D_k, g_k)."""
     from ..finetune.dynamics import descend, ood_start, source_logits
     from ..model import attention, conditional_errors
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     K = len(gamma)
     z1 = pretrain_logits(K, eps, 0.1, 1_000_000).z[0]
     M = np.diag(gamma)
@@ -371,7 +379,7 @@ def derive_k2(claimed: dict = CLAIMED):
 def source_trends(gamma, eps: float = 0.01, eta: float = 0.1) -> list[str]:
     """Trend of each L_{v_k} through fine-tuning in the exact dynamics (via predict)."""
     from ..geometry import parallel_shift
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     report = predict(Setting(parallel_shift(list(gamma)), Protocol(eps=eps, eta=eta)))
     return [f.trend for f in report.forgetting]

@@ -35,6 +35,14 @@ from .. import theory
 from ..symbolic.core import EXPLICIT, NUMERIC, Recorder, certify_nonnegative, \
     coefficients_nonnegative, eq, is_zero
 
+__all__ = [
+    "CLAIMED", "GAMMAS", "NUMERIC_CLAIMED", "REACHABLE_C", "REACHABLE_T",
+    "RECURRENCE_STEPS", "bound_text", "bracket_slope_np", "check", "crossover_X", "derive",
+    "error_bracket", "forgetting_from_flow", "log10_time_at", "margin_bracket", "reachable",
+    "reachable_markdown", "recurrence_margins", "step_np", "step_scalar", "time_to_reach",
+]
+
+
 CLAIMED = {
     # c_k from γ_k and the other γ_n, and the OOD margin at T1 (claim 5, K = 2: β = −α)
     "c": lambda g_k, g_n: g_k * (g_k + g_n),
@@ -658,7 +666,7 @@ def _runs(etas: tuple, steps: tuple, eps: float = 0.01):
     (the stopping rule's length, recorded per γ) and each t of ``steps`` (no stopping
     rule), with z1 and the OOD start."""
     from ..finetune.dynamics import descend, ood_start
-    from ..predict import pretrain_logits
+    from ..prediction import pretrain_logits
     out = {}
     for eta in etas:
         z1 = pretrain_logits(2, eps, eta, 1_000_000).z[0]

@@ -29,6 +29,13 @@ from ..symbolic.core import (EXPLICIT, NUMERIC, SYMBOLIC, Recorder, as_scalar,
 from ..symbolic.model import Column, conditional_error
 from .claim5_ood_weights import parallel_shift_entries
 
+__all__ = [
+    "CLAIMED", "NUMERIC_CLAIMED", "SUP_TOL", "check_paper_bound", "check_smoothness",
+    "curvature", "derive_paper_bound", "derive_smoothness", "hessian_entry",
+    "ood_loss_path", "span",
+]
+
+
 #: 9b: how close the measured sup of ‖∇²e_k‖ must come to c₂ (the search finds it to
 #: ~1e-16; a real excess over c₂ would show far above this).
 SUP_TOL = 1e-9

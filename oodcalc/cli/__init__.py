@@ -8,6 +8,11 @@ one line on stderr, ``oodcalc: error: ...``, with exit code 2 for bad input and 
 failed computation; so does running out of memory, and (as a last resort, marked
 "internal error") any other exception: never a traceback, unless ``OODCALC_TRACEBACK=1``.
 Results go to stdout, diagnostics to stderr.
+
+The command line is the interface: the command modules under ``oodcalc.cli`` are its
+internals (they translate options into library calls), have no ``__all__`` and promise no
+Python names; this package's ``__all__`` names what tests and tools call (``main``,
+``root_command``, ...).
 """
 
 from __future__ import annotations
@@ -28,7 +33,14 @@ from ..console import StripTrailing
 from ..limits import MEMORY_VARIABLE
 
 from . import options
-from .app import CONTEXT, START, SUMMARY, app  # noqa: F401  (the root app)
+# The root app under another name: ``app`` stays the module (``oodcalc.cli.app``).
+from .app import CONTEXT, START, SUMMARY, app as root_app
+
+__all__ = [
+    "COMMAND_MODULES", "DEFAULT_SUBCOMMAND", "INTERRUPTED", "LISTED", "SINGLE",
+    "error_line", "load_commands", "main", "root_command", "start_text", "unwrap",
+]
+
 
 #: The modules that register commands (the groups' subcommands in this order).
 COMMAND_MODULES = ("predict", "advise", "sequence", "reproduce", "reproduce_real", "sweep",
@@ -65,7 +77,7 @@ def root_command(command: str | None = None):
 def _tree(loaded: frozenset[str]):
     """The tree of the commands registered so far, built once per set of loaded modules,
     listed in :data:`LISTED` order whatever order they were loaded in."""
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(root_app)
     rank = {name: i for i, name in enumerate(LISTED)}     # others (added on app) last
     group.commands = dict(sorted(group.commands.items(),
                                  key=lambda c: rank.get(c[0], len(rank))))

@@ -86,7 +86,7 @@ def _change(x: float, digits: int) -> str:
 
 def _rows(advice: Advice) -> list[list[str]]:
     rows = []
-    for arm in advice.all_arms:
+    for arm in advice.arms:
         if math.isnan(arm.F):
             rows.append([arm.name, "not run", "", "", "", ""])
             continue
@@ -132,7 +132,7 @@ def render(advice: Advice) -> None:
     for i, name in enumerate(HEADERS):
         table.add_column(name, justify="left" if i == 0 else "right")
     pareto = set(advice.pareto)
-    for row, arm in zip(_rows(advice), advice.all_arms):
+    for row, arm in zip(_rows(advice), advice.arms):
         table.add_row(*row, style="bold" if arm.name in pareto else None)
     console.print(table)
     say(console, "[bold]Thresholds[/bold]")
@@ -143,7 +143,7 @@ def render(advice: Advice) -> None:
         say(console, f"  {escape(v.advice)}: [bold]{escape(v.verdict)}[/bold] "
                      f"({escape(v.reason)})", indent=2)
     say(console, f"Pareto front (bold): {escape(', '.join(advice.pareto))}")
-    for arm in advice.all_arms:
+    for arm in advice.arms:
         if arm.note:
             say(console, f"[dim]{escape(arm.name)}: {escape(arm.note)}[/dim]", indent=2)
     say(console, f"[dim]{escape(_footer(advice))}[/dim]")
@@ -155,13 +155,13 @@ def markdown(advice: Advice) -> str:
     lines = [f"## oodcalc advise · {describe_geometry(p['geometry'])}", "",
              f"K = {p['K']}, ε = {p['eps']:g}, η = {p['eta']:g}, η_ft = {p['eta_ft']:g}.", "",
              "| " + " | ".join(HEADERS) + " |", "|---|" + "---:|" * (len(HEADERS) - 1)]
-    for row, arm in zip(_rows(advice), advice.all_arms):
+    for row, arm in zip(_rows(advice), advice.arms):
         cells = [f"**{c}**" if arm.name in pareto and c else c for c in row]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *(f"- {line}" for line in _threshold_lines(advice)), "",
               "The paper's advice, on this geometry:", ""]
     lines += [f"- {v.advice}: **{v.verdict}** ({v.reason})" for v in advice.verdicts]
     lines += ["", f"Pareto front (bold): {', '.join(advice.pareto)}.", ""]
-    lines += [f"- {arm.name}: {arm.note}" for arm in advice.all_arms if arm.note]
+    lines += [f"- {arm.name}: {arm.note}" for arm in advice.arms if arm.note]
     lines += ["", _footer(advice)]
     return "\n".join(lines)

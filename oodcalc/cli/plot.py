@@ -55,7 +55,7 @@ def draw(make_figure, output: str) -> None:
 def trajectories(kind: str, output: str, gamma, theta, K, mean_query, orthogonal, features,
                  ood, d, tol, eps, eta, eta_ft, max_steps, eps_ft=None, ft_steps=None) -> None:
     from .. import plots
-    from ..predict import predict
+    from ..prediction import predict
 
     def make():
         report = predict(build_setting(gamma, theta, K, mean_query, orthogonal, features, ood,

@@ -28,8 +28,8 @@ def predict(
     eps: Eps = None, eta: Eta = None, eta_ft: EtaFt = None, max_steps: MaxSteps = None,
     eps_ft: EpsFt = None, ft_steps: FtSteps = None,
     replay: Replay = None, l2: L2 = None, project: Project = None, weights: Weights = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (schema in "
-        "docs/report.md); K × K matrices in full up to K = 16, summarised above.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (every key "
+        "in the report guide of the documentation); K × K matrices in full up to K = 16, summarised above.")] = False,
     arrays: Annotated[Optional[str], typer.Option("--arrays", metavar="FILE.npz",
         help="Also write every K × K matrix and trajectory in full to FILE.npz (atomically, "
              "no pickles; keys as named in the JSON, e.g. pretrain.z).")] = None,
@@ -58,7 +58,7 @@ def predict(
                                 checks=[partial(limits.check_precision, digits=digits)])
         print_high_precision(setting, eps, precision, as_json)
         return
-    from ..predict import expected_seconds, predict as run_predict
+    from ..prediction import expected_seconds, predict as run_predict
 
     if arrays is not None:
         from ..io import check_output

@@ -85,7 +85,8 @@ FIT_INTRO = ("The protocol giving the paper's F: the exact dynamics (oc.predict)
              f"matches when it rounds to the printed one (±{pp.TOLERANCE:g}). Shown is the "
              "first that exists of: the paper's rule at some ε; a fixed length at η_ft = η "
              "(the smallest such ε); one step at ε = 0.01 with its own η_ft; else none, with "
-             "the bound that excludes it (docs/theory.md, 'The paper's forgetting table').")
+             "the bound that excludes it (the theory guide of the documentation, 'The paper's "
+             "forgetting table').")
 
 
 def fit_cells(r) -> list[str]:

@@ -25,7 +25,7 @@ from .reproduce import Format, FormatOption, OutputOption, output_format_for, \
 from .sweep import axis
 
 Text = Optional[str]
-PANEL = "Protocol (defaults: docs/depth.md)"
+PANEL = "Protocol (defaults: the depth experiment's guide)"
 #: --quick: a smoke run of the pipeline, not the experiment (its numbers are not the table's)
 QUICK = {"seeds": 3, "eps": 0.05, "eval_prompts": 1024, "curve_prompts": 256}
 
@@ -235,8 +235,9 @@ def plot_depth(
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
     ft_steps: FtSteps = None,
     record_file: Annotated[Text, typer.Option("--record", metavar="FILE|none",
-        help="A record of runs (tools/depth_full_run.py writes docs/depth.json) to draw "
-             "from; only runs in neither it nor the cache are trained (torch).",
+        help="A record of runs to draw from (a clone's docs/depth.json, which its "
+             "tools/depth_full_run.py writes; a wheel ships none); only runs in neither it "
+             "nor the cache are trained (torch).",
         show_default="docs/depth.json of a clone")] = None,
 ) -> None:
     """F against γ per depth (mean and 95% CI over seeds), the one-layer theory's curve

@@ -45,7 +45,7 @@ Threads = Annotated[Optional[str], typer.Option("--threads", metavar="N",
          "last digits with another count).", show_default="1")]
 Input = Annotated[Optional[Path], typer.Option("--input", "-i", metavar="FILE",
     help="Show a saved result (the JSON of 'reproduce real -f json') instead of running.")]
-PANEL = "Protocol (defaults: docs/real.md)"
+PANEL = "Protocol (defaults: the real-text experiment's guide)"
 Eps = Annotated[Optional[str], typer.Option("--eps", metavar="FLOAT", rich_help_panel=PANEL,
     help="The theory columns' stopping rule (every e_k <= eps).", show_default="0.01")]
 FtSteps = Annotated[Optional[str], typer.Option("--ft-steps", metavar="N",

@@ -141,7 +141,7 @@ def render(result) -> None:
     table.add_row("joint (reference)", *(fmt(x, 4) for x in joint.losses),
                   str(joint.steps) + ("" if joint.reached else " (rule not met)"))
     console.print(table)
-    say(console, f"Untrained model (Q = 0): L = {fmt(result.reference[0], 4)} on every "
+    say(console, f"Untrained model (Q = 0): L = {fmt(result.untrained_loss[0], 4)} on every "
         "domain. Joint: GD on the mean loss of every domain from Q^(T1), to the rule on "
         "every domain.")
     console.print()

@@ -273,7 +273,7 @@ def simulate(
     comparison = None
     if compare:
         from ..compare import compare as compare_reports
-        from ..predict import predict
+        from ..prediction import predict
         theory = predict(setting)
         comparison = compare_reports(theory, report)
     if arrays is not None:

@@ -23,6 +23,14 @@ from .protocol import CURVE_POINTS, CURVE_SEEDS, PAPER_GAMMAS, DepthConfig, cano
 from .table import (amplification, build_table, header, interval, make_cell, markdown, signed,
                     summary_markdown)
 
+__all__ = [
+    "BLOCKS", "CURVE", "CURVES", "LADDER_RUNS", "PROTOCOLS", "PROTOCOL_GROUPS",
+    "PROTOCOL_TABLE", "RECORD", "ROOT", "SEEDS", "SELECTIONS", "Selection", "TABLE",
+    "bimodality", "figures", "generate", "ladder_block", "protocol_name", "protocols_block",
+    "summary_block", "table_block", "training_hours",
+]
+
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "docs" / "depth.json"
 SEEDS = tuple(range(10))

@@ -10,6 +10,12 @@ from typing import Any, Callable, Iterable, Sequence
 from .cache import Cache
 from .protocol import DepthConfig, canonical_gamma
 
+__all__ = [
+    "RULE_FT_STEPS", "Results", "SECONDS_PER_COST", "Task", "announcement", "collect",
+    "ignore_interrupts", "plan", "run_task",
+]
+
+
 #: ``progress(done, total, label)`` after each (config, seed) task.
 Progress = Callable[[int, int, str], None]
 

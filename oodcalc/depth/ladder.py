@@ -46,6 +46,13 @@ from .statistics import Summary
 from .table import Cell, make_cell, theory, usable
 
 
+__all__ = [
+    "LADDER", "LadderCache", "LadderTable", "PopulationErrors", "RUNGS", "Row", "Rung",
+    "alpha_beta", "below", "build_ladder", "ladder_configs", "make_row", "markdown",
+    "reproduce_ladder", "show", "simulator_batches", "theory_on_simulator_draws",
+]
+
+
 @dataclass(frozen=True)
 class Rung:
     name: str
@@ -97,7 +104,7 @@ def theory_alpha_beta(gamma: float, eps: float, ft_steps: int | None = None
                       ) -> dict[str, tuple[float, float]]:
     """The one-layer theory's source α, β at T1 and after fine-tuning (exact dynamics)."""
     from ..geometry import parallel_shift
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     report = predict(Setting(parallel_shift([1.0, gamma]),
                              Protocol(eps=eps, ft_steps=ft_steps)))

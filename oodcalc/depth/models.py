@@ -42,6 +42,12 @@ import torch
 from torch import nn
 
 
+__all__ = [
+    "AttentionLayer", "AttentionOnly", "MergedQ", "Readout", "Standard", "StandardBlock",
+    "Theory", "build", "feature_logits",
+]
+
+
 class AttentionLayer(nn.Module):
     def __init__(self, width: int, bias: bool = False, scale: float = 1.0) -> None:
         super().__init__()

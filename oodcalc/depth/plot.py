@@ -12,6 +12,9 @@ from .experiment import Results
 from .protocol import PAPER_GAMMAS, DepthConfig
 from .table import make_cell, paper_figure, theory
 
+__all__ = ["gamma_curves", "ladder_plot"]
+
+
 def gamma_curves(results: Results, configs: Sequence[DepthConfig], seeds: Sequence[int],
                  gammas: Sequence[float]):
     """One column per architecture and optimizer. Top: F against γ per depth (mean, 95%

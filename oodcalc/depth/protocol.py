@@ -18,6 +18,14 @@ from .. import estimates
 from ..errors import ComputationError, InputError, param
 from ..setting import check_positive
 
+__all__ = [
+    "ARCHITECTURES", "CURVE_POINTS", "CURVE_SEEDS", "DEFAULT_LR", "DepthConfig",
+    "LADDER_ARCHITECTURES", "MAX_LR", "MAX_PHASE_STEPS", "OPTIMIZERS", "PAPER_GAMMAS",
+    "PAPER_LAYERS", "PROTOCOL_VERSION", "REACH", "canonical_gamma", "check_reach",
+    "run_key", "theory_eta",
+]
+
+
 ARCHITECTURES = ("attention", "standard")
 #: The ladder's two lowest rungs (docs/depth.md, "The ladder"): the theory's model itself and
 #: that model with a learned read-out; not offered by ``reproduce depth``.

@@ -23,6 +23,12 @@ from .cache import well_formed
 from .experiment import Results
 from .protocol import PROTOCOL_VERSION, DepthConfig, run_key, torch_version
 
+__all__ = [
+    "FORMAT", "FromRecord", "MADE_BY", "MAX_BYTES", "WithRecord", "build", "compact",
+    "current", "dumps", "load", "reusable",
+]
+
+
 #: 2: runs grouped by seed under their configuration (one pretraining per seed).
 FORMAT = 2
 #: Largest record read (bytes): the full run's is 1.3 MB.

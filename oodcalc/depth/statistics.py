@@ -16,6 +16,11 @@ import numpy as np
 
 from ..setting import VERDICT_SEEDS  # noqa: F401  (the tables' and records' rule)
 
+__all__ = [
+    "BOOTSTRAP_SEED", "LEVEL", "RESAMPLES", "Ratio", "Summary", "forgetting_patterns",
+]
+
+
 RESAMPLES = 10_000
 LEVEL = 0.95
 BOOTSTRAP_SEED = 20260413

@@ -19,6 +19,15 @@ from .experiment import Results
 from .protocol import DepthConfig, canonical_gamma
 from .statistics import VERDICT_SEEDS, Ratio, Summary, forgetting_patterns
 
+__all__ = [
+    "AMPLIFICATION_ID", "Amplification", "COLUMNS", "Cell", "DepthTable", "Theory",
+    "VERDICT_LEGEND", "amplification", "amplification_text", "build_table",
+    "describe_protocol", "failures", "grid_cell", "header", "interval", "make_cell",
+    "markdown", "paper_figure", "percent", "ratio_text", "row", "show", "signed",
+    "summary_markdown", "usable", "verdict",
+]
+
+
 AMPLIFICATION_ID = "tiny-transformer-depth-amplification"
 
 
@@ -43,7 +52,7 @@ class Theory:
 @functools.lru_cache(maxsize=None)
 def theory(gamma: float, eps: float, ft_steps: int | None = None) -> Theory:
     from ..geometry import parallel_shift
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Protocol, Setting
     report = predict(Setting(parallel_shift([1.0, gamma]),
                              Protocol(eps=eps, ft_steps=ft_steps)))

@@ -31,6 +31,12 @@ from ..report import jsonable
 from .models import build, feature_logits
 from .protocol import DepthConfig
 
+__all__ = [
+    "Design", "Evaluation", "Phase", "Prompts", "STREAMS", "feature_sets", "generator",
+    "random_basis", "reproducible_torch", "run_seed", "stream_seed", "train",
+]
+
+
 STREAMS = {"data": 0, "init": 1, "pretrain": 2, "finetune": 3}
 
 

@@ -34,6 +34,12 @@ from ..errors import InputError
 from ..io import write_text_atomic
 from ..setting import Protocol
 
+__all__ = [
+    "DEFAULT_GAMMA1", "DEFAULT_GRID", "DEFAULT_K3_GRID", "DEFAULT_OVERLAP_GRID", "MAX_GRID",
+    "MAX_SLICES", "OVERLAP_RHO_MAX", "SUFFIXES", "build_page", "page_data", "write_page",
+]
+
+
 #: K = 2 map: N × N points over [−1, 1]².
 DEFAULT_GRID = 201
 #: K = 3 slices: N × N points of (γ2, γ3) per slice, at these γ1.

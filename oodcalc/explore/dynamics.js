@@ -1,4 +1,4 @@
-// The exact logit dynamics of oodcalc (oodcalc/finetune/dynamics.py, oodcalc/predict.py,
+// The exact logit dynamics of oodcalc (oodcalc/finetune/dynamics.py, oodcalc/prediction.py,
 // oodcalc/theory.py), ported to plain JavaScript for the explorer page.
 //
 // Same model, same conventions (L = Σ e_k / K, full-batch GD from Q = 0, both phases stop

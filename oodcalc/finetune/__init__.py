@@ -15,3 +15,5 @@ Bottom first (each module imports only the ones above it in this list):
 The package imports nothing itself: the cost model reads :mod:`.compiled` (whether Numba
 is there) without loading the engines that the cost model serves.
 """
+
+__all__ = []

@@ -26,6 +26,12 @@ import sys
 from ..errors import InputError
 
 
+__all__ = [
+    "PAYS_FROM_WORK", "THREADS_VARIABLE", "expected_threads", "loaded", "threads",
+    "threads_variable",
+]
+
+
 #: Logit updates (steps × logits) from which a sweep's compiled column kernel pays for
 #: importing Numba and loading its code (about a second, more on a loaded machine; the
 #: batched NumPy descent does about 3e7 updates a second there, the kernel 2-3e8).

@@ -25,6 +25,13 @@ from ..model import attention_first, conditional_errors, errors_first, features_
 from .ray_loop import ray_step_loop
 
 
+__all__ = [
+    "Descent", "MARGIN_ROUND", "Ray", "descend", "descend_columns", "descend_ray",
+    "first_step_change", "ood_start", "ray_logits", "require_converged", "source_errors",
+    "source_logits",
+]
+
+
 @dataclass(frozen=True)
 class Descent:
     """Where a batch of descents ended.

@@ -17,6 +17,9 @@ from ..setting import STALL_STEP
 from .terms import Recipe, errors_and_gradient, loss_gradient
 
 
+__all__ = ["ENGINE", "Run", "finetune", "probe"]
+
+
 #: How the report names this engine.
 ENGINE = "terms on (z_U, z_V) (NumPy)"
 

@@ -22,6 +22,9 @@ import numpy as np
 from ..model import errors_and_gradient  # noqa: F401  (e_k and ∂L/∂z for a Gram matrix)
 
 
+__all__ = ["ENGINE", "Pretrained", "gram_step", "ood_start", "pretrain"]
+
+
 #: How the report names the pretraining engine for overlapping features.
 ENGINE = "Gram-matrix K×K descent (NumPy)"
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 
 
+__all__ = ["ray_step_loop"]
+
+
 def ray_step_loop(own: float, other: float, K: int, eta: float, eps: float,
                   max_steps: int, stride: int, path: np.ndarray,
                   src_own: float, src_other: float, scale: float) -> tuple:

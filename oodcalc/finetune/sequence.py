@@ -67,6 +67,7 @@ in the same span (``ΔQ = −η/(S+1) Σ_i D_i g_i D_iᵀ``), so the recursion a
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -78,6 +79,16 @@ from ..geometry import check_dimension, check_finite, check_K, check_orthonormal
     check_sequence, from_arrays, ORTHONORMAL_TOL
 from ..setting import INTERVENTIONS, STALL_STEP, Protocol
 from .terms import errors_and_gradient, query_weights
+
+
+__all__ = [
+    "BWT_DEFINITION", "FORGETTING_DEFINITION", "FROZEN_TOL", "FWT_DEFINITION", "Joint",
+    "Metric", "SPAN_TOL", "SequenceResult", "Shifts", "Stage", "WORKING_COPIES",
+    "check_shifts", "check_size", "check_stage_weights", "descend", "descend_stage",
+    "earlier_span_blocks", "losses", "metrics", "parallel_shifts", "replay_shares",
+    "report_every", "run_sequence", "shifts_from_arrays", "stage_plan", "stage_protocols",
+    "start_logits",
+]
 
 
 # --- geometry: a sequence of shifts ---------------------------------------------------
@@ -320,14 +331,26 @@ class Joint:
 class SequenceResult:
     """A sequence of fine-tuning stages: ``R[i][j]`` the loss on domain ``j`` after stage
     ``i`` (row 0 after pretraining; column 0 the source V), each stage's steps and
-    whether it met its rule, the logits at the end, the metrics and the joint reference."""
+    whether it met its rule, the logits at the end, the untrained model's loss on every
+    domain (``Q = 0``, the forward-transfer baseline), the metrics and the joint reference.
+    Every key of ``to_dict()`` is the attribute of the same name.
+
+    Example
+    -------
+    >>> import oodcalc as oc
+    >>> result = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]))
+    >>> result.R.shape, result.steps, result.reached          # S = 2 stages after V
+    ((3, 3), [360, 331], [True, True])
+    >>> f"{result.metrics['bwt'].value:+.3e}", result.untrained_loss.tolist()
+    ('+2.161e-03', [0.25, 0.25, 0.25])
+    """
 
     R: np.ndarray
     steps: list
     reached: list
     T1: int
     z: np.ndarray
-    reference: np.ndarray
+    untrained_loss: np.ndarray
     metrics: dict
     joint: Joint
     parameters: dict
@@ -336,10 +359,29 @@ class SequenceResult:
     def S(self) -> int:
         return len(self.steps)
 
+    @property
+    def reference(self) -> np.ndarray:
+        """Deprecated: :attr:`untrained_loss` (the JSON's name)."""
+        warnings.warn("SequenceResult.reference is deprecated; use untrained_loss (the "
+                      "JSON's name)", DeprecationWarning, stacklevel=2)
+        return self.untrained_loss
+
     def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``oodcalc sequence --json``: every key the attribute of its name.
+
+        Example
+        -------
+        >>> import oodcalc as oc
+        >>> result = oc.sequence(oc.parallel_shifts([[1, -0.9], [1, 0.5]]))
+        >>> data = result.to_dict()
+        >>> list(data)
+        ['parameters', 'T1', 'R', 'steps', 'reached', 'untrained_loss', 'metrics', 'joint']
+        >>> data["R"] == result.R.tolist() and data["joint"]["steps"] == result.joint.steps
+        True
+        """
         return {"parameters": self.parameters, "T1": self.T1,
                 "R": self.R.tolist(), "steps": self.steps, "reached": self.reached,
-                "untrained_loss": self.reference.tolist(),
+                "untrained_loss": self.untrained_loss.tolist(),
                 "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
                 "joint": {"losses": self.joint.losses.tolist(), "steps": self.joint.steps,
                           "reached": self.joint.reached}}

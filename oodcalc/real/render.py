@@ -10,6 +10,15 @@ import numpy as np
 
 from .. import paper
 
+__all__ = [
+    "COLUMN_TITLES", "FAMILY_TITLES", "PARTS_NOTE", "PART_TITLES", "POWER_NOTE",
+    "RULE_TEXT", "SECTIONS", "angle", "ci", "fmt", "forgetting_rows", "markdown", "notes",
+    "null_note", "null_rows", "pair_rows", "paper_rows", "part_rows", "power_rows", "rho",
+    "rotation_rows", "seeds_text", "setup_lines", "shape_rows", "shift_orderings",
+    "shift_rows", "show", "signed_ci", "theory_F",
+]
+
+
 FAMILY_TITLES = {"scenario 1": "scenario 1 (large × small)",
                  "scenario 2": "scenario 2 (small × small)",
                  "scenario 1 (head)": "scenario 1, ranked by the trained head",

@@ -13,6 +13,13 @@ import numpy as np
 from .encoder import Encoder, Hidden, extended_mask
 
 
+__all__ = [
+    "L2_GRID", "PARTS", "Rotation", "Training", "batches", "dimension_pairs",
+    "head_difference", "init_head", "logistic", "losses", "make_top", "pooled_outputs",
+    "probe", "train", "train_batches",
+]
+
+
 #: The parts of the trained top a fine-tuning can move on their own, by the prefixes of
 #: their parameters' names: the attention block (scores, values, output projection and
 #: LayerNorm), the linear head, the block's scores alone (W_Q, W_K: what the theory's

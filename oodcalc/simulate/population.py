@@ -18,6 +18,12 @@ from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, directi
 from ..setting import STALL_STEP, Setting, check_setting
 
 
+__all__ = [
+    "Interventions", "PATH_BLOCK", "errors_and_gradient", "finetune", "logit_path",
+    "off_span", "query_weights", "simulate_population", "train",
+]
+
+
 def _softmax_columns(logits: np.ndarray) -> np.ndarray:
     w = np.exp(logits - logits.max(axis=0, keepdims=True))
     return w / w.sum(axis=0, keepdims=True)

@@ -55,6 +55,15 @@ from ..report import OOD, FeatureForgetting, Finetune, Pretrain, Report, trend
 from ..setting import Setting, check_setting
 from .population import Interventions, errors_and_gradient, logit_path
 
+__all__ = [
+    "Phase", "Prompts", "STOP_RULES", "attention_weights", "check_balanced",
+    "check_replay_batch", "check_simulation_inputs", "finetune_on_prompts",
+    "heldout_errors", "phase_generators", "pretrain_prompts", "sample_prompts",
+    "sampled_loss_and_gradient", "simulate_prompts", "task_averaged_errors",
+    "train_on_prompts",
+]
+
+
 STOP_RULES = ("population", "heldout")
 
 

@@ -20,6 +20,9 @@ from ..setting import STALL_STEP, Protocol
 from .population import errors_and_gradient, query_weights, train
 
 
+__all__ = ["off_span", "simulate_sequence"]
+
+
 def _losses(Q: np.ndarray, domains: list[np.ndarray]) -> np.ndarray:
     return np.array([errors_and_gradient(Q, F)[0].mean() for F in domains])
 

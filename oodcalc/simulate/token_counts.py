@@ -34,6 +34,12 @@ import numpy as np
 
 from ..errors import InputError
 
+__all__ = [
+    "MAX_COMPOSITIONS", "TokenCountBias", "bias_coefficient", "compositions",
+    "multinomial_probabilities", "share_errors", "share_hessian", "token_count_bias",
+]
+
+
 #: Most count vectors :func:`token_count_bias` enumerates (``C(N + K − 1, K − 1)``).
 MAX_COMPOSITIONS = 2_000_000
 

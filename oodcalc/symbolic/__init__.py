@@ -10,3 +10,5 @@ closed forms with mpmath. The derivations themselves live with their claims
 
 Importing this package imports nothing heavy; sympy loads with the submodules.
 """
+
+__all__ = []

@@ -32,6 +32,12 @@ from typing import Callable
 
 from ..claims import Claim
 
+__all__ = [
+    "FORMAT", "MAX_ENTRY_BYTES", "Outcome", "PACKAGE_ROOT", "VERSIONED", "closure",
+    "code_key", "default_directory", "from_derivation", "imported_modules", "outcome",
+]
+
+
 #: Bumped when what an entry holds changes: older entries are then recomputed.
 FORMAT = 1
 #: Largest entry read (bytes): an outcome is a few hundred bytes.

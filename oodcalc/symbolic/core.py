@@ -17,6 +17,15 @@ from typing import Callable, Iterable, Sequence
 import mpmath
 import sympy as sp
 
+__all__ = [
+    "Check", "Derivation", "EXPLICIT", "K_RANGE", "MP_DPS", "MP_TOL", "NUMERIC", "PAPER",
+    "PROSE", "PROSE_SUFFIX", "REFUTED", "Recorder", "SYMBOLIC", "Step", "as_scalar",
+    "cayley_orthonormal", "certify_nonnegative", "coefficients_nonnegative", "eq",
+    "is_zero", "is_zero_rational", "k_range_text", "level_of", "matrix_expr_is_zero",
+    "mp_max_residual", "mp_points", "prose_lemmas", "simplex_nonnegative",
+]
+
+
 SYMBOLIC = "symbolic K"
 EXPLICIT = "explicit K"
 NUMERIC = "numeric"

@@ -21,6 +21,12 @@ from ..errors import InputError, OodcalcError
 from ..io import write_text_atomic
 from .render import markdown_text, to_latex, to_markdown
 
+__all__ = [
+    "DEFAULT_DIR", "MARK", "check_writable", "file_names", "file_stem", "main",
+    "render_all", "stale", "write",
+]
+
+
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "derivations"
 
 

@@ -17,6 +17,12 @@ from typing import Any, Sequence
 import mpmath
 
 
+__all__ = [
+    "alpha_star", "attention_column", "closed_forms", "conditional_error", "ood_logits",
+    "parse_digits", "parse_eps", "print_high_precision", "to_strings",
+]
+
+
 def _mp(x: Any) -> mpmath.mpf:
     return x if isinstance(x, mpmath.mpf) else mpmath.mpf(str(x) if isinstance(x, str) else x)
 

@@ -26,6 +26,9 @@ import sympy as sp
 from .core import sym_K
 
 
+__all__ = ["Column", "attention", "column_symbols", "conditional_error", "logits", "loss"]
+
+
 # --- explicit K -----------------------------------------------------------------------
 
 def attention(column: Sequence[sp.Expr]) -> list[sp.Expr]:

@@ -16,6 +16,13 @@ from sympy.printing.pretty.pretty import PrettyPrinter
 from sympy.printing.pretty.pretty_symbology import greek_unicode, pretty_use_unicode
 from sympy.printing.pretty.stringpict import prettyForm, stringPict
 
+__all__ = [
+    "FORMATS", "PREAMBLE", "formula_latex", "latex_document", "markdown_text", "math_latex",
+    "math_text", "print_text", "prose_parts", "tex_text", "to_latex", "to_latex_body",
+    "to_markdown",
+]
+
+
 #: A :class:`~oodcalc.symbolic.core.Derivation`, read by its fields (id, title, steps,
 #: checks, scope, findings, level): this module sits below core.py, whose Jupyter repr
 #: calls it, and does not import it.

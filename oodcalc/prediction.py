@@ -33,6 +33,12 @@ from .setting import STALL_STEP, Setting, check_setting
 from .limits import AUTO_STEP_LIMIT, WORK_LIMIT, phase_cap  # noqa: F401,E402
 
 
+__all__ = [
+    "FAST_HINT_SECONDS", "KERNEL_MAX_WORK", "KERNEL_MIN_WORK", "PROGRESS_WORK",
+    "SHORT_PRETRAINING", "expected_seconds", "predict", "pretrain_logits",
+]
+
+
 def pretrain_logits(K: int, eps: float, eta: float, max_steps: int,
                     record: bool = False) -> Descent:
     """Pretraining from Q = 0 on any orthonormal V: the logits do not depend on V.
