@@ -292,6 +292,7 @@ class Chunk:
     seed: np.random.SeedSequence
     gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and its sign
     compiled: bool = False            # general columns by the Numba kernel (whole sweep)
+    compiled_margins: bool = False    # all-margin chunks by the compiled pass (whole sweep)
     interventions: Protocol | None = None   # fine-tuning's terms (oodcalc.finetune)
 
 
@@ -307,7 +308,7 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     if chunk.interventions is not None:
         return chunk.start, chunk.stop, _finetune_terms(chunk, z_ood0)
     ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
-                         compiled=chunk.compiled)
+                         compiled=chunk.compiled, compiled_margins=chunk.compiled_margins)
     errors = _errors_of_rows(chunk.z1)
     fixed = chunk.eps < 0                      # NEVER: ran its fixed number of steps
     columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed}
@@ -704,6 +705,22 @@ def _compiled_pays(grids: list[Grid], pretrained) -> bool:
     return work >= compiled.PAYS_FROM_WORK and compiled.column_kernels() is not None
 
 
+def _compiled_margins_pay(grids: list[Grid], pretrained) -> bool:
+    """Whether the sweep's all-margin descents (K = 2, rotations) run as one compiled pass
+    (``oodcalc.finetune._kernels.margin_pass``): Numba is installed and either already
+    loaded in this process or the margin work, estimated as rows × K × T1, pays for
+    loading it. Decided once per sweep, as :func:`_compiled_pays`; the sweep's ``engine``
+    says which ran (the two agree on T2 and to rounding on F_k, as the tests check)."""
+    from .finetune import compiled
+    two_valued = [(g, T1) for g, (T1, _) in zip(grids, pretrained)
+                  if g.K == 2 or g.geometry == "rotation"]      # every column a margin
+    if not two_valued or not compiled.available():
+        return False
+    work = sum(len(g) * g.K * float(np.mean(T1)) for g, T1 in two_valued)
+    return (compiled.loaded() or work >= compiled.PAYS_FROM_MARGIN_STEPS) \
+        and compiled.margin_pass() is not None
+
+
 def _finetune_eps(eps: np.ndarray, eps_ft: float | None, ft_steps: int | None
                   ) -> np.ndarray:
     """Fine-tuning's stopping level per row: NEVER (fixed steps), ``eps_ft``, or ``eps``."""
@@ -825,11 +842,12 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
             tasks.append((gi, start, stop, z1))
     seeds = np.random.SeedSequence(seed).spawn(len(tasks))
     fast = _compiled_pays(grids, pretrained)
+    fast_margins = intervened is None and _compiled_margins_pay(grids, pretrained)
     chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
                     _finetune_eps(grids[gi].eps[start:stop], eps_ft, ft_steps),
                     grids[gi].eta_ft[start:stop], ft_cap, s,
                     None if grids[gi].gamma is None or intervened else grids[gi].gamma[start:stop],
-                    fast, intervened)
+                    fast, fast_margins, intervened)
               for (gi, start, stop, z1), s in zip(tasks, seeds)]
     owner = [gi for gi, *_ in tasks]
 
@@ -876,7 +894,10 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
             "interventions": rule.interventions,
             "chunks": len(chunks),
             "engine": engine.ENGINE if intervened else
-            "compiled per-column kernel (Numba) for general columns" if fast else "NumPy",
+            "; ".join(part for part, used in (
+                ("compiled per-column kernel (Numba) for general columns", fast),
+                ("compiled margin pass (Numba) for two-valued columns", fast_margins))
+                if used) or "NumPy",
             "chunk_size": chunk_size, "rows": total,
             "shape": list(grids[0].shape) if len(grids) == 1 else None,
             "axes": [name for name, _ in grids[0].axes] if len(grids) == 1 else None,

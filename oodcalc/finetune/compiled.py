@@ -32,6 +32,13 @@ from ..errors import InputError
 PAYS_FROM_WORK = 2e8
 
 
+#: Margin-steps (distinct two-valued columns × steps) from which a sweep's compiled
+#: margin pass pays for importing Numba and loading its code when Numba is not loaded
+#: yet (about a second; the NumPy margin engine takes 5-10 ns a margin-step, the pass
+#: 2-5 ns).
+PAYS_FROM_MARGIN_STEPS = 2e8
+
+
 #: Numba's thread-count variable: Numba reads it when imported and crashes on a bad value
 #: (0: a ValueError inside Numba; 1,000,000: a segmentation fault, nothing on stderr).
 THREADS_VARIABLE = "NUMBA_NUM_THREADS"
@@ -118,3 +125,12 @@ def column_kernels():
         return None
     from ._kernels import columns_advance, columns_advance_parallel
     return columns_advance, columns_advance_parallel
+
+
+@functools.cache
+def margin_pass():
+    """:func:`oodcalc.finetune._kernels.margin_pass`; None without Numba."""
+    if numba() is None:
+        return None
+    from ._kernels import margin_pass
+    return margin_pass

@@ -265,7 +265,7 @@ def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float,
 def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
                     max_steps: int, *,
                     progress: Callable[[int], None] | None = None,
-                    compiled: bool = False) -> Descent:
+                    compiled: bool = False, compiled_margins: bool = False) -> Descent:
     """``descend`` for a batch of configurations, computing each distinct column once.
 
     Each column takes one of two paths, chosen by its own values (so a configuration's
@@ -375,6 +375,13 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     pair_cfg = (np.argsort(inverse) if grouped is None else grouped) // K   # column → configurations
     users = fan.copy()                                       # live uses of each column
 
+    if compiled_margins and grouped is not None and len(parts) == 1:
+        done = _margin_pass(engine, slots, by_col, pair_cfg, max_steps)
+        if done is not None:                 # (None: no Numba, or the order broke)
+            if progress is not None and done[1].any():
+                progress(int(np.count_nonzero(done[1])))
+            return Descent(blocks(slice(None), done[2]), done[0], done[1])
+
     steps = np.full(B, max_steps, dtype=np.int64)
     converged = np.zeros(B, dtype=bool)
     live = np.ones(B, dtype=bool)
@@ -430,6 +437,25 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     if final is not None:
         z = blocks(slice(None), final)
     return Descent(z, steps, converged)
+
+
+def _margin_pass(engine: "_Margins", slots: np.ndarray, by_col: np.ndarray,
+                 pair_cfg: np.ndarray, max_steps: int):
+    """The all-margin descent of one rule (one η, one ε) in one compiled call
+    (:func:`oodcalc.finetune._kernels.margin_pass`): ``(steps, converged, final margins)``,
+    or None without Numba or where rounding broke the margins' order (then the caller's
+    NumPy engine runs, which needs no order)."""
+    from . import compiled as kernels
+    kernel = kernels.margin_pass()
+    if kernel is None:
+        return None
+    B, K = slots.shape
+    steps, converged = np.empty(B, dtype=np.int64), np.empty(B, dtype=bool)
+    final = np.empty((B, K))
+    eps = float(engine.eps) if np.ndim(engine.eps) == 0 else float(engine.eps[0])
+    t = kernel(engine.w, float(engine.rate[0]), eps, engine.half, engine.m, slots,
+               by_col, pair_cfg, int(max_steps), steps, converged, final)
+    return (steps, converged, final) if t >= 0 else None
 
 
 #: Steps per round of an all-margin descent (its states are kept for a round; the
