@@ -36,12 +36,13 @@ import numpy as np
 
 from . import estimates, limits, theory
 from .finetune import engine, terms
-from .finetune.dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
-    source_errors
+from .finetune.dynamics import _is_diagonal, descend_columns, descend_ray, first_step_change, \
+    ood_start, ray_logits, source_errors
 from .errors import InputError, item_name, param, shorten
 from .geometry import Geometry, check_K, check_sequence
 from .io import open_input, write_atomic
-from .model import conditional_errors, feature_sum, features_first, loss
+from .model import attention_first, conditional_errors, errors_first, feature_sum, \
+    features_first, features_last, loss, matrices_first
 from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, INTERVENTIONS, NEVER, \
     Protocol, check_positive
@@ -349,14 +350,19 @@ def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, z_ood: np.ndarray,
     z1, M = chunk.z1[rows], chunk.M[rows]
     before = errors / K                                            # L_{v_k}(Q^(T1))
     after = source_errors(z1, M, z_ood0, z_ood) / K
+    # One softmax of the OOD logits at T1 for the OOD loss, the first step and D_k
+    # (each computed it before: the same bits).
+    a = attention_first(matrices_first(z_ood0))
     # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
     first = np.where(steps[:, None] > 0,
                      first_step_change(z1, M, chunk.eta_ft[rows], z_ood0=z_ood0,
-                                       errors=errors) / K, 0.0)
-    out = {"ood_loss": loss(z_ood0), "F_k": after - before, "first_step_k": first,
-           "initial_direction_k": directions(first)}
+                                       errors=errors, attention=a) / K, 0.0)
     if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
-        D, scale = theory.first_step_terms(chunk.gamma[rows], z_ood0)
+        D, scale = theory.first_step_terms(chunk.gamma[rows], z_ood0, attention=a)
+    ood_loss = feature_sum(features_last(errors_first(a))) / K     # loss(z_ood0); a spent
+    out = {"ood_loss": ood_loss, "F_k": after - before, "first_step_k": first,
+           "initial_direction_k": directions(first)}
+    if chunk.gamma is not None:
         out |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
     return out
 
@@ -684,10 +690,20 @@ def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float 
     pairs, pair_of_row = _distinct_pairs(eps_of_row, grid.eta_ft)
     lowest = np.full(len(pairs), np.inf)               # each pair's lowest column margin
     rows_per_block = max(1, BLOCK // grid.K**2)
+    shift = grid.K == 2 and _is_diagonal(grid.M)
     for start in range(0, len(grid), rows_per_block):
         rows = slice(start, start + rows_per_block)
-        margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows]))
-        np.minimum.at(lowest, pair_of_row[rows], features_first(margins).min(axis=0))
+        if shift:   # own − other of each OOD column: effective_margins' bits at K = 2
+            g, z = np.diagonal(grid.M[rows], axis1=1, axis2=2), z1[rows]
+            margins = np.stack([(z[:, k, k] * g[:, k]) * g[:, k]
+                                - (z[:, 1 - k, k] * g[:, 1 - k]) * g[:, k] for k in (0, 1)])
+        else:
+            margins = features_first(estimates.effective_margins(ood_start(z1[rows],
+                                                                            grid.M[rows])))
+        if len(pairs) == 1:
+            lowest[0] = min(lowest[0], margins.min())
+        else:
+            np.minimum.at(lowest, pair_of_row[rows], margins.min(axis=0))
     worst = max((estimates.log_steps_from_margin(grid.K, eps, eta_ft, float(margin)), eps,
                  eta_ft) for (eps, eta_ft), margin in zip(pairs, lowest))
     limits.check_sweep_steps(grid.K, worst[0], max_steps, "fine-tuning",

@@ -233,24 +233,41 @@ def _errors_after(z1: np.ndarray, M: np.ndarray, change: np.ndarray) -> np.ndarr
 
 
 def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float, *,
-                      z_ood0: np.ndarray | None = None, errors: np.ndarray | None = None
-                      ) -> np.ndarray:
+                      z_ood0: np.ndarray | None = None, errors: np.ndarray | None = None,
+                      attention: np.ndarray | None = None) -> np.ndarray:
     """The exact change of ``e_k`` on every source feature ``v_k`` over one fine-tuning
     step of size ``eta_ft`` from ``Q = V Z1 Vᵀ`` (one step of :func:`descend` on the OOD
     logits, its arithmetic, carried to the source by claim 7): ``(B, K)`` for stacks
     ``z1``, ``M`` ``(B, K, K)``. The step is taken whatever ε says; a caller whose run
     stopped at ``T2 = 0`` has no first step. A caller that has them passes
-    ``ood_start(z1, M)`` as ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``."""
+    ``ood_start(z1, M)`` as ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``, and
+    may pass the attention of ``z_ood0`` (``attention_first`` of its ``matrices_first``)
+    as ``attention``: the same bits, one softmax fewer."""
     z_ood0 = ood_start(z1, M) if z_ood0 is None else z_ood0
     errors = conditional_errors(z1) if errors is None else errors
     z_ood0 = np.asarray(z_ood0, dtype=np.float64)
     B = z_ood0.shape[0]
-    batch = _Batch(z_ood0, np.broadcast_to(np.asarray(eta_ft, dtype=np.float64), (B,)),
-                   np.zeros(B))
-    start = batch.x.copy()                       # x[n, k, b]: the matrices-first layout
-    batch.evaluate()
-    batch.step()
-    np.subtract(batch.x, start, out=start)       # z_ood − z_ood0, as source_logits takes it
+    eta = np.broadcast_to(np.asarray(eta_ft, dtype=np.float64), (B,))
+    if attention is None:
+        batch = _Batch(z_ood0, eta, np.zeros(B))
+        start = batch.x.copy()                   # x[n, k, b]: the matrices-first layout
+        batch.evaluate()
+        batch.step()
+        np.subtract(batch.x, start, out=start)   # z_ood − z_ood0, as source_logits takes it
+        return _errors_after(z1, M, start) - errors
+    # _Batch's step from the attention given, operation for operation
+    K = z_ood0.shape[-1]
+    a = attention
+    r = a.copy()
+    r.reshape(K * K, B)[::K + 1] -= 1.0          # r = Attn − I
+    g = a * r
+    col = g.sum(axis=0)                          # Σ_n a[n, k] r[n, k]
+    np.subtract(r, col, out=g)
+    g *= a
+    g *= np.array(eta) / K
+    x = matrices_first(z_ood0)
+    start = x - g
+    np.subtract(start, x, out=start)
     return _errors_after(z1, M, start) - errors
 
 
