@@ -309,14 +309,17 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     if chunk.interventions is not None:
         return chunk.start, chunk.stop, _finetune_terms(chunk, z_ood0)
     ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
-                         compiled=chunk.compiled, compiled_margins=chunk.compiled_margins)
+                         compiled=chunk.compiled, compiled_margins=chunk.compiled_margins,
+                         logits=K != 2)           # K = 2: the margins, F_k read from them
     errors = _errors_of_rows(chunk.z1)
     fixed = chunk.eps < 0                      # NEVER: ran its fixed number of steps
     columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed}
     B, rows_per_block = len(z_ood0), max(1, BLOCK // (K * K))
     for start in range(0, B, rows_per_block):
         rows = slice(start, start + rows_per_block)
-        block = _measures(chunk, rows, z_ood0[rows], ft.z[rows], ft.steps[rows], errors[rows])
+        block = _measures(chunk, rows, z_ood0[rows], ft.steps[rows], errors[rows],
+                          ft.z[rows] if ft.z is not None else None,
+                          ft.margins[rows] if ft.z is None else None)
         for name, values in block.items():
             if name not in columns:
                 columns[name] = np.empty((B,) + values.shape[1:], dtype=values.dtype)
@@ -342,14 +345,20 @@ def _finetune_terms(chunk: Chunk, z_ood0: np.ndarray) -> dict[str, np.ndarray]:
             "first_step_k": first, "initial_direction_k": directions(first)}
 
 
-def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, z_ood: np.ndarray,
-              steps: np.ndarray, errors: np.ndarray) -> dict[str, np.ndarray]:
+def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, steps: np.ndarray,
+              errors: np.ndarray, z_ood: np.ndarray | None,
+              margins: np.ndarray | None) -> dict[str, np.ndarray]:
     """The columns of ``rows`` of a fine-tuned chunk: OOD loss at T1, F_k, the exact first
-    step and its direction, and for parallel shifts claim 8c's D_k and its sign."""
+    step and its direction, and for parallel shifts claim 8c's D_k and its sign. F_k from
+    the final OOD logits ``z_ood``, or at K = 2 with M diagonal from the final OOD
+    ``margins``."""
     K = z_ood0.shape[-1]
     z1, M = chunk.z1[rows], chunk.M[rows]
-    before = errors / K                                            # L_{v_k}(Q^(T1))
-    after = source_errors(z1, M, z_ood0, z_ood) / K
+    if K == 2:
+        after = _errors_after_k2(z1, M, z_ood0, z_ood, margins)
+    else:
+        after = source_errors(z1, M, z_ood0, z_ood)
+    F = after / K - errors / K                                 # − L_{v_k}(Q^(T1))
     # One softmax of the OOD logits at T1 for the OOD loss, the first step and D_k
     # (each computed it before: the same bits).
     a = attention_first(matrices_first(z_ood0))
@@ -360,10 +369,46 @@ def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, z_ood: np.ndarray,
     if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
         D, scale = theory.first_step_terms(chunk.gamma[rows], z_ood0, attention=a)
     ood_loss = feature_sum(features_last(errors_first(a))) / K     # loss(z_ood0); a spent
-    out = {"ood_loss": ood_loss, "F_k": after - before, "first_step_k": first,
+    out = {"ood_loss": ood_loss, "F_k": F, "first_step_k": first,
            "initial_direction_k": directions(first)}
     if chunk.gamma is not None:
         out |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
+    return out
+
+
+def _errors_after_k2(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
+                     z_ood: np.ndarray | None, margins: np.ndarray | None) -> np.ndarray:
+    """``source_errors(z1, M, z_ood0, z_ood)`` at K = 2, the same bits, entry by entry
+    instead of on ``(K, K, B)`` stacks. Given the final OOD ``margins`` instead of
+    ``z_ood``, the logits are built from them as ``descend_columns`` builds them (the
+    column sum is conserved: own + Δ/2, other − Δ/2, Δ the margin's change)."""
+    if z_ood is None:
+        own0 = np.diagonal(z_ood0, axis1=1, axis2=2)              # (B, 2)
+        change = margins - (own0 - z_ood0[:, [1, 0], [0, 1]])
+        z_ood = z_ood0 - (change / 2)[:, None, :]                 # x[n, k] − Δ_k/K
+        z_ood[:, [0, 1], [0, 1]] = own0 + change * (2 - 1) / 2
+    W = z_ood - z_ood0
+    diagonal = (M[:, 0, 1] == 0) & (M[:, 1, 0] == 0)
+    out = np.empty(z_ood0.shape[:1] + (2,))
+    general = ~diagonal
+    if general.any():
+        out[general] = source_errors(z1[general], M[general], z_ood0[general], z_ood[general])
+    if diagonal.any():
+        d = slice(None) if diagonal.all() else diagonal
+        l, W, z = np.diagonal(M[d], axis1=1, axis2=2), W[d], z1[d]
+        for k in (0, 1):     # source column k: z1[n, k] + (W[n, k] l_n) l_k, n = 0, 1
+            x0 = z[:, 0, k] + (W[:, 0, k] * l[:, 0]) * l[:, k]
+            x1 = z[:, 1, k] + (W[:, 1, k] * l[:, 1]) * l[:, k]
+            top = np.maximum(x0, x1)                              # attention_first
+            a0, a1 = np.exp(x0 - top), np.exp(x1 - top)
+            total = a0 + a1
+            a0 /= total
+            a1 /= total
+            if k == 0:                                            # errors_first
+                a0 -= 1.0
+            else:
+                a1 -= 1.0
+            out[d, k] = 0.5 * (a0 * a0 + a1 * a1)
     return out
 
 

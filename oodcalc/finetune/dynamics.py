@@ -32,13 +32,15 @@ class Descent:
     ``z``: final logits ``(B, K, K)``; ``steps``: the stopping step of each configuration
     (``max_steps`` where it did not converge); ``converged``: ``(B,)`` booleans;
     ``trajectory``: ``(T+1, B, K, K)`` when recorded, configurations that stopped earlier
-    hold their final value.
+    hold their final value; ``margins``: ``(B, K)``, each column's final margin, when the
+    compiled margin pass was asked for them instead of ``z`` (then None).
     """
 
-    z: np.ndarray
+    z: np.ndarray | None
     steps: np.ndarray
     converged: np.ndarray
     trajectory: np.ndarray | None = None
+    margins: np.ndarray | None = None
 
 
 def descend(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
@@ -282,7 +284,8 @@ def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float,
 def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
                     max_steps: int, *,
                     progress: Callable[[int], None] | None = None,
-                    compiled: bool = False, compiled_margins: bool = False) -> Descent:
+                    compiled: bool = False, compiled_margins: bool = False,
+                    logits: bool = True) -> Descent:
     """``descend`` for a batch of configurations, computing each distinct column once.
 
     Each column takes one of two paths, chosen by its own values (so a configuration's
@@ -298,6 +301,12 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
       installed), by the compiled per-column kernel: the same to rounding (T identical,
       F_k to 1e-12 in the tests), several times faster. Choose ``compiled`` for a whole
       sweep, not per batch, so that results do not depend on how it is split.
+
+    With ``compiled_margins`` (and Numba installed), a batch whose columns are all margins
+    descends in one compiled pass per ``(η, ε)`` (:func:`_margin_pass`): T identical, the
+    logits to rounding (``exp`` differs by at most an ulp). With ``logits=False``, a batch
+    whose columns are all margins returns their final margins (``Descent.margins``), not
+    ``z``, whichever engine ran.
 
     Configuration ``b`` stops at the first step where all of its columns meet ``e <= ε``:
     the count of each configuration's columns above ε is kept up to date from the
@@ -323,6 +332,23 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
         margins = own_values - hi
     else:
         two_valued, margins = np.ones(B, dtype=bool), np.zeros((B, 1))
+    if compiled_margins and B > 1 and two_valued.all() and \
+            not ((eta == eta[0]).all() and (eps == eps[0]).all()):
+        # The compiled pass takes one (η, ε): one call per rule (each configuration's
+        # result depends on its own columns alone, so it is the same either way).
+        rules, rule = np.unique(np.stack([eta, eps], axis=1), axis=0, return_inverse=True)
+        rule = rule.ravel()
+        steps, converged = np.empty(B, dtype=np.int64), np.empty(B, dtype=bool)
+        out = np.empty((B, K)) if not logits else np.empty((B, K, K))
+        for r in range(len(rules)):
+            rows = np.flatnonzero(rule == r)
+            part = descend_columns(z0[rows], eta[rows], eps[rows], max_steps,
+                                   progress=progress, compiled=compiled,
+                                   compiled_margins=True, logits=logits)
+            steps[rows], converged[rows] = part.steps, part.converged
+            out[rows] = part.z if logits else part.margins
+        return Descent(out if logits else None, steps, converged,
+                       margins=None if logits else out)
     row_eta, row_eps = np.repeat(eta, K), np.repeat(eps, K)
 
     # Distinct columns: margins first (indices 0..Um−1), then full columns.
@@ -394,9 +420,11 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
 
     if compiled_margins and grouped is not None and len(parts) == 1:
         done = _margin_pass(engine, slots, by_col, pair_cfg, max_steps)
-        if done is not None:                 # (None: no Numba, or the order broke)
+        if done is not None:                 # (None: no Numba, or a margin went back)
             if progress is not None and done[1].any():
                 progress(int(np.count_nonzero(done[1])))
+            if not logits:
+                return Descent(None, done[0], done[1], margins=done[2])
             return Descent(blocks(slice(None), done[2]), done[0], done[1])
 
     steps = np.full(B, max_steps, dtype=np.int64)
@@ -452,6 +480,8 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     if rest.size:
         finish(rest, max_steps, False)
     if final is not None:
+        if not logits:
+            return Descent(None, steps, converged, margins=final)
         z = blocks(slice(None), final)
     return Descent(z, steps, converged)
 
