@@ -36,8 +36,8 @@ import numpy as np
 
 from . import estimates, limits, theory
 from .finetune import engine, terms
-from .finetune.dynamics import _is_diagonal, descend_columns, descend_ray, first_step_change, \
-    ood_start, ray_logits, source_errors
+from .finetune.dynamics import _errors_after, _is_diagonal, descend_columns, descend_ray, \
+    first_step_change, first_step_moves, ood_start, ray_logits, source_errors
 from .errors import InputError, item_name, param, shorten
 from .geometry import Geometry, check_K, check_sequence
 from .io import open_input, write_atomic
@@ -363,9 +363,13 @@ def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, steps: np.ndarray,
     # (each computed it before: the same bits).
     a = attention_first(matrices_first(z_ood0))
     # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
-    first = np.where(steps[:, None] > 0,
-                     first_step_change(z1, M, chunk.eta_ft[rows], z_ood0=z_ood0,
-                                       errors=errors, attention=a) / K, 0.0)
+    if K == 2:
+        moves = first_step_moves(z_ood0, chunk.eta_ft[rows], a)
+        change = _errors_after_k2(z1, M, z_ood0, moves=moves) - errors
+    else:
+        change = first_step_change(z1, M, chunk.eta_ft[rows], z_ood0=z_ood0,
+                                   errors=errors, attention=a)
+    first = np.where(steps[:, None] > 0, change / K, 0.0)
     if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
         D, scale = theory.first_step_terms(chunk.gamma[rows], z_ood0, attention=a)
     ood_loss = feature_sum(features_last(errors_first(a))) / K     # loss(z_ood0); a spent
@@ -377,38 +381,50 @@ def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, steps: np.ndarray,
 
 
 def _errors_after_k2(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
-                     z_ood: np.ndarray | None, margins: np.ndarray | None) -> np.ndarray:
+                     z_ood: np.ndarray | None = None, margins: np.ndarray | None = None,
+                     moves: np.ndarray | None = None) -> np.ndarray:
     """``source_errors(z1, M, z_ood0, z_ood)`` at K = 2, the same bits, entry by entry
-    instead of on ``(K, K, B)`` stacks. Given the final OOD ``margins`` instead of
-    ``z_ood``, the logits are built from them as ``descend_columns`` builds them (the
-    column sum is conserved: own + Δ/2, other − Δ/2, Δ the margin's change)."""
-    if z_ood is None:
-        own0 = np.diagonal(z_ood0, axis1=1, axis2=2)              # (B, 2)
-        change = margins - (own0 - z_ood0[:, [1, 0], [0, 1]])
-        z_ood = z_ood0 - (change / 2)[:, None, :]                 # x[n, k] − Δ_k/K
-        z_ood[:, [0, 1], [0, 1]] = own0 + change * (2 - 1) / 2
-    W = z_ood - z_ood0
+    where M is diagonal instead of on ``(K, K, B)`` stacks. The OOD logits come as
+    ``z_ood``, as their change ``moves`` (matrices-first), or as the final OOD ``margins``,
+    the logits then built as ``descend_columns`` builds them (the column sum is conserved:
+    own + Δ/2, other − Δ/2, Δ the margin's change)."""
+    B = z_ood0.shape[0]
+    z0 = [[z_ood0[:, n, k].copy() for k in (0, 1)] for n in (0, 1)]  # z0[n][k], (B,)
+    if moves is not None:
+        W = [[moves[n, k] for k in (0, 1)] for n in (0, 1)]
+    else:
+        if z_ood is None:
+            z_ood = np.empty_like(z_ood0)
+            for k in (0, 1):
+                o = 1 - k
+                change = margins[:, k] - (z0[k][k] - z0[o][k])
+                z_ood[:, o, k] = z0[o][k] - change / 2
+                z_ood[:, k, k] = z0[k][k] + change * (2 - 1) / 2
+        W = [[z_ood[:, n, k] - z0[n][k] for k in (0, 1)] for n in (0, 1)]
     diagonal = (M[:, 0, 1] == 0) & (M[:, 1, 0] == 0)
-    out = np.empty(z_ood0.shape[:1] + (2,))
+    out = np.empty((B, 2))
     general = ~diagonal
     if general.any():
-        out[general] = source_errors(z1[general], M[general], z_ood0[general], z_ood[general])
-    if diagonal.any():
-        d = slice(None) if diagonal.all() else diagonal
-        l, W, z = np.diagonal(M[d], axis1=1, axis2=2), W[d], z1[d]
-        for k in (0, 1):     # source column k: z1[n, k] + (W[n, k] l_n) l_k, n = 0, 1
-            x0 = z[:, 0, k] + (W[:, 0, k] * l[:, 0]) * l[:, k]
-            x1 = z[:, 1, k] + (W[:, 1, k] * l[:, 1]) * l[:, k]
-            top = np.maximum(x0, x1)                              # attention_first
-            a0, a1 = np.exp(x0 - top), np.exp(x1 - top)
-            total = a0 + a1
-            a0 /= total
-            a1 /= total
-            if k == 0:                                            # errors_first
-                a0 -= 1.0
-            else:
-                a1 -= 1.0
-            out[d, k] = 0.5 * (a0 * a0 + a1 * a1)
+        out[general] = _errors_after(z1[general], M[general], moves[..., general]) \
+            if moves is not None else \
+            source_errors(z1[general], M[general], z_ood0[general], z_ood[general])
+    if not diagonal.any():
+        return out
+    d = slice(None) if diagonal.all() else diagonal
+    l = [M[d, 0, 0], M[d, 1, 1]]
+    for k in (0, 1):         # source column k: z1[n, k] + (W[n, k] l_n) l_k, n = 0, 1
+        x0 = z1[d, 0, k] + (W[0][k][d] * l[0]) * l[k]
+        x1 = z1[d, 1, k] + (W[1][k][d] * l[1]) * l[k]
+        top = np.maximum(x0, x1)                                  # attention_first
+        a0, a1 = np.exp(x0 - top), np.exp(x1 - top)
+        total = a0 + a1
+        a0 /= total
+        a1 /= total
+        (a0 if k == 0 else a1)[...] -= 1.0                       # errors_first
+        a0 *= a0
+        a1 *= a1
+        a0 += a1
+        out[d, k] = 0.5 * a0
     return out
 
 

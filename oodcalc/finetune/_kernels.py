@@ -373,7 +373,7 @@ def margin_pass(w0, rate, eps, half, m, slots, by_col, pair_cfg, max_steps,
             return t
         wa, wb = wb, wa
         t += 1
-        if 8 * retired >= n:                            # compact: drop retired margins
+        if 32 * retired >= n:                            # compact: drop retired margins
             keep = f                                   # (all hit: past the prefix)
             for i in range(f, n):
                 c = act[i]

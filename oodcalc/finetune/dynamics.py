@@ -257,8 +257,16 @@ def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float,
         batch.step()
         np.subtract(batch.x, start, out=start)   # z_ood − z_ood0, as source_logits takes it
         return _errors_after(z1, M, start) - errors
-    # _Batch's step from the attention given, operation for operation
-    K = z_ood0.shape[-1]
+    return _errors_after(z1, M, first_step_moves(z_ood0, eta, attention)) - errors
+
+
+def first_step_moves(z_ood0: np.ndarray, eta_ft: np.ndarray, attention: np.ndarray
+                     ) -> np.ndarray:
+    """How one fine-tuning step moves the OOD logits ``z_ood0`` ``(B, K, K)``, given their
+    attention (``attention_first`` of ``matrices_first(z_ood0)``), matrices-first: the
+    step of :func:`descend` (its ``_Batch``), operation for operation, so the same bits
+    as ``z_ood − z_ood0`` after its first step."""
+    B, K = z_ood0.shape[0], z_ood0.shape[-1]
     a = attention
     r = a.copy()
     r.reshape(K * K, B)[::K + 1] -= 1.0          # r = Attn − I
@@ -266,11 +274,11 @@ def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float,
     col = g.sum(axis=0)                          # Σ_n a[n, k] r[n, k]
     np.subtract(r, col, out=g)
     g *= a
-    g *= np.array(eta) / K
+    g *= np.array(eta_ft) / K
     x = matrices_first(z_ood0)
-    start = x - g
-    np.subtract(start, x, out=start)
-    return _errors_after(z1, M, start) - errors
+    moved = x - g
+    np.subtract(moved, x, out=moved)
+    return moved
 
 
 # --- columns: every OOD column descends on its own -------------------------------------
