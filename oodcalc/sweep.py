@@ -371,7 +371,8 @@ def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, steps: np.ndarray,
                                    errors=errors, attention=a)
     first = np.where(steps[:, None] > 0, change / K, 0.0)
     if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
-        D, scale = theory.first_step_terms(chunk.gamma[rows], z_ood0, attention=a)
+        D, scale = _first_step_terms_k2(chunk.gamma[rows], a) if K == 2 else \
+            theory.first_step_terms(chunk.gamma[rows], z_ood0, attention=a)
     ood_loss = feature_sum(features_last(errors_first(a))) / K     # loss(z_ood0); a spent
     out = {"ood_loss": ood_loss, "F_k": F, "first_step_k": first,
            "initial_direction_k": directions(first)}
@@ -426,6 +427,26 @@ def _errors_after_k2(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
         a0 += a1
         out[d, k] = 0.5 * a0
     return out
+
+
+def _first_step_terms_k2(gamma: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``theory.first_step_terms(gamma, z_ood, attention=a)`` at K = 2, the same bits,
+    entry by entry (``a[n, k]``: the attention of the OOD logits at T1, matrices-first).
+    Its sums over n hold a zero diagonal term: kept as ``+ 0.0`` (−0 becomes +0 there)."""
+    B = gamma.shape[0]
+    D, scale = np.empty((B, 2)), np.empty((B, 2))
+    g = [gamma[:, 0], gamma[:, 1]]
+    for k in (0, 1):
+        o = 1 - k
+        own, other = a[k, k], a[o, k]
+        sum_sq = a[0, k] * a[0, k] + a[1, k] * a[1, k]
+        share = other * ((other + own) - sum_sq)                  # Λ[o, k]
+        size = other * ((other + own) + sum_sq)
+        cross = g[o] * g[k]
+        square = g[k] * g[k]
+        D[:, k] = -(cross * share + 0.0) - square * (share + 0.0)
+        scale[:, k] = (np.abs(cross) * size + 0.0) + square * (size + 0.0)
+    return D, scale
 
 
 def _errors_of_rows(z: np.ndarray) -> np.ndarray:

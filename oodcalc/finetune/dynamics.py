@@ -329,16 +329,22 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     eps = np.broadcast_to(np.asarray(eps, dtype=np.float64), (B,))
     # Each column's own logit and the largest and smallest of its others (equal: the
     # column is two-valued), reduced over rows n with the batch innermost (fast).
-    x = z0.transpose(1, 2, 0).copy()                          # x[n, k, b]
-    own_diag = x.reshape(K * K, B)[::K + 1]                   # view of x[k, k, :]
-    own_values = own_diag.T.copy()                            # (B, K)
-    if K > 1:
+    if K == 2:     # each column's one other is its max and min: the same, read directly
+        own_values = np.stack([z0[:, 0, 0], z0[:, 1, 1]], axis=1)
+        hi = np.stack([z0[:, 1, 0], z0[:, 0, 1]], axis=1)
+        two_valued = (hi == hi).ravel()                       # (min == max: not NaN)
+        margins = own_values - hi
+    else:
+        x = z0.transpose(1, 2, 0).copy()                      # x[n, k, b]
+        own_diag = x.reshape(K * K, B)[::K + 1]               # view of x[k, k, :]
+        own_values = own_diag.T.copy()                        # (B, K)
+    if K > 2:
         own_diag[...] = -np.inf
         hi = x.max(axis=0).T
         own_diag[...] = np.inf
         two_valued = (x.min(axis=0).T == hi).ravel()          # row b*K + k: column k of b
         margins = own_values - hi
-    else:
+    elif K == 1:
         two_valued, margins = np.ones(B, dtype=bool), np.zeros((B, 1))
     if compiled_margins and B > 1 and two_valued.all() and \
             not ((eta == eta[0]).all() and (eps == eps[0]).all()):
