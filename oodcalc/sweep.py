@@ -1052,7 +1052,8 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
     if grid.gamma is not None and not interventions:
         r = regimes(grid.gamma)
         cols |= {f"regime_{k + 1}": r[:, k] for k in range(K)}
-        r = theory.regime_names(grid.gamma, corrected=True)
+        if K > 2:   # (at K = 2 the corrected threshold (K − 1)·γ_k² is the paper's)
+            r = theory.regime_names(grid.gamma, corrected=True)
         cols |= {f"corrected_regime_{k + 1}": r[:, k] for k in range(K)}
         cols |= {f"D_{k + 1}": part["D_k"][:, k] for k in range(K)}
         cols |= {f"D_direction_{k + 1}": part["D_direction_k"][:, k] for k in range(K)}

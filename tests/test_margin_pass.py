@@ -1,7 +1,10 @@
 """The compiled margin pass (K = 2 and rotations: every column a margin) against the NumPy
 margin engine it replaces when Numba is there, and against the plain K×K descent: T2
-identical, the logits to 1e-12; whatever the margins' order; and the comparison fails
-when a margin is read one step off or a stop is off by one."""
+identical, the logits to 1e-12; whatever the margins' order or the rules beside a row;
+and the comparison fails when a margin is read one step off or a stop is off by one.
+Then the K = 2 sweep's measures computed entry by entry (F_k from the final margins, the
+first step, D_k) against the (K, K, B) formulas they replace: the same bits, signs of
+zeros included, and not when an input is one ulp off."""
 
 import math
 
@@ -133,3 +136,70 @@ def test_a_sweep_on_the_pass_equals_the_numpy_sweep(monkeypatch):
             np.testing.assert_allclose(fast[name], reference[name], rtol=0, atol=1e-12)
         else:
             assert np.array_equal(fast[name], reference[name]), name
+
+
+@needs_numba
+def test_several_rules_run_one_pass_each_and_a_row_does_not_see_the_others():
+    rng = np.random.default_rng(8)
+    z0 = rng.normal(scale=2.0, size=(80, 2, 2))
+    eta, eps = rng.choice([0.1, 0.5], 80), rng.choice([0.01, 0.03], 80)
+    fast = descend_columns(z0, eta, eps, 10**5, compiled_margins=True)
+    assert_same_descent(fast, descend_columns(z0, eta, eps, 10**5))
+    margins = descend_columns(z0, eta, eps, 10**5, compiled_margins=True, logits=False)
+    assert margins.z is None and np.array_equal(margins.steps, fast.steps)
+    for b in (0, 33, 79):                                      # alone: the same bits
+        alone = descend_columns(z0[b:b + 1], eta[b:b + 1], eps[b:b + 1], 10**5,
+                                compiled_margins=True, logits=False)
+        assert alone.steps[0] == fast.steps[b]
+        assert np.array_equal(alone.margins[0], margins.margins[b])
+
+
+# --- the K = 2 measures entry by entry: the bits of the (K, K, B) formulas -------------
+
+def k2_case(seed: int):
+    """Parallel shifts with γ on a lattice (γ = 0, γ1 = ±γ2: zero terms) and a few
+    general K = 2 geometries (M not diagonal), from the pretrained logits."""
+    rng = np.random.default_rng(seed)
+    gammas = rng.choice(np.linspace(-1, 1, 9), size=(60, 2))
+    M = np.stack([np.diag(g) for g in gammas])
+    M[:5] = rng.normal(size=(5, 2, 2)) / 2                     # general rows
+    z1 = np.broadcast_to(ray_logits(2, 2.5, -2.5), (60, 2, 2))
+    return gammas, M, z1, ood_start(z1, M)
+
+
+def same_bits(x, y) -> bool:
+    return np.array_equal(x, y) and np.array_equal(np.signbit(x), np.signbit(y))
+
+
+@pytest.mark.parametrize("mutation", [None, "one ulp off"])
+def test_k2_source_errors_have_the_bits_of_source_errors(mutation):
+    from oodcalc.finetune.dynamics import _errors_after, first_step_moves, source_errors
+    from oodcalc.model import attention_first, matrices_first
+    _, M, z1, z0 = k2_case(1)
+    run = descend_columns(z0, 0.1, 0.01, 10**5, logits=False)   # the NumPy engine
+    z = descend_columns(z0, 0.1, 0.01, 10**5).z
+    if mutation:                                                 # what the check must see
+        run = dynamics.Descent(None, run.steps, run.converged,
+                               margins=np.nextafter(run.margins, np.inf))
+    reference = source_errors(z1, M, z0, z)
+    from_margins = sw._errors_after_k2(z1, M, z0, margins=run.margins)
+    assert same_bits(sw._errors_after_k2(z1, M, z0, z_ood=z), reference)
+    assert same_bits(from_margins, reference) == (mutation is None)
+    moves = first_step_moves(z0, np.full(60, 0.1), attention_first(matrices_first(z0)))
+    assert same_bits(sw._errors_after_k2(z1, M, z0, moves=moves),
+                     _errors_after(z1, M, moves.copy()))
+
+
+@pytest.mark.parametrize("mutation", [None, "attention one ulp off"])
+def test_k2_first_step_terms_have_the_bits_of_theory(mutation):
+    from oodcalc import theory
+    from oodcalc.model import attention_first, matrices_first
+    gammas, M, _, z0 = k2_case(2)
+    gammas, z0 = gammas[5:], z0[5:]                              # parallel shifts
+    D, scale = theory.first_step_terms(gammas, z0)
+    assert (D == 0).any() and np.signbit(D[D == 0]).any()        # −0 terms: signs matter
+    a = attention_first(matrices_first(z0))
+    if mutation:
+        a = np.nextafter(a, 2.0)
+    D2, scale2 = sw._first_step_terms_k2(gammas, a)
+    assert (same_bits(D2, D) and same_bits(scale2, scale)) == (mutation is None)
