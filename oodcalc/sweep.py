@@ -955,6 +955,9 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     def collect(index: int, out) -> None:
         start, stop, columns = out
         gi = owner[index]
+        if start == 0 and stop == len(grids[gi]):      # the whole grid: its own arrays
+            parts[gi] = dict(columns)
+            return
         for name, values in columns.items():
             if name not in parts[gi]:
                 shape = (len(grids[gi]),) + values.shape[1:]

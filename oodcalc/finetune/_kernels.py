@@ -2,14 +2,16 @@
 which checks that Numba is installed).
 
 Every OOD column descends on its own (the loss is ``Σ_k e_k / K`` and ``e_k`` sees column
-``k`` alone). Two kernels use it:
+``k`` alone). Three kernels use it:
 
 * :func:`finetune_diagonal` (``predict``, parallel shifts): each column, with its source
   column, advances through a block of steps while it sits in the L1 cache, one column per
   thread at a time, and reports per step whether it is above ε; the caller applies the
   stopping rule (every column below ε at the same step) to those flags;
 * :func:`columns_advance` (sweeps, many short columns): one step of every distinct
-  column per call, vectorised across columns.
+  column per call, vectorised across columns;
+* :func:`margin_pass` (sweeps whose columns are all margins: K = 2, rotations): the whole
+  descent of every distinct margin in one call, vectorised across margins.
 
 A column's arithmetic depends neither on the thread count nor on the other columns:
 results are the same however the work is split. It is the NumPy path's
@@ -18,8 +20,9 @@ is :func:`exp_neg` below, which LLVM vectorises (this Numba has no vectorised ex
 llvmlite is not built with Intel's SVML, so ``pip install icc-rt`` changes nothing, and
 ``math.exp`` calls the C library once per value, several times slower); and the errors
 use the accurate split ``1 − p_k = Σ_(n≠k) w_n / Σ w`` (no cancellation when the own
-attention is near 1). The tests check T1/T2 identical to the NumPy path and F_k to 1e-12
-on random cases.
+attention is near 1). The margin pass is ``dynamics._Margins``'s arithmetic, operation for
+operation, but for ``exp``. The tests check T1/T2 identical to the NumPy path and F_k to
+1e-12 on random cases.
 """
 
 from __future__ import annotations

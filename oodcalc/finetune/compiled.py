@@ -6,8 +6,9 @@ and loading the compiled code (about a second; compiled once, then cached on dis
 * the symmetric ray's scalar recurrence: the plain-Python source that oodcalc also runs
   without Numba (:func:`oodcalc.finetune.ray_loop.ray_step_loop`), compiled unchanged, so both
   give the same numbers bit for bit (the tests check it);
-* the per-column K×K fine-tuning (:mod:`oodcalc.finetune._kernels`), whose fallback is the NumPy
-  K×K descent: the same arithmetic up to rounding (T2 identical and F_k to 1e-12 in the
+* the per-column K×K fine-tuning and the sweeps' margin pass
+  (:mod:`oodcalc.finetune._kernels`), whose fallbacks are the NumPy K×K descent and margin
+  engine: the same arithmetic up to rounding (T2 identical and F_k to 1e-12 in the
   tests).
 
 Without Numba every accessor here returns None and the caller keeps its NumPy or
