@@ -15,7 +15,9 @@ reports T1, T2 and F_k; before any time is printed, T1 and T2 must be identical 
 oodcalc's on every configuration and F_k agree to 1e-12. Workloads: the 201×201 K = 2
 phase diagram, 10⁴ random γ at K = 8, and a θ × K sweep (θ ∈ [0, π/2], 46 angles,
 K = 2..32). Times are the best of ``--repeat`` runs in this process; the load average is
-read after each. Each table ends with oodcalc's sweep against its strongest peer and, where
+read after each. Numba, when installed, is imported first (the Numba peers need it, and
+oodcalc's sweep then uses its compiled paths: each table names oodcalc's engine). Each
+table ends with oodcalc's sweep against its strongest peer and, where
 every column is a margin, against the limit: the distinct margin-steps (each distinct
 margin from step 0 to the last T2 that reads it) times the measured time of one
 vectorised exp.
@@ -471,7 +473,8 @@ def compare(title, grids, repeat):
         rows.append([f"limit: {work:,} distinct margin-steps × {ns:.2f} ns (one vectorised "
                      f"exp each, {how})", f"{limit:.3f} s", f"{limit / t_ood:.2f}", load()])
     print(f"\n### {title}\n\n{len(ours):,} configurations; every peer agrees (T1, T2 "
-          f"identical, |ΔF_k| <= {AGREE:g}); best of {repeat}\n")
+          f"identical, |ΔF_k| <= {AGREE:g}); best of {repeat}; oodcalc's engine: "
+          f"{ours.meta['engine']}\n")
     print(table(["implementation", "best time", "time / oodcalc", "load"], rows))
     strongest = min(timed, key=timed.get)
     print(f"\noodcalc sweep against the strongest peer ({strongest}): "
@@ -499,6 +502,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(machine())
+    try:   # loaded, as the Numba peers load it: oodcalc's compiled paths are then in play
+        import numba  # noqa: F401
+    except ImportError:
+        pass
     g = np.linspace(-1, 1, args.n)
     compare(f"{args.n}×{args.n} K = 2 phase diagram", gamma_grid([g, g]), args.repeat)
     rng = np.random.default_rng(0)

@@ -37,7 +37,7 @@ import numpy as np
 from . import estimates, limits, theory
 from .finetune import engine, terms
 from .finetune.dynamics import _errors_after, _is_diagonal, descend_columns, descend_ray, \
-    first_step_change, first_step_moves, ood_start, ray_logits, source_errors
+    first_step_change, ood_start, ray_logits, source_errors
 from .errors import InputError, item_name, param, shorten
 from .geometry import Geometry, check_K, check_sequence
 from .io import open_input, write_atomic
@@ -360,25 +360,52 @@ def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, steps: np.ndarray,
         after = source_errors(z1, M, z_ood0, z_ood)
     F = after / K - errors / K                                 # − L_{v_k}(Q^(T1))
     # One softmax of the OOD logits at T1 for the OOD loss, the first step and D_k
-    # (each computed it before: the same bits).
-    a = attention_first(matrices_first(z_ood0))
-    # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
+    # (each computed it before: the same bits); at K = 2 entry by entry.
+    # The exact first step (none where the rule held at T1: T2 = 0, nothing moved).
     if K == 2:
-        moves = first_step_moves(z_ood0, chunk.eta_ft[rows], a)
+        a, moves, ood_loss = _start_k2(z_ood0, chunk.eta_ft[rows])
         change = _errors_after_k2(z1, M, z_ood0, moves=moves) - errors
     else:
+        a = attention_first(matrices_first(z_ood0))
         change = first_step_change(z1, M, chunk.eta_ft[rows], z_ood0=z_ood0,
                                    errors=errors, attention=a)
     first = np.where(steps[:, None] > 0, change / K, 0.0)
     if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
         D, scale = _first_step_terms_k2(chunk.gamma[rows], a) if K == 2 else \
             theory.first_step_terms(chunk.gamma[rows], z_ood0, attention=a)
-    ood_loss = feature_sum(features_last(errors_first(a))) / K     # loss(z_ood0); a spent
+    if K != 2:
+        ood_loss = feature_sum(features_last(errors_first(a))) / K   # loss(z_ood0)
     out = {"ood_loss": ood_loss, "F_k": F, "first_step_k": first,
            "initial_direction_k": directions(first)}
     if chunk.gamma is not None:
         out |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
     return out
+
+
+def _start_k2(z_ood0: np.ndarray, eta_ft: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At K = 2, entry by entry, with their bits: the attention of the OOD logits at T1
+    (``attention_first(matrices_first(z_ood0))``), how the first step moves them
+    (:func:`~oodcalc.finetune.dynamics.first_step_moves`) and the OOD loss
+    (``loss(z_ood0)``); the first two as ``[n, k]`` stacks of ``(B,)`` rows."""
+    B = z_ood0.shape[0]
+    a, moves = np.empty((2, 2, B)), np.empty((2, 2, B))
+    rate = np.array(eta_ft) / 2
+    e = []
+    for k in (0, 1):
+        x0, x1 = z_ood0[:, 0, k], z_ood0[:, 1, k]
+        top = np.maximum(x0, x1)                                  # softmax down column k
+        a0, a1 = np.exp(x0 - top), np.exp(x1 - top)
+        total = a0 + a1
+        a0 /= total
+        a1 /= total
+        a[0, k], a[1, k] = a0, a1
+        r0, r1 = (a0 - 1.0, a1) if k == 0 else (a0, a1 - 1.0)     # r = Attn − I
+        col = a0 * r0 + a1 * r1                                   # Σ_n a r
+        moves[0, k] = (x0 - ((r0 - col) * a0) * rate) - x0        # x − a (r − Σ a r) η/K
+        moves[1, k] = (x1 - ((r1 - col) * a1) * rate) - x1
+        e.append(0.5 * (r0 * r0 + r1 * r1))
+    return a, moves, (e[0] + e[1]) / 2
 
 
 def _errors_after_k2(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,

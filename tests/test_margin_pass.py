@@ -203,3 +203,15 @@ def test_k2_first_step_terms_have_the_bits_of_theory(mutation):
         a = np.nextafter(a, 2.0)
     D2, scale2 = sw._first_step_terms_k2(gammas, a)
     assert (same_bits(D2, D) and same_bits(scale2, scale)) == (mutation is None)
+
+
+@pytest.mark.parametrize("mutation", [None, "logits one ulp off"])
+def test_k2_start_has_the_bits_of_the_kxk_formulas(mutation):
+    from oodcalc.finetune.dynamics import first_step_moves
+    from oodcalc.model import attention_first, loss, matrices_first
+    _, _, _, z0 = k2_case(3)
+    eta = np.random.default_rng(3).choice([0.1, 0.7], len(z0))
+    a = attention_first(matrices_first(z0))
+    expected = a, first_step_moves(z0, eta, a), loss(z0)
+    got = sw._start_k2(np.nextafter(z0, np.inf) if mutation else z0, eta)
+    assert all(same_bits(x, y) for x, y in zip(got, expected)) == (mutation is None)
