@@ -36,12 +36,13 @@ import numpy as np
 
 from . import estimates, limits, theory
 from .finetune import engine, terms
-from .finetune.dynamics import descend_columns, descend_ray, first_step_change, ood_start, ray_logits, \
-    source_errors
+from .finetune.dynamics import _errors_after, _is_diagonal, descend_columns, descend_ray, \
+    first_step_change, ood_start, ray_logits, source_errors
 from .errors import InputError, item_name, param, shorten
 from .geometry import Geometry, check_K, check_sequence
 from .io import open_input, write_atomic
-from .model import conditional_errors, feature_sum, features_first, loss
+from .model import attention_first, conditional_errors, errors_first, feature_sum, \
+    features_first, features_last, loss, matrices_first
 from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, INTERVENTIONS, NEVER, \
     Protocol, check_positive
@@ -299,6 +300,7 @@ class Chunk:
     seed: np.random.SeedSequence
     gamma: np.ndarray | None = None   # (B, K) for parallel shifts: adds D_k and its sign
     compiled: bool = False            # general columns by the Numba kernel (whole sweep)
+    compiled_margins: bool = False    # all-margin chunks by the compiled pass (whole sweep)
     interventions: Protocol | None = None   # fine-tuning's terms (oodcalc.finetune)
 
 
@@ -314,14 +316,17 @@ def finetune_chunk(chunk: Chunk, progress: Callable[[int], None] | None = None
     if chunk.interventions is not None:
         return chunk.start, chunk.stop, _finetune_terms(chunk, z_ood0)
     ft = descend_columns(z_ood0, chunk.eta_ft, chunk.eps, chunk.max_steps, progress=progress,
-                         compiled=chunk.compiled)
+                         compiled=chunk.compiled, compiled_margins=chunk.compiled_margins,
+                         logits=K != 2)           # K = 2: the margins, F_k read from them
     errors = _errors_of_rows(chunk.z1)
     fixed = chunk.eps < 0                      # NEVER: ran its fixed number of steps
     columns = {"T2": ft.steps, "converged_finetune": ft.converged | fixed}
     B, rows_per_block = len(z_ood0), max(1, BLOCK // (K * K))
     for start in range(0, B, rows_per_block):
         rows = slice(start, start + rows_per_block)
-        block = _measures(chunk, rows, z_ood0[rows], ft.z[rows], ft.steps[rows], errors[rows])
+        block = _measures(chunk, rows, z_ood0[rows], ft.steps[rows], errors[rows],
+                          ft.z[rows] if ft.z is not None else None,
+                          ft.margins[rows] if ft.z is None else None)
         for name, values in block.items():
             if name not in columns:
                 columns[name] = np.empty((B,) + values.shape[1:], dtype=values.dtype)
@@ -347,24 +352,135 @@ def _finetune_terms(chunk: Chunk, z_ood0: np.ndarray) -> dict[str, np.ndarray]:
             "first_step_k": first, "initial_direction_k": directions(first)}
 
 
-def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, z_ood: np.ndarray,
-              steps: np.ndarray, errors: np.ndarray) -> dict[str, np.ndarray]:
+def _measures(chunk: Chunk, rows: slice, z_ood0: np.ndarray, steps: np.ndarray,
+              errors: np.ndarray, z_ood: np.ndarray | None,
+              margins: np.ndarray | None) -> dict[str, np.ndarray]:
     """The columns of ``rows`` of a fine-tuned chunk: OOD loss at T1, F_k, the exact first
-    step and its direction, and for parallel shifts claim 8c's D_k and its sign."""
+    step and its direction, and for parallel shifts claim 8c's D_k and its sign. F_k from
+    the final OOD logits ``z_ood``, or at K = 2 with M diagonal from the final OOD
+    ``margins``."""
     K = z_ood0.shape[-1]
     z1, M = chunk.z1[rows], chunk.M[rows]
-    before = errors / K                                            # L_{v_k}(Q^(T1))
-    after = source_errors(z1, M, z_ood0, z_ood) / K
-    # the exact first step (none where the rule held at T1: T2 = 0, nothing moved)
-    first = np.where(steps[:, None] > 0,
-                     first_step_change(z1, M, chunk.eta_ft[rows], z_ood0=z_ood0,
-                                       errors=errors) / K, 0.0)
-    out = {"ood_loss": loss(z_ood0), "F_k": after - before, "first_step_k": first,
-           "initial_direction_k": directions(first)}
+    if K == 2:
+        after = _errors_after_k2(z1, M, z_ood0, z_ood, margins)
+    else:
+        after = source_errors(z1, M, z_ood0, z_ood)
+    F = after / K - errors / K                                 # − L_{v_k}(Q^(T1))
+    # One softmax of the OOD logits at T1 for the OOD loss, the first step and D_k
+    # (each computed it before: the same bits); at K = 2 entry by entry.
+    # The exact first step (none where the rule held at T1: T2 = 0, nothing moved).
+    if K == 2:
+        a, moves, ood_loss = _start_k2(z_ood0, chunk.eta_ft[rows])
+        change = _errors_after_k2(z1, M, z_ood0, moves=moves) - errors
+    else:
+        a = attention_first(matrices_first(z_ood0))
+        change = first_step_change(z1, M, chunk.eta_ft[rows], z_ood0=z_ood0,
+                                   errors=errors, attention=a)
+    first = np.where(steps[:, None] > 0, change / K, 0.0)
     if chunk.gamma is not None:   # claim 8c: the first-order criterion and its sign
-        D, scale = theory.first_step_terms(chunk.gamma[rows], z_ood0)
+        D, scale = _first_step_terms_k2(chunk.gamma[rows], a) if K == 2 else \
+            theory.first_step_terms(chunk.gamma[rows], z_ood0, attention=a)
+    if K != 2:
+        ood_loss = feature_sum(features_last(errors_first(a))) / K   # loss(z_ood0)
+    out = {"ood_loss": ood_loss, "F_k": F, "first_step_k": first,
+           "initial_direction_k": directions(first)}
+    if chunk.gamma is not None:
         out |= {"D_k": D, "D_direction_k": theory.directions_from_D(D, scale)}
     return out
+
+
+def _start_k2(z_ood0: np.ndarray, eta_ft: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At K = 2, entry by entry, with their bits: the attention of the OOD logits at T1
+    (``attention_first(matrices_first(z_ood0))``), how the first step moves them
+    (:func:`~oodcalc.finetune.dynamics.first_step_moves`) and the OOD loss
+    (``loss(z_ood0)``); the first two as ``[n, k]`` stacks of ``(B,)`` rows."""
+    B = z_ood0.shape[0]
+    a, moves = np.empty((2, 2, B)), np.empty((2, 2, B))
+    rate = np.array(eta_ft) / 2
+    e = []
+    for k in (0, 1):
+        x0, x1 = z_ood0[:, 0, k], z_ood0[:, 1, k]
+        top = np.maximum(x0, x1)                                  # softmax down column k
+        a0, a1 = np.exp(x0 - top), np.exp(x1 - top)
+        total = a0 + a1
+        a0 /= total
+        a1 /= total
+        a[0, k], a[1, k] = a0, a1
+        r0, r1 = (a0 - 1.0, a1) if k == 0 else (a0, a1 - 1.0)     # r = Attn − I
+        col = a0 * r0 + a1 * r1                                   # Σ_n a r
+        moves[0, k] = (x0 - ((r0 - col) * a0) * rate) - x0        # x − a (r − Σ a r) η/K
+        moves[1, k] = (x1 - ((r1 - col) * a1) * rate) - x1
+        e.append(0.5 * (r0 * r0 + r1 * r1))
+    return a, moves, (e[0] + e[1]) / 2
+
+
+def _errors_after_k2(z1: np.ndarray, M: np.ndarray, z_ood0: np.ndarray,
+                     z_ood: np.ndarray | None = None, margins: np.ndarray | None = None,
+                     moves: np.ndarray | None = None) -> np.ndarray:
+    """``source_errors(z1, M, z_ood0, z_ood)`` at K = 2, the same bits, entry by entry
+    where M is diagonal instead of on ``(K, K, B)`` stacks. The OOD logits come as
+    ``z_ood``, as their change ``moves`` (matrices-first), or as the final OOD ``margins``,
+    the logits then built as ``descend_columns`` builds them (the column sum is conserved:
+    own + Δ/2, other − Δ/2, Δ the margin's change)."""
+    B = z_ood0.shape[0]
+    z0 = [[z_ood0[:, n, k].copy() for k in (0, 1)] for n in (0, 1)]  # z0[n][k], (B,)
+    if moves is not None:
+        W = [[moves[n, k] for k in (0, 1)] for n in (0, 1)]
+    else:
+        if z_ood is None:
+            z_ood = np.empty_like(z_ood0)
+            for k in (0, 1):
+                o = 1 - k
+                change = margins[:, k] - (z0[k][k] - z0[o][k])
+                z_ood[:, o, k] = z0[o][k] - change / 2
+                z_ood[:, k, k] = z0[k][k] + change * (2 - 1) / 2
+        W = [[z_ood[:, n, k] - z0[n][k] for k in (0, 1)] for n in (0, 1)]
+    diagonal = (M[:, 0, 1] == 0) & (M[:, 1, 0] == 0)
+    out = np.empty((B, 2))
+    general = ~diagonal
+    if general.any():
+        out[general] = _errors_after(z1[general], M[general], moves[..., general]) \
+            if moves is not None else \
+            source_errors(z1[general], M[general], z_ood0[general], z_ood[general])
+    if not diagonal.any():
+        return out
+    d = slice(None) if diagonal.all() else diagonal
+    l = [M[d, 0, 0], M[d, 1, 1]]
+    for k in (0, 1):         # source column k: z1[n, k] + (W[n, k] l_n) l_k, n = 0, 1
+        x0 = z1[d, 0, k] + (W[0][k][d] * l[0]) * l[k]
+        x1 = z1[d, 1, k] + (W[1][k][d] * l[1]) * l[k]
+        top = np.maximum(x0, x1)                                  # attention_first
+        a0, a1 = np.exp(x0 - top), np.exp(x1 - top)
+        total = a0 + a1
+        a0 /= total
+        a1 /= total
+        (a0 if k == 0 else a1)[...] -= 1.0                       # errors_first
+        a0 *= a0
+        a1 *= a1
+        a0 += a1
+        out[d, k] = 0.5 * a0
+    return out
+
+
+def _first_step_terms_k2(gamma: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``theory.first_step_terms(gamma, z_ood, attention=a)`` at K = 2, the same bits,
+    entry by entry (``a[n, k]``: the attention of the OOD logits at T1, matrices-first).
+    Its sums over n hold a zero diagonal term: kept as ``+ 0.0`` (−0 becomes +0 there)."""
+    B = gamma.shape[0]
+    D, scale = np.empty((B, 2)), np.empty((B, 2))
+    g = [gamma[:, 0], gamma[:, 1]]
+    for k in (0, 1):
+        o = 1 - k
+        own, other = a[k, k], a[o, k]
+        sum_sq = a[0, k] * a[0, k] + a[1, k] * a[1, k]
+        share = other * ((other + own) - sum_sq)                  # Λ[o, k]
+        size = other * ((other + own) + sum_sq)
+        cross = g[o] * g[k]
+        square = g[k] * g[k]
+        D[:, k] = -(cross * share + 0.0) - square * (share + 0.0)
+        scale[:, k] = (np.abs(cross) * size + 0.0) + square * (size + 0.0)
+    return D, scale
 
 
 def _errors_of_rows(z: np.ndarray) -> np.ndarray:
@@ -752,10 +868,20 @@ def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float 
     pairs, pair_of_row = _distinct_pairs(eps_of_row, grid.eta_ft)
     lowest = np.full(len(pairs), np.inf)               # each pair's lowest column margin
     rows_per_block = max(1, BLOCK // grid.K**2)
+    shift = grid.K == 2 and _is_diagonal(grid.M)
     for start in range(0, len(grid), rows_per_block):
         rows = slice(start, start + rows_per_block)
-        margins = estimates.effective_margins(ood_start(z1[rows], grid.M[rows]))
-        np.minimum.at(lowest, pair_of_row[rows], features_first(margins).min(axis=0))
+        if shift:   # own − other of each OOD column: effective_margins' bits at K = 2
+            g, z = np.diagonal(grid.M[rows], axis1=1, axis2=2), z1[rows]
+            margins = np.stack([(z[:, k, k] * g[:, k]) * g[:, k]
+                                - (z[:, 1 - k, k] * g[:, 1 - k]) * g[:, k] for k in (0, 1)])
+        else:
+            margins = features_first(estimates.effective_margins(ood_start(z1[rows],
+                                                                            grid.M[rows])))
+        if len(pairs) == 1:
+            lowest[0] = min(lowest[0], margins.min())
+        else:
+            np.minimum.at(lowest, pair_of_row[rows], margins.min(axis=0))
     worst = max((estimates.log_steps_from_margin(grid.K, eps, eta_ft, float(margin)), eps,
                  eta_ft) for (eps, eta_ft), margin in zip(pairs, lowest))
     limits.check_sweep_steps(grid.K, worst[0], max_steps, "fine-tuning",
@@ -771,6 +897,22 @@ def _compiled_pays(grids: list[Grid], pretrained) -> bool:
     work = sum(len(g) * g.K**2 * float(np.mean(T1)) for g, (T1, _) in zip(grids, pretrained)
                if g.K > 2 and g.geometry != "rotation")
     return work >= compiled.PAYS_FROM_WORK and compiled.column_kernels() is not None
+
+
+def _compiled_margins_pay(grids: list[Grid], pretrained) -> bool:
+    """Whether the sweep's all-margin descents (K = 2, rotations) run as one compiled pass
+    (``oodcalc.finetune._kernels.margin_pass``): Numba is installed and either already
+    loaded in this process or the margin work, estimated as rows × K × T1, pays for
+    loading it. Decided once per sweep, as :func:`_compiled_pays`; the sweep's ``engine``
+    says which ran (the two agree on T2 and to rounding on F_k, as the tests check)."""
+    from .finetune import compiled
+    two_valued = [(g, T1) for g, (T1, _) in zip(grids, pretrained)
+                  if g.K == 2 or g.geometry == "rotation"]      # every column a margin
+    if not two_valued or not compiled.available():
+        return False
+    work = sum(len(g) * g.K * float(np.mean(T1)) for g, T1 in two_valued)
+    return (compiled.loaded() or work >= compiled.PAYS_FROM_MARGIN_STEPS) \
+        and compiled.margin_pass() is not None
 
 
 def _finetune_eps(eps: np.ndarray, eps_ft: float | None, ft_steps: int | None
@@ -894,11 +1036,12 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
             tasks.append((gi, start, stop, z1))
     seeds = np.random.SeedSequence(seed).spawn(len(tasks))
     fast = _compiled_pays(grids, pretrained)
+    fast_margins = intervened is None and _compiled_margins_pay(grids, pretrained)
     chunks = [Chunk(start, stop, grids[gi].M[start:stop], z1[start:stop],
                     _finetune_eps(grids[gi].eps[start:stop], eps_ft, ft_steps),
                     grids[gi].eta_ft[start:stop], ft_cap, s,
                     None if grids[gi].gamma is None or intervened else grids[gi].gamma[start:stop],
-                    fast, intervened)
+                    fast, fast_margins, intervened)
               for (gi, start, stop, z1), s in zip(tasks, seeds)]
     owner = [gi for gi, *_ in tasks]
 
@@ -908,6 +1051,9 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
     def collect(index: int, out) -> None:
         start, stop, columns = out
         gi = owner[index]
+        if start == 0 and stop == len(grids[gi]):      # the whole grid: its own arrays
+            parts[gi] = dict(columns)
+            return
         for name, values in columns.items():
             if name not in parts[gi]:
                 shape = (len(grids[gi]),) + values.shape[1:]
@@ -945,7 +1091,10 @@ def sweep(grids: Grid | Sequence[Grid], *, max_steps: int = DEFAULT_MAX_STEPS,
             "interventions": rule.interventions,
             "chunks": len(chunks),
             "engine": engine.ENGINE if intervened else
-            "compiled per-column kernel (Numba) for general columns" if fast else "NumPy",
+            "; ".join(part for part, used in (
+                ("compiled per-column kernel (Numba) for general columns", fast),
+                ("compiled margin pass (Numba) for two-valued columns", fast_margins))
+                if used) or "NumPy",
             "chunk_size": chunk_size, "rows": total,
             "shape": list(grids[0].shape) if len(grids) == 1 else None,
             "axes": [name for name, _ in grids[0].axes] if len(grids) == 1 else None,
@@ -1002,7 +1151,8 @@ def _table(grid: Grid, T1, pre_ok, part, max_steps: int, seed: int,
     if grid.gamma is not None and not interventions:
         r = regimes(grid.gamma)
         cols |= {f"regime_{k + 1}": r[:, k] for k in range(K)}
-        r = theory.regime_names(grid.gamma, corrected=True)
+        if K > 2:   # (at K = 2 the corrected threshold (K − 1)·γ_k² is the paper's)
+            r = theory.regime_names(grid.gamma, corrected=True)
         cols |= {f"corrected_regime_{k + 1}": r[:, k] for k in range(K)}
         cols |= {f"D_{k + 1}": part["D_k"][:, k] for k in range(K)}
         cols |= {f"D_direction_{k + 1}": part["D_direction_k"][:, k] for k in range(K)}

@@ -307,11 +307,12 @@ def ood_shares(z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return matrices_last(shares), features_last(shares.sum(axis=0))
 
 
-def _shares(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _shares(x: np.ndarray | None, a: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """``Λ[n, k]`` and the magnitudes it is computed from, ``a_n (a_n + a_k + Σ a_m²)``,
     of the OOD logits ``x[n, k, ...]`` (:func:`~oodcalc.model.matrices_first`), in that
-    layout."""
-    a = attention_first(x)
+    layout; or of their attention ``a`` when the caller has it (``attention_first(x)``)."""
+    a = attention_first(x) if a is None else a
     diagonal = np.arange(a.shape[0])
     a_k = a[diagonal, diagonal]                                    # a[k, k, ...]
     sum_sq = (a * a).sum(axis=0)
@@ -321,15 +322,18 @@ def _shares(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return shares, size
 
 
-def first_step_terms(gamma: np.ndarray, z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def first_step_terms(gamma: np.ndarray, z_ood: np.ndarray, *,
+                     attention: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``D_k`` (see :func:`first_step_D`) and the sum of the magnitudes it is made of
     (inside ``Λ_n`` too), the scale against which :data:`FLAT_RTOL` decides that ``D_k``
-    is zero."""
+    is zero. A caller that has the attention of ``z_ood`` (``attention_first`` of its
+    ``matrices_first``, same batch) passes it as ``attention``: the same bits."""
     gamma, z_ood = np.asarray(gamma, dtype=np.float64), np.asarray(z_ood, dtype=np.float64)
     batch = np.broadcast_shapes(gamma.shape[:-1], z_ood.shape[:-2])
     K = gamma.shape[-1]
     g = features_first(np.broadcast_to(gamma, batch + (K,)))         # γ[k, ...]
-    shares, size = _shares(matrices_first(np.broadcast_to(z_ood, batch + (K, K))))
+    shares, size = _shares(None, attention) if attention is not None else \
+        _shares(matrices_first(np.broadcast_to(z_ood, batch + (K, K))))
     cross = g[:, None] * g[None, :]                                # γ_n γ_k at [n, k]
     square = g ** 2
     D = -(cross * shares).sum(axis=0) - (K - 1) * square * shares.sum(axis=0)

@@ -2,14 +2,16 @@
 which checks that Numba is installed).
 
 Every OOD column descends on its own (the loss is ``Σ_k e_k / K`` and ``e_k`` sees column
-``k`` alone). Two kernels use it:
+``k`` alone). Three kernels use it:
 
 * :func:`finetune_diagonal` (``predict``, parallel shifts): each column, with its source
   column, advances through a block of steps while it sits in the L1 cache, one column per
   thread at a time, and reports per step whether it is above ε; the caller applies the
   stopping rule (every column below ε at the same step) to those flags;
 * :func:`columns_advance` (sweeps, many short columns): one step of every distinct
-  column per call, vectorised across columns.
+  column per call, vectorised across columns;
+* :func:`margin_pass` (sweeps whose columns are all margins: K = 2, rotations): the whole
+  descent of every distinct margin in one call, vectorised across margins.
 
 A column's arithmetic depends neither on the thread count nor on the other columns:
 results are the same however the work is split. It is the NumPy path's
@@ -18,8 +20,9 @@ is :func:`exp_neg` below, which LLVM vectorises (this Numba has no vectorised ex
 llvmlite is not built with Intel's SVML, so ``pip install icc-rt`` changes nothing, and
 ``math.exp`` calls the C library once per value, several times slower); and the errors
 use the accurate split ``1 − p_k = Σ_(n≠k) w_n / Σ w`` (no cancellation when the own
-attention is near 1). The tests check T1/T2 identical to the NumPy path and F_k to 1e-12
-on random cases.
+attention is near 1). The margin pass is ``dynamics._Margins``'s arithmetic, operation for
+operation, but for ``exp``. The tests check T1/T2 identical to the NumPy path and F_k to
+1e-12 on random cases.
 """
 
 from __future__ import annotations
@@ -253,3 +256,135 @@ def _columns_advance(X: np.ndarray, own: np.ndarray, rate: np.ndarray, eps: np.n
 #: it saves unless the step is large) and all threads; the same arithmetic per column.
 columns_advance = njit(nogil=True, cache=True)(_columns_advance)
 columns_advance_parallel = njit(parallel=True, nogil=True, cache=True)(_columns_advance)
+
+
+# --- two-valued columns of a sweep as margins, the whole descent in one call ------------
+#
+# Distinct margins sorted ascending step in lockstep (one vectorised loop per step, exp
+# by exp_neg). Margins only grow and the step map is increasing, so a larger margin hits
+# ε no later than a smaller one: the margins still above ε are a prefix of the sorted
+# order and those that hit at a step are the top of that prefix, found by scanning down
+# from its end. The loop counts every margin of the prefix that is below ε and every
+# margin past it that is above. If the scan's count differs (rounding broke the order:
+# two margins an ulp apart can cross) the prefix is partitioned, its order kept, so the
+# order is a speed-up, never an assumption; if a margin went back above ε (a margin that
+# stands still at ε), the pass stops and says so, and the caller runs the NumPy engine,
+# which follows every change either way.
+
+@njit(nogil=True, cache=True, error_model="numpy")   # (no zero-division branch: SIMD)
+def _margins_step(wa, wb, below, n, f, rate, eps, half, m):
+    """Evaluate positions ``0..n−1`` at this step (``below``) and write the next step's
+    ``w`` into ``wb``; returns (below ε among ``0..f−1``, above ε among ``f..n−1``).
+    The arithmetic of ``oodcalc.finetune.dynamics._Margins`` (``exp`` by exp_neg)."""
+    hits = 0
+    for i in range(f):
+        w = wa[i]
+        u = exp_neg(min(w, 600.0)) * m
+        p = 1.0 / (u + 1.0)
+        r = u * p
+        r2 = r * r
+        b = r2 * half <= eps
+        below[i] = b
+        hits += b
+        wb[i] = w - (p * r2) * rate
+    back = 0
+    for i in range(f, n):
+        w = wa[i]
+        u = exp_neg(min(w, 600.0)) * m
+        p = 1.0 / (u + 1.0)
+        r = u * p
+        r2 = r * r
+        back += r2 * half > eps
+        wb[i] = w - (p * r2) * rate
+    return hits, back
+
+
+@njit(nogil=True, cache=True)
+def margin_pass(w0, rate, eps, half, m, slots, by_col, pair_cfg, max_steps,
+                steps, converged, final):
+    """Every configuration's descent on its margins, to the stopping rule or ``max_steps``.
+
+    ``w0``: the distinct negated margins, margins ascending (``−w0`` sorted); ``slots[b]``:
+    configuration ``b``'s distinct margins (one per column); ``pair_cfg[by_col[c]:
+    by_col[c+1]]``: the configurations that use margin ``c`` (with multiplicity). Writes
+    ``steps``, ``converged`` and ``final[b, k]`` (the margin of column ``k`` at ``b``'s
+    stop). ``w0`` need not be sorted: out of order only costs time. Returns the steps
+    taken, or −1 − t if a margin went back above ε at step ``t`` (then nothing written
+    is to be used).
+    """
+    U = w0.size
+    B, K = slots.shape
+    wa = w0.copy()
+    wb = np.empty(U)
+    below = np.empty(U, dtype=np.bool_)
+    ha, hb, hc = np.empty(U), np.empty(U), np.empty(U, dtype=np.int64)
+    act = np.arange(U)                # position → distinct margin
+    pos = np.arange(U)                # distinct margin → position (−1: retired)
+    uses = np.zeros(U, dtype=np.int64)
+    for b in range(B):
+        for k in range(K):
+            uses[slots[b, k]] += 1
+    remaining = np.full(B, K, dtype=np.int64)
+    live, n, f, retired = B, U, U, 0
+    t = 0
+    while True:
+        hits, back = _margins_step(wa, wb, below, n, f, rate, eps, half, m)
+        if back:
+            return -1 - t
+        j = f
+        while j > 0 and below[j - 1]:
+            j -= 1
+        if f - j != hits:                              # out of order: partition the
+            j = 0                                      # prefix, keeping its order
+            held = 0
+            for i in range(f):
+                if below[i]:
+                    ha[held], hb[held], hc[held] = wa[i], wb[i], act[i]
+                    held += 1
+                else:
+                    wa[j], wb[j], act[j] = wa[i], wb[i], act[i]
+                    pos[act[j]] = j
+                    j += 1
+            for i in range(held):
+                wa[j + i], wb[j + i], act[j + i] = ha[i], hb[i], hc[i]
+                pos[hc[i]] = j + i
+        for i in range(j, f):                          # the margins that hit at step t
+            c = act[i]
+            for e in range(by_col[c], by_col[c + 1]):
+                b = pair_cfg[e]
+                remaining[b] -= 1
+                if remaining[b] == 0:                  # its last column: b stops at t
+                    steps[b] = t
+                    converged[b] = True
+                    live -= 1
+                    for k in range(K):
+                        c2 = slots[b, k]
+                        final[b, k] = -wa[pos[c2]]
+                        uses[c2] -= 1
+                        if uses[c2] == 0:
+                            retired += 1
+        f = j
+        if live == 0:
+            return t
+        if t == max_steps:
+            for b in range(B):
+                if remaining[b] > 0:
+                    steps[b] = t
+                    converged[b] = False
+                    for k in range(K):
+                        final[b, k] = -wa[pos[slots[b, k]]]
+            return t
+        wa, wb = wb, wa
+        t += 1
+        if 32 * retired >= n:                            # compact: drop retired margins
+            keep = f                                   # (all hit: past the prefix)
+            for i in range(f, n):
+                c = act[i]
+                if uses[c] > 0:
+                    wa[keep] = wa[i]
+                    act[keep] = c
+                    pos[c] = keep
+                    keep += 1
+                else:
+                    pos[c] = -1
+            n, retired = keep, 0

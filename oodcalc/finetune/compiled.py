@@ -6,8 +6,9 @@ and loading the compiled code (about a second; compiled once, then cached on dis
 * the symmetric ray's scalar recurrence: the plain-Python source that oodcalc also runs
   without Numba (:func:`oodcalc.finetune.ray_loop.ray_step_loop`), compiled unchanged, so both
   give the same numbers bit for bit (the tests check it);
-* the per-column K×K fine-tuning (:mod:`oodcalc.finetune._kernels`), whose fallback is the NumPy
-  K×K descent: the same arithmetic up to rounding (T2 identical and F_k to 1e-12 in the
+* the per-column K×K fine-tuning and the sweeps' margin pass
+  (:mod:`oodcalc.finetune._kernels`), whose fallbacks are the NumPy K×K descent and margin
+  engine: the same arithmetic up to rounding (T2 identical and F_k to 1e-12 in the
   tests).
 
 Without Numba every accessor here returns None and the caller keeps its NumPy or
@@ -36,6 +37,13 @@ __all__ = [
 #: importing Numba and loading its code (about a second, more on a loaded machine; the
 #: batched NumPy descent does about 3e7 updates a second there, the kernel 2-3e8).
 PAYS_FROM_WORK = 2e8
+
+
+#: Margin work, estimated as rows × K × T1, from which a sweep's compiled margin pass
+#: pays for importing Numba and loading its code when Numba is not loaded yet (0.9 s of
+#: CPU measured at load 13; the pass saves ~8 ns a distinct margin-step over the NumPy
+#: margin engine, and the estimate counts ~3.6× the distinct margin-steps of a 201² map).
+PAYS_FROM_MARGIN_STEPS = 2e8
 
 
 #: Numba's thread-count variable: Numba reads it when imported and crashes on a bad value
@@ -124,3 +132,12 @@ def column_kernels():
         return None
     from ._kernels import columns_advance, columns_advance_parallel
     return columns_advance, columns_advance_parallel
+
+
+@functools.cache
+def margin_pass():
+    """:func:`oodcalc.finetune._kernels.margin_pass`; None without Numba."""
+    if numba() is None:
+        return None
+    from ._kernels import margin_pass
+    return margin_pass

@@ -39,13 +39,15 @@ class Descent:
     ``z``: final logits ``(B, K, K)``; ``steps``: the stopping step of each configuration
     (``max_steps`` where it did not converge); ``converged``: ``(B,)`` booleans;
     ``trajectory``: ``(T+1, B, K, K)`` when recorded, configurations that stopped earlier
-    hold their final value.
+    hold their final value; ``margins``: ``(B, K)``, each column's final margin, when the
+    compiled margin pass was asked for them instead of ``z`` (then None).
     """
 
-    z: np.ndarray
+    z: np.ndarray | None
     steps: np.ndarray
     converged: np.ndarray
     trajectory: np.ndarray | None = None
+    margins: np.ndarray | None = None
 
 
 def descend(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
@@ -240,25 +242,50 @@ def _errors_after(z1: np.ndarray, M: np.ndarray, change: np.ndarray) -> np.ndarr
 
 
 def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float, *,
-                      z_ood0: np.ndarray | None = None, errors: np.ndarray | None = None
-                      ) -> np.ndarray:
+                      z_ood0: np.ndarray | None = None, errors: np.ndarray | None = None,
+                      attention: np.ndarray | None = None) -> np.ndarray:
     """The exact change of ``e_k`` on every source feature ``v_k`` over one fine-tuning
     step of size ``eta_ft`` from ``Q = V Z1 Vᵀ`` (one step of :func:`descend` on the OOD
     logits, its arithmetic, carried to the source by claim 7): ``(B, K)`` for stacks
     ``z1``, ``M`` ``(B, K, K)``. The step is taken whatever ε says; a caller whose run
     stopped at ``T2 = 0`` has no first step. A caller that has them passes
-    ``ood_start(z1, M)`` as ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``."""
+    ``ood_start(z1, M)`` as ``z_ood0`` and ``conditional_errors(z1)`` as ``errors``, and
+    may pass the attention of ``z_ood0`` (``attention_first`` of its ``matrices_first``)
+    as ``attention``: the same bits, one softmax fewer."""
     z_ood0 = ood_start(z1, M) if z_ood0 is None else z_ood0
     errors = conditional_errors(z1) if errors is None else errors
     z_ood0 = np.asarray(z_ood0, dtype=np.float64)
     B = z_ood0.shape[0]
-    batch = _Batch(z_ood0, np.broadcast_to(np.asarray(eta_ft, dtype=np.float64), (B,)),
-                   np.zeros(B))
-    start = batch.x.copy()                       # x[n, k, b]: the matrices-first layout
-    batch.evaluate()
-    batch.step()
-    np.subtract(batch.x, start, out=start)       # z_ood − z_ood0, as source_logits takes it
-    return _errors_after(z1, M, start) - errors
+    eta = np.broadcast_to(np.asarray(eta_ft, dtype=np.float64), (B,))
+    if attention is None:
+        batch = _Batch(z_ood0, eta, np.zeros(B))
+        start = batch.x.copy()                   # x[n, k, b]: the matrices-first layout
+        batch.evaluate()
+        batch.step()
+        np.subtract(batch.x, start, out=start)   # z_ood − z_ood0, as source_logits takes it
+        return _errors_after(z1, M, start) - errors
+    return _errors_after(z1, M, first_step_moves(z_ood0, eta, attention)) - errors
+
+
+def first_step_moves(z_ood0: np.ndarray, eta_ft: np.ndarray, attention: np.ndarray
+                     ) -> np.ndarray:
+    """How one fine-tuning step moves the OOD logits ``z_ood0`` ``(B, K, K)``, given their
+    attention (``attention_first`` of ``matrices_first(z_ood0)``), matrices-first: the
+    step of :func:`descend` (its ``_Batch``), operation for operation, so the same bits
+    as ``z_ood − z_ood0`` after its first step."""
+    B, K = z_ood0.shape[0], z_ood0.shape[-1]
+    a = attention
+    r = a.copy()
+    r.reshape(K * K, B)[::K + 1] -= 1.0          # r = Attn − I
+    g = a * r
+    col = g.sum(axis=0)                          # Σ_n a[n, k] r[n, k]
+    np.subtract(r, col, out=g)
+    g *= a
+    g *= np.array(eta_ft) / K
+    x = matrices_first(z_ood0)
+    moved = x - g
+    np.subtract(moved, x, out=moved)
+    return moved
 
 
 # --- columns: every OOD column descends on its own -------------------------------------
@@ -272,7 +299,8 @@ def first_step_change(z1: np.ndarray, M: np.ndarray, eta_ft: np.ndarray | float,
 def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | float,
                     max_steps: int, *,
                     progress: Callable[[int], None] | None = None,
-                    compiled: bool = False) -> Descent:
+                    compiled: bool = False, compiled_margins: bool = False,
+                    logits: bool = True) -> Descent:
     """``descend`` for a batch of configurations, computing each distinct column once.
 
     Each column takes one of two paths, chosen by its own values (so a configuration's
@@ -289,6 +317,12 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
       F_k to 1e-12 in the tests), several times faster. Choose ``compiled`` for a whole
       sweep, not per batch, so that results do not depend on how it is split.
 
+    With ``compiled_margins`` (and Numba installed), a batch whose columns are all margins
+    descends in one compiled pass per ``(η, ε)`` (:func:`_margin_pass`): T identical, the
+    logits to rounding (``exp`` differs by at most an ulp). With ``logits=False``, a batch
+    whose columns are all margins returns their final margins (``Descent.margins``), not
+    ``z``, whichever engine ran.
+
     Configuration ``b`` stops at the first step where all of its columns meet ``e <= ε``:
     the count of each configuration's columns above ε is kept up to date from the
     columns that cross the threshold (either way). When every column is two-valued the
@@ -302,17 +336,40 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     eps = np.broadcast_to(np.asarray(eps, dtype=np.float64), (B,))
     # Each column's own logit and the largest and smallest of its others (equal: the
     # column is two-valued), reduced over rows n with the batch innermost (fast).
-    x = z0.transpose(1, 2, 0).copy()                          # x[n, k, b]
-    own_diag = x.reshape(K * K, B)[::K + 1]                   # view of x[k, k, :]
-    own_values = own_diag.T.copy()                            # (B, K)
-    if K > 1:
+    if K == 2:     # each column's one other is its max and min: the same, read directly
+        own_values = np.stack([z0[:, 0, 0], z0[:, 1, 1]], axis=1)
+        hi = np.stack([z0[:, 1, 0], z0[:, 0, 1]], axis=1)
+        two_valued = (hi == hi).ravel()                       # (min == max: not NaN)
+        margins = own_values - hi
+    else:
+        x = z0.transpose(1, 2, 0).copy()                      # x[n, k, b]
+        own_diag = x.reshape(K * K, B)[::K + 1]               # view of x[k, k, :]
+        own_values = own_diag.T.copy()                        # (B, K)
+    if K > 2:
         own_diag[...] = -np.inf
         hi = x.max(axis=0).T
         own_diag[...] = np.inf
         two_valued = (x.min(axis=0).T == hi).ravel()          # row b*K + k: column k of b
         margins = own_values - hi
-    else:
+    elif K == 1:
         two_valued, margins = np.ones(B, dtype=bool), np.zeros((B, 1))
+    if compiled_margins and B > 1 and two_valued.all() and \
+            not ((eta == eta[0]).all() and (eps == eps[0]).all()):
+        # The compiled pass takes one (η, ε): one call per rule (each configuration's
+        # result depends on its own columns alone, so it is the same either way).
+        rules, rule = np.unique(np.stack([eta, eps], axis=1), axis=0, return_inverse=True)
+        rule = rule.ravel()
+        steps, converged = np.empty(B, dtype=np.int64), np.empty(B, dtype=bool)
+        out = np.empty((B, K)) if not logits else np.empty((B, K, K))
+        for r in range(len(rules)):
+            rows = np.flatnonzero(rule == r)
+            part = descend_columns(z0[rows], eta[rows], eps[rows], max_steps,
+                                   progress=progress, compiled=compiled,
+                                   compiled_margins=True, logits=logits)
+            steps[rows], converged[rows] = part.steps, part.converged
+            out[rows] = part.z if logits else part.margins
+        return Descent(out if logits else None, steps, converged,
+                       margins=None if logits else out)
     row_eta, row_eps = np.repeat(eta, K), np.repeat(eps, K)
 
     # Distinct columns: margins first (indices 0..Um−1), then full columns.
@@ -382,6 +439,15 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     pair_cfg = (np.argsort(inverse) if grouped is None else grouped) // K   # column → configurations
     users = fan.copy()                                       # live uses of each column
 
+    if compiled_margins and grouped is not None and len(parts) == 1:
+        done = _margin_pass(engine, slots, by_col, pair_cfg, max_steps)
+        if done is not None:                 # (None: no Numba, or a margin went back)
+            if progress is not None and done[1].any():
+                progress(int(np.count_nonzero(done[1])))
+            if not logits:
+                return Descent(None, done[0], done[1], margins=done[2])
+            return Descent(blocks(slice(None), done[2]), done[0], done[1])
+
     steps = np.full(B, max_steps, dtype=np.int64)
     converged = np.zeros(B, dtype=bool)
     live = np.ones(B, dtype=bool)
@@ -435,8 +501,29 @@ def descend_columns(z0: np.ndarray, eta: np.ndarray | float, eps: np.ndarray | f
     if rest.size:
         finish(rest, max_steps, False)
     if final is not None:
+        if not logits:
+            return Descent(None, steps, converged, margins=final)
         z = blocks(slice(None), final)
     return Descent(z, steps, converged)
+
+
+def _margin_pass(engine: "_Margins", slots: np.ndarray, by_col: np.ndarray,
+                 pair_cfg: np.ndarray, max_steps: int):
+    """The all-margin descent of one rule (one η, one ε) in one compiled call
+    (:func:`oodcalc.finetune._kernels.margin_pass`): ``(steps, converged, final margins)``,
+    or None without Numba or where rounding broke the margins' order (then the caller's
+    NumPy engine runs, which needs no order)."""
+    from . import compiled as kernels
+    kernel = kernels.margin_pass()
+    if kernel is None:
+        return None
+    B, K = slots.shape
+    steps, converged = np.empty(B, dtype=np.int64), np.empty(B, dtype=bool)
+    final = np.empty((B, K))
+    eps = float(engine.eps) if np.ndim(engine.eps) == 0 else float(engine.eps[0])
+    t = kernel(engine.w, float(engine.rate[0]), eps, engine.half, engine.m, slots,
+               by_col, pair_cfg, int(max_steps), steps, converged, final)
+    return (steps, converged, final) if t >= 0 else None
 
 
 #: Steps per round of an all-margin descent (its states are kept for a round; the
