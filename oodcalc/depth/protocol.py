@@ -17,6 +17,7 @@ from typing import Any
 from .. import estimates
 from ..errors import ComputationError, InputError, param
 from ..setting import check_positive
+from .arms import Arm, check_replay_batch
 
 ARCHITECTURES = ("attention", "standard")
 #: The ladder's two lowest rungs (docs/depth.md, "The ladder"): the theory's model itself and
@@ -73,8 +74,15 @@ class DepthConfig:
     #: fine-tune exactly this many steps, no stopping rule (None: stop at the rule, as
     #: pretraining does); omitted from ``describe`` when None, so earlier cache keys hold
     ft_steps: int | None = None
+    #: the intervention arm of the fine-tuning (oodcalc.depth.arms; None: plain, omitted
+    #: from ``describe``, so plain keeps its cache keys and docs/depth.json's runs)
+    arm: Arm | None = None
 
     def __post_init__(self) -> None:
+        if self.arm is not None and not isinstance(self.arm, Arm):
+            raise InputError("arm", self.arm, "expected an oodcalc.depth.arms.Arm")
+        if self.arm is not None and self.arm.plain:
+            object.__setattr__(self, "arm", None)
         if self.arch not in ARCHITECTURES + LADDER_ARCHITECTURES:
             raise InputError("arch", self.arch, "expected one of "
                              f"{', '.join(ARCHITECTURES + LADDER_ARCHITECTURES)}")
@@ -114,6 +122,7 @@ class DepthConfig:
         if self.lr > MAX_LR:
             raise InputError(param("DepthConfig.lr"), f"{self.lr:g}",
                              f"at most {MAX_LR:g} (the models' parameters are float32)")
+        check_replay_batch(self.arm, self.batch)
         check_reach(self)
 
     @property
@@ -128,6 +137,10 @@ class DepthConfig:
         described = asdict(self)
         if self.ft_steps is None:
             del described["ft_steps"]
+        if self.arm is None:
+            del described["arm"]
+        else:
+            described["arm"] = self.arm.describe()
         return described
 
     def run_parameters(self, seed: int, gamma: float) -> dict[str, Any]:
