@@ -59,7 +59,8 @@ def obtain(gamma, seeds, workers, quick, cache_dir, no_cache, eps, lr, max_steps
     protocol = protocol_options(QUICK if quick else None, eps, lr, max_steps, eval_prompts,
                                 ft_steps)
     n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else 10)
-    with naming(option_names(eps=eps, lr=lr, max_steps=max_steps, ft_steps=ft_steps)):
+    with naming({**option_names(eps=eps, lr=lr, max_steps=max_steps, ft_steps=ft_steps),
+                 "DepthConfig.arm": "--arms"}):
         chosen = [c for _, c in ladder_configs(**protocol)]
         if chosen_arms is not None:    # e.g. replay's share × batch: checked before training
             chosen = [c.with_(arm=None if a.plain else a) for c in chosen for a in chosen_arms]

@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import InputError
+from ..errors import InputError, param
 
 #: name → (parameter name, default, accepted range text, check) ; None: no parameter
 PARAMETERS: dict[str, tuple[str, float, str, Callable[[float], bool]] | None] = {
@@ -160,7 +160,8 @@ def check_replay_batch(arm: Arm | None, batch: int) -> None:
     if arm is not None and arm.name == "replay":
         share = arm.value * batch
         if abs(share - round(share)) > 1e-9 or round(share) in (0, batch):
-            raise InputError("arm", arm.label, f"expected a share λ with λ × batch a whole "
+            raise InputError(param("DepthConfig.arm"), arm.label, f"replay: expected a share "
+                             f"λ with λ × batch a whole "
                              f"number of prompts strictly between 0 and batch = {batch}")
 
 
