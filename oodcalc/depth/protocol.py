@@ -37,8 +37,8 @@ PROTOCOL_VERSION = 2   # 2: the stopping rule checked exactly at every step (1 s
 #: Adam takes PyTorch's default 1e-3, what a practitioner gets without tuning.
 DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3}
 #: Most steps a fine-tuning may run (``ft_steps``, or ``max_steps`` under the rule): its
-#: record keeps the source loss at every step, at most ~51 bytes a step in the cache's
-#: JSON, so 10^6 steps stay within the cache's 64 MiB record cap (``cache.MAX_RECORD_BYTES``;
+#: record keeps the source and the OOD loss at every step, at most ~2 × 51 bytes a step in
+#: the cache's JSON, so 10^6 steps stay within its 128 MiB record cap (``cache.MAX_RECORD_BYTES``;
 #: tests/test_hostile_runs.py checks it).
 MAX_PHASE_STEPS = 1_000_000
 #: Largest step size: the models' parameters are float32 (torch refuses a larger lr).
