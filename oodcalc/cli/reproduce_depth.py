@@ -205,7 +205,7 @@ def depth(
             table = arms_depth(chosen_arms, chosen, seed_list, gammas, n_workers, progress,
                                cache)
         if output_format is Format.table:
-            show(table)
+            show(table, title="oodcalc reproduce depth --arms")
             return
         emit(table, output_format, output, markdown)
         return

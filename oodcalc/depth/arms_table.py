@@ -323,7 +323,8 @@ def markdown(table: ArmsTable) -> str:
     return "\n".join(lines)
 
 
-def show(table: ArmsTable, console=None) -> None:
+def show(table: ArmsTable, console=None, title: str = "oodcalc reproduce ladder --arms"
+         ) -> None:
     """The arms in the terminal: one block per rung-depth and γ, an arm a line, its F
     beside the theory's F for the same intervention."""
     from rich import box
@@ -333,7 +334,7 @@ def show(table: ArmsTable, console=None) -> None:
     if console is None:
         from ..console import make_console
         console = make_console()
-    console.print("[bold]oodcalc reproduce ladder --arms[/bold]")
+    console.print(f"[bold]{escape(title)}[/bold]")
     console.print(escape(markdown(table).split("\n", 1)[0]), style="dim")
     t = Table(box=box.SIMPLE_HEAD)
     for name in ("rung, γ", "arm", "F [95% CI]", "theory F (as)", "ΔF vs plain [t CI]",

@@ -1,7 +1,8 @@
 """The intervention arms' design (issue 31, item 3), fixed before any run that makes its
 records: the arms and their parameters, the seeds, rungs and γ, the endpoints, the
-contrasts and the test. Its commit precedes every record it produces; a record states the
-design's ``VERSION``. Changing anything here after records exist is a new version.
+contrasts and the test. Its commit precedes every record it produces; an arms table
+(``oodcalc.depth.arms_table``) states the design with its ``VERSION``. Changing anything
+here after records exist is a new version.
 
 - Arms: :data:`ARMS` (each with its parameter, oodcalc.depth.arms), every one against
   ``plain``.
