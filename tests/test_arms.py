@@ -253,6 +253,10 @@ def test_replay_batch_and_sample_weights():
         np.testing.assert_allclose(ours, theirs, atol=1e-6)
         assert step.covered().tolist() == (theirs > 0).tolist()
     assert theirs.tolist() == [1.0, 0.0]                  # γ = −0.75: u2 is dropped
+    V0, U0 = _features(0.0)            # u2 ⟂ v̄: cos 0 up to float32 round-off
+    for name, expected in (("reweight", [2.0, 0.0]), ("drop-negative", [1.0, 1.0])):
+        step = Intervention(Arm(name), torch.nn.Linear(1, 1), V0, U0)
+        assert step.sample_weights(U0.T).tolist() == expected, name
 
 
 @pytest.mark.parametrize("arm, gamma", [

@@ -192,6 +192,15 @@ def top_directions(second_moment, energy: float):
     return vectors[:, :r]
 
 
+#: |cos| at or below this is round-off of a zero cosine (float32 features: ~1e-8)
+COS_ROUND_OFF = 1e-6
+
+
+def torch_where_small(cos):
+    import torch
+    return torch.where(cos.abs() <= COS_ROUND_OFF, torch.zeros_like(cos), cos)
+
+
 @dataclass
 class Projection:
     """``grad ← L grad R`` on one parameter (None: the identity on that side)."""
@@ -242,9 +251,12 @@ class Intervention:
 
     # the per-sample weights (reweight, drop-negative) --------------------------------
     def cosines(self, x):
-        """``cos(x, v̄)`` of each row of ``x`` (the query's features)."""
+        """``cos(x, v̄)`` of each row of ``x`` (the query's features), a round-off from 0
+        (|cos| <= COS_ROUND_OFF: float32 features, e.g. u2 ⟂ v̄ at γ = 0) set to 0 exactly,
+        as the theory's exact geometry has it."""
         x = x.double()
-        return (x @ self.centre) / x.norm(dim=-1).clamp_min(1e-300)
+        cos = (x @ self.centre) / x.norm(dim=-1).clamp_min(1e-300)
+        return torch_where_small(cos)
 
     def sample_weights(self, queries):
         """Per-sample loss weights for target queries (their feature coordinates), or None."""
