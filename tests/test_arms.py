@@ -297,6 +297,14 @@ def test_l2_of_zero_is_plain_bit_for_bit_and_records_the_ood_curve():
     assert plain["F"] != pull["F"]
     ft = plain["finetune"]
     assert len(ft["target_curve"]) == len(ft["source_curve"]) == ft["T2"] + 1
+    # the arms reused plain's pretraining; trained afresh it gives the same record
+    from oodcalc.depth import training
+    training.PRETRAINED.clear()
+    fresh = run_seed(DepthConfig(**tiny, arm=Arm("l2", 0.0)), 0, [0.0])[0]
+    for record in (fresh, zero):
+        for phase in ("pretrain", "finetune"):
+            record[phase].pop("seconds")
+    assert fresh == zero
 
 
 def test_reproduce_depth_arms_end_to_end(tmp_path, capsys):

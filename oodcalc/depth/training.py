@@ -245,6 +245,12 @@ def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
     raise AssertionError("unreachable")
 
 
+#: pretrained models by (configuration without its arm, seed), oldest dropped first (a
+#: model of width 16 is a few kB to ~50 kB)
+PRETRAINED: dict = {}
+PRETRAINED_MAX = 64
+
+
 def run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[dict[str, Any]]:
     """Pretrain once on V, then fine-tune a copy on U for each γ; one record per γ."""
     with reproducible_torch():
@@ -263,11 +269,20 @@ def _run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[d
     n = config.curve_prompts
     source_curve = Evaluation(Prompts(source.context[:n], source.query[:n], source.target[:n],
                                       source.asks[:n]), K)
-    model = build(config.arch, config.layers, config.width, stream_seed(seed, "init"))
-    pre = train(model, V, config, generator(seed, "pretrain"), source_full)
-    pretrain = {"T1": pre.steps, "converged": pre.converged, "diverged": pre.diverged,
-                "error": pre.error.tolist(), "seconds": pre.seconds,
-                "logits": feature_logits(model, V)}
+    # the arms share one pretraining per seed (its stream never reads the arm): trained
+    # once per process and reused, the same numbers
+    key = (config.with_(arm=None), seed)
+    if key not in PRETRAINED:
+        model = build(config.arch, config.layers, config.width, stream_seed(seed, "init"))
+        pre = train(model, V, config, generator(seed, "pretrain"), source_full)
+        pretrain = {"T1": pre.steps, "converged": pre.converged, "diverged": pre.diverged,
+                    "error": pre.error.tolist(), "seconds": pre.seconds,
+                    "logits": feature_logits(model, V)}
+        if len(PRETRAINED) >= PRETRAINED_MAX:
+            PRETRAINED.pop(next(iter(PRETRAINED)))
+        PRETRAINED[key] = (model, pre, pretrain)
+    model, pre, pretrain = PRETRAINED[key]
+    pretrain = copy.deepcopy(pretrain)
 
     records = []
     for gamma in gammas:
