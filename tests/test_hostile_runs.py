@@ -70,14 +70,14 @@ def test_depth_config_guards_itself():
 
 
 def test_the_longest_fine_tuning_fits_the_cache_record_cap():
-    """MAX_PHASE_STEPS: a fine-tuning's source-loss curve, at the longest JSON a row of
-    two float64 takes, stays within the cache's record cap (cut the cap and it fails)."""
+    """MAX_PHASE_STEPS: a fine-tuning's source- and OOD-loss curves, at the longest JSON a
+    row of two float64 takes, stay within the cache's record cap (cut the cap and it fails)."""
     from oodcalc.depth.cache import MAX_RECORD_BYTES
     from oodcalc.depth.protocol import MAX_PHASE_STEPS
     row = json.dumps([[-1.2345678901234567e-100, -1.2345678901234567e-100]],
                      separators=(",", ":"))
     per_step = len(row) - 1           # the row and its comma, without the outer brackets
-    assert (MAX_PHASE_STEPS + 1) * per_step + 4096 < MAX_RECORD_BYTES
+    assert 2 * (MAX_PHASE_STEPS + 1) * per_step + 4096 < MAX_RECORD_BYTES
 
 
 def test_the_announced_time_counts_fixed_fine_tuning_steps():

@@ -110,7 +110,7 @@ def gamma_values(option: str, text: str) -> list[float]:
 
 def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eval_prompts,
                   cache_dir, no_cache, gammas, gamma, workers, default_seeds=10,
-                  ft_steps=None):
+                  ft_steps=None, arms=None):
     """Parse every option (one-line errors) before any work: configs, seeds, cache, and
     the memory all of it needs."""
     from ..depth import ARCHITECTURES, OPTIMIZERS, Cache, configs
@@ -123,7 +123,15 @@ def build_request(arch, optimizer, layers, seeds, quick, eps, lr, max_steps, eva
                          choices("--optimizer", optimizer, OPTIMIZERS),
                          integers("--layers", layers, 1), **protocol)
     n_seeds = options.integer("--seeds", seeds, 1) or (QUICK["seeds"] if quick else default_seeds)
-    check_memory(chosen, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
+    every = chosen
+    if arms is not None:       # each arm's configuration checked (replay × batch) first
+        with naming({**option_names(eps=eps, lr=lr, max_steps=max_steps, ft_steps=ft_steps),
+                     "DepthConfig.arm": "--arms"}):
+            every = [c.with_(arm=None if a.plain else a) for c in chosen for a in arms]
+    check_memory(every, n_seeds, gammas, n_workers, seeds, layers, eval_prompts, workers, gamma)
+    if arms is not None:
+        from ..depth.arms_table import ArmsCache
+        return chosen, list(range(n_seeds)), ArmsCache(cache_dir, enabled=not no_cache)
     cache = Cache(cache_dir, enabled=not no_cache)
     return chosen, list(range(n_seeds)), cache
 
@@ -190,21 +198,40 @@ def depth(
     cache_dir: CacheDir = None, no_cache: NoCache = False,
     eps: Eps = None, lr: Lr = None, max_steps: MaxSteps = None, eval_prompts: EvalPrompts = None,
     ft_steps: FtSteps = None,
+    arms: Annotated[Text, typer.Option("--arms", metavar="NAME[:VALUE],...",
+        help="Intervention arms of the fine-tuning, each beside plain and the theory's "
+             "prediction for the same intervention (names and defaults: reproduce ladder "
+             "--help, oodcalc.depth.arms).", show_default="off")] = None,
 ) -> None:
     """TinyTransformer forgetting F (1-3 layers, width 16) beside the paper and the theory."""
     from ..depth import reproduce
     from ..depth.table import markdown, show
 
     output_format = output_format_for(output, output_format)   # -o checked before training
+    chosen_arms = None
+    if arms is not None:
+        from ..depth.arms import parse
+        chosen_arms = parse(arms, "--arms")
     gammas = gamma_values("--gamma", gamma)
     chosen, seed_list, cache = build_request(arch, optimizer, layers, seeds, quick, eps, lr,
                                              max_steps, eval_prompts, cache_dir,
                                              no_cache, gammas, gamma, workers,
-                                             ft_steps=ft_steps)
+                                             ft_steps=ft_steps, arms=chosen_arms)
     n_workers = options.integer("--workers", workers, 1)
     with cluster(scheduler, workers, n_workers) as executor, \
             count_progress("training", lines=True, eta=True) as progress:  # piped: a line each
-        table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress, executor)
+        if chosen_arms is not None:
+            from ..depth.arms_table import arms_depth, markdown, show
+            table = arms_depth(chosen_arms, chosen, seed_list, gammas, n_workers, progress,
+                               cache, executor)
+        else:
+            table = reproduce(chosen, seed_list, gammas, cache, n_workers, progress, executor)
+    if chosen_arms is not None:
+        if output_format is Format.table:
+            show(table, title="oodcalc reproduce depth --arms")
+            return
+        emit(table, output_format, output, markdown)
+        return
     if output_format is Format.table:
         show(table)
         return

@@ -25,9 +25,9 @@ from .protocol import run_key
 __all__ = ["Cache", "MAX_RECORD_BYTES", "default_directory", "well_formed"]
 
 
-#: Largest cache file read (bytes): a record is a few kB (its source-loss curve grows by
-#: two numbers per fine-tuning step), so anything larger is not one of ours.
-MAX_RECORD_BYTES = 64 << 20
+#: Largest cache file read (bytes): a record is a few kB (its source- and OOD-loss curves
+#: grow by four numbers per fine-tuning step), so anything larger is not one of ours.
+MAX_RECORD_BYTES = 128 << 20
 
 
 def default_directory(name: str = "depth") -> Path:

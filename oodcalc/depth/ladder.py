@@ -334,36 +334,46 @@ class PopulationErrors:
         from ..simulate.population import errors_and_gradient
         return errors_and_gradient(model.Q.detach().double().numpy(), self.features)[0]
 
-    def within(self, model, eps: float) -> np.ndarray | None:
+    def within(self, model, eps: float, covered: np.ndarray | None = None
+               ) -> np.ndarray | None:
         error = self.errors(model)
-        return error if np.all(error <= eps) else None
+        ok = error <= eps if covered is None else (error <= eps) | ~covered
+        return error if np.all(ok) else None
 
 
 def simulator_batches(features: np.ndarray, N: int, batch: int, rng: np.random.Generator,
-                      dtype: Any = None):
+                      dtype: Any = None, source: np.ndarray | None = None, from_source: int = 0):
     """The simulator's next training batch (``sample_prompts`` from its own generator, in
-    the same order), as the torch models' prompts: tokens ``[x; y]``, query ``[x_q; 0]``."""
+    the same order), as the torch models' prompts: tokens ``[x; y]``, query ``[x_q; 0]``;
+    with replay, ``batch − from_source`` prompts of ``features`` then ``from_source`` of
+    ``source``, drawn in that order (the simulator's ``finetune_on_prompts``)."""
     import torch
 
     from ..simulate.prompts import sample_prompts
     from .training import Prompts
     dtype = torch.float64 if dtype is None else dtype
+    t = functools.partial(torch.as_tensor, dtype=dtype)
 
-    def draw() -> Prompts:
-        P = sample_prompts(features, N, batch, rng)
-        t = functools.partial(torch.as_tensor, dtype=dtype)
+    def convert(P):
         context = torch.cat([t(P.X), t(P.y)[..., None]], -1)
         query = torch.cat([t(P.xq), torch.zeros(len(P.xq), 1, dtype=dtype)], -1)
-        return Prompts(context, query, t(P.yq), torch.as_tensor(P.q))
+        return context, query, t(P.yq), torch.as_tensor(P.q)
+
+    def draw() -> Prompts:
+        parts = [convert(sample_prompts(features, N, batch - from_source, rng))]
+        if from_source:
+            parts.append(convert(sample_prompts(source, N, from_source, rng)))
+        return Prompts(*(torch.cat(x) for x in zip(*parts)))
     return draw
 
 
 def theory_on_simulator_draws(setting, N: int = 32, batch: int = 1024, *, seed: int = 0,
-                              dtype: Any = None) -> dict[str, Any]:
+                              dtype: Any = None, arm: Any = None) -> dict[str, Any]:
     """The ``theory`` rung (torch, ``training.train``) on exactly the draws of
     ``simulate_prompts(setting, N, batch, seed=seed)`` (fresh mini-batches, population
     stopping rule): T1, T2, F, F_k and ``Q`` at T1 and after fine-tuning (float64 by
-    default)."""
+    default). ``arm`` (oodcalc.depth.arms.Arm): the torch arm in fine-tuning, against
+    the simulator run with the arm's theory counterpart in ``setting``'s protocol."""
     import torch
 
     from ..simulate.population import errors_and_gradient
@@ -377,14 +387,22 @@ def theory_on_simulator_draws(setting, N: int = 32, batch: int = 1024, *, seed: 
                          lr=proto.eta, max_steps=proto.max_steps, K=K)
     finetune = config.with_(lr=proto.eta_ft, eps=proto.finetune_stop,
                             max_steps=proto.finetune_cap)
-    pre_rng, ft_rng, _ = phase_generators(seed)
+    pre_rng, ft_rng, spare_rng = phase_generators(seed)
+    from .arms import Intervention, replay_count
     with reproducible_torch():
         model = build("theory", 1, config.width, 0).to(dtype)
         pre = train(model, None, config, None, PopulationErrors(V),
                     batches=simulator_batches(V, N, batch, pre_rng, dtype))
         Q1 = model.Q.detach().double().numpy().copy()
+        # project-activations' source prompts: the simulator's unused third stream
+        shown = simulator_batches(V, N, batch, spare_rng, dtype)
+        intervention = None if arm is None else Intervention(
+            arm, model, torch.as_tensor(V), torch.as_tensor(U),
+            lambda: model(*(lambda p: (p.context, p.query))(shown())))
         ft = train(model, None, finetune, None, PopulationErrors(U),
-                   batches=simulator_batches(U, N, batch, ft_rng, dtype))
+                   batches=simulator_batches(U, N, batch, ft_rng, dtype, V,
+                                             replay_count(arm, batch)),
+                   intervention=intervention)
         Q2 = model.Q.detach().double().numpy().copy()
     before, after = (errors_and_gradient(Q, V)[0] / K for Q in (Q1, Q2))
     F_k = after - before

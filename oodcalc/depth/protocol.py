@@ -17,6 +17,7 @@ from typing import Any
 from .. import estimates
 from ..errors import ComputationError, InputError, param
 from ..setting import check_positive
+from .arms import Arm, check_replay_batch
 
 __all__ = [
     "ARCHITECTURES", "CURVE_POINTS", "CURVE_SEEDS", "DEFAULT_LR", "DepthConfig",
@@ -44,8 +45,8 @@ PROTOCOL_VERSION = 2   # 2: the stopping rule checked exactly at every step (1 s
 #: Adam takes PyTorch's default 1e-3, what a practitioner gets without tuning.
 DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3}
 #: Most steps a fine-tuning may run (``ft_steps``, or ``max_steps`` under the rule): its
-#: record keeps the source loss at every step, at most ~51 bytes a step in the cache's
-#: JSON, so 10^6 steps stay within the cache's 64 MiB record cap (``cache.MAX_RECORD_BYTES``;
+#: record keeps the source and the OOD loss at every step, at most ~2 × 51 bytes a step in
+#: the cache's JSON, so 10^6 steps stay within its 128 MiB record cap (``cache.MAX_RECORD_BYTES``;
 #: tests/test_hostile_runs.py checks it).
 MAX_PHASE_STEPS = 1_000_000
 #: Largest step size: the models' parameters are float32 (torch refuses a larger lr).
@@ -81,8 +82,15 @@ class DepthConfig:
     #: fine-tune exactly this many steps, no stopping rule (None: stop at the rule, as
     #: pretraining does); omitted from ``describe`` when None, so earlier cache keys hold
     ft_steps: int | None = None
+    #: the intervention arm of the fine-tuning (oodcalc.depth.arms; None: plain, omitted
+    #: from ``describe``, so plain keeps its cache keys and docs/depth.json's runs)
+    arm: Arm | None = None
 
     def __post_init__(self) -> None:
+        if self.arm is not None and not isinstance(self.arm, Arm):
+            raise InputError("arm", self.arm, "expected an oodcalc.depth.arms.Arm")
+        if self.arm is not None and self.arm.plain:
+            object.__setattr__(self, "arm", None)
         if self.arch not in ARCHITECTURES + LADDER_ARCHITECTURES:
             raise InputError("arch", self.arch, "expected one of "
                              f"{', '.join(ARCHITECTURES + LADDER_ARCHITECTURES)}")
@@ -122,6 +130,7 @@ class DepthConfig:
         if self.lr > MAX_LR:
             raise InputError(param("DepthConfig.lr"), f"{self.lr:g}",
                              f"at most {MAX_LR:g} (the models' parameters are float32)")
+        check_replay_batch(self.arm, self.batch)
         check_reach(self)
 
     @property
@@ -136,6 +145,10 @@ class DepthConfig:
         described = asdict(self)
         if self.ft_steps is None:
             del described["ft_steps"]
+        if self.arm is None:
+            del described["arm"]
+        else:
+            described["arm"] = self.arm.describe()
         return described
 
     def run_parameters(self, seed: int, gamma: float) -> dict[str, Any]:

@@ -83,16 +83,26 @@ def sign_rank_pvalue(values: Sequence[float]) -> float:
     return float(stats.wilcoxon(x, alternative="two-sided").pvalue)
 
 
-def benjamini_hochberg(pvalues: Sequence[float], q: float = 0.05) -> int:
-    """How many of ``pvalues`` the Benjamini–Hochberg step-up procedure rejects at false
-    discovery rate ``q``: the largest k with p_(k) <= k q / m (nan p-values count in m)."""
-    p = np.sort(np.asarray(pvalues, dtype=float))
+def benjamini_hochberg_rejects(pvalues: Sequence[float], q: float = 0.05) -> np.ndarray:
+    """Which of ``pvalues`` the Benjamini–Hochberg step-up procedure rejects at false
+    discovery rate ``q``: the k smallest, k the largest with p_(k) <= k q / m. A nan p-value
+    is never rejected but counts in m (conservative)."""
+    p = np.asarray(pvalues, dtype=float).ravel()
+    reject = np.zeros(p.shape, dtype=bool)
     m = p.size
     if m == 0:
-        return 0
-    p = np.where(np.isnan(p), np.inf, p)
-    below = np.nonzero(p <= q * np.arange(1, m + 1) / m)[0]
-    return int(below[-1] + 1) if below.size else 0
+        return reject
+    order = np.argsort(np.where(np.isnan(p), np.inf, p), kind="stable")
+    below = np.nonzero(p[order] <= q * np.arange(1, m + 1) / m)[0]   # nan <= x is False
+    if below.size:
+        reject[order[: below[-1] + 1]] = True
+    return reject
+
+
+def benjamini_hochberg(pvalues: Sequence[float], q: float = 0.05) -> int:
+    """How many of ``pvalues`` the Benjamini–Hochberg step-up procedure rejects at false
+    discovery rate ``q`` (:func:`benjamini_hochberg_rejects`)."""
+    return int(benjamini_hochberg_rejects(pvalues, q).sum())
 
 
 def _interval(samples: np.ndarray, level: float = LEVEL) -> tuple[float, float]:

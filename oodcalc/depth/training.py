@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..report import jsonable
+from .arms import Intervention, replay_count, weighted_loss
 from .models import build, feature_logits
 from .protocol import DepthConfig
 
@@ -110,6 +111,18 @@ def feature_sets(basis: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch
     return V, U
 
 
+def mixed(target: torch.Tensor, source: torch.Tensor, design: Design, m: int) -> Prompts:
+    """Replay's batch: the draw's first ``B − m`` prompts on the target features, its last
+    ``m`` on the source's (same tokens, queries and tasks as plain's draw)."""
+    B = len(design.queries)
+    head = Prompts.build(target, design.head(B - m))
+    tail = Prompts.build(source, Design(design.tokens[B - m:], design.queries[B - m:],
+                                        design.tasks[B - m:]))
+    return Prompts(*(torch.cat([a, b]) for a, b in zip(
+        (head.context, head.query, head.target, head.asks),
+        (tail.context, tail.query, tail.target, tail.asks))))
+
+
 def random_basis(gen: torch.Generator, D: int, count: int = 3) -> torch.Tensor:
     q, r = torch.linalg.qr(torch.randn(D, count, generator=gen, dtype=torch.float64))
     return (q * torch.sign(torch.diagonal(r))).to(torch.float32)
@@ -145,15 +158,21 @@ class Evaluation:
     def errors(self, model: torch.nn.Module) -> np.ndarray:
         return self._sums(model, None) / self.counts
 
-    def within(self, model: torch.nn.Module, eps: float) -> np.ndarray | None:
+    def within(self, model: torch.nn.Module, eps: float,
+               covered: np.ndarray | None = None) -> np.ndarray | None:
         """The errors if every e_k <= eps, else None (decided as soon as it is certain: the
         same decision as ``errors(model).max() <= eps``, usually from a fraction of the
-        prompts while the errors are far above eps)."""
-        sums = self._sums(model, eps)
+        prompts while the errors are far above eps). ``covered``: only these features
+        count (an arm's rule, oodcalc.depth.arms)."""
+        if covered is None:
+            sums = self._sums(model, eps)
+        else:
+            sums = self._sums(model, np.where(covered, eps, np.inf))
         if sums is None:
             return None
         error = sums / self.counts
-        return error if error.max() <= eps else None
+        ok = error.max() <= eps if covered is None else np.all(error[covered] <= eps)
+        return error if ok else None
 
 
 @dataclass
@@ -164,49 +183,78 @@ class Phase:
     error: np.ndarray                 # e_k on the full evaluation set at the end
     curve: list[list[float]] | None   # e_k of the watched set at every step (fine-tuning)
     seconds: float
+    target_curve: list[list[float]] | None = None   # OOD e_k at the same steps
 
 
 def train(model: torch.nn.Module, features: torch.Tensor, config: DepthConfig,
           gen: torch.Generator, full: Evaluation, watch: Evaluation | None = None,
-          batches: Callable[[], Prompts] | None = None, steps: int | None = None) -> Phase:
+          batches: Callable[[], Prompts] | None = None, steps: int | None = None,
+          intervention: "Intervention | None" = None, source: torch.Tensor | None = None,
+          target_watch: Evaluation | None = None) -> Phase:
     """Train on fresh prompts of ``features`` until every e_k <= eps on ``full``, checked
     before every update: the phase stops at the first step where the rule holds; with
     ``steps``, exactly that many updates instead (no rule; ``converged`` when they ran).
     ``watch`` (the source's first prompts, during fine-tuning) is recorded at every step:
     the source-loss curve. ``batches``, if given, replaces the draw from ``gen``: it returns
     the next training batch (the ladder feeds the finite-prompt simulator's draws through
-    it); ``full`` and ``watch`` need only ``errors(model)`` and ``within(model, eps)``."""
+    it); ``full`` and ``watch`` need only ``errors(model)`` and ``within(model, eps)``.
+    ``intervention`` (fine-tuning only): the arm's step (oodcalc.depth.arms); replay's
+    share of each drawn batch is built on ``source`` (the last prompts of the draw, so the
+    random stream is plain's); ``target_watch`` records the OOD curve beside ``watch``'s."""
     start = time.perf_counter()
     optimizer = (torch.optim.SGD(model.parameters(), lr=config.lr) if config.optimizer == "sgd"
                  else torch.optim.Adam(model.parameters(), lr=config.lr))
     curve = [] if watch is not None else None
+    target_curve = [] if target_watch is not None else None
     D, K = config.features, config.K
+    covered = None if intervention is None else intervention.covered()
+    if covered is not None and covered.all():
+        covered = None
+    from_source = 0 if intervention is None or batches is not None else \
+        replay_count(intervention.arm, config.batch)
 
     def end(step, converged, diverged, error=None):
         error = full.errors(model) if error is None else error
-        return Phase(step, converged, diverged, error, curve, time.perf_counter() - start)
+        return Phase(step, converged, diverged, error, curve, time.perf_counter() - start,
+                     target_curve)
 
     for step in range(config.max_steps + 1 if steps is None else steps + 1):
         if curve is not None:
             curve.append(watch.errors(model).tolist())
+        if target_curve is not None:
+            target_curve.append(target_watch.errors(model).tolist())
         if steps is not None:
             if step == steps:
                 return end(step, True, False)
         else:
-            error = full.within(model, config.eps)
+            error = full.within(model, config.eps, covered)
             if error is not None:
                 return end(step, True, False, error)
             if step == config.max_steps:
                 return end(step, False, False)
-        batch = (batches() if batches is not None
-                 else Prompts.build(features, Design.draw(gen, config.batch, config.N, K, D)))
-        loss = 0.5 * ((model(batch.context, batch.query) - batch.target) ** 2).mean()
+        if batches is not None:
+            batch = batches()
+        else:
+            design = Design.draw(gen, config.batch, config.N, K, D)
+            batch = (Prompts.build(features, design) if not from_source
+                     else mixed(features, source, design, from_source))
+        weights = (None if intervention is None
+                   else intervention.sample_weights(batch.query[:, :-1]))
+        loss = weighted_loss(model(batch.context, batch.query), batch.target, weights)
         if not torch.isfinite(loss):
             return end(step, False, True)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if intervention is not None:
+            intervention.after_backward()
         optimizer.step()
     raise AssertionError("unreachable")
+
+
+#: pretrained models by (configuration without its arm, seed), oldest dropped first (a
+#: model of width 16 is a few kB to ~50 kB)
+PRETRAINED: dict = {}
+PRETRAINED_MAX = 64
 
 
 def run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[dict[str, Any]]:
@@ -227,11 +275,20 @@ def _run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[d
     n = config.curve_prompts
     source_curve = Evaluation(Prompts(source.context[:n], source.query[:n], source.target[:n],
                                       source.asks[:n]), K)
-    model = build(config.arch, config.layers, config.width, stream_seed(seed, "init"))
-    pre = train(model, V, config, generator(seed, "pretrain"), source_full)
-    pretrain = {"T1": pre.steps, "converged": pre.converged, "diverged": pre.diverged,
-                "error": pre.error.tolist(), "seconds": pre.seconds,
-                "logits": feature_logits(model, V)}
+    # the arms share one pretraining per seed (its stream never reads the arm): trained
+    # once per process and reused, the same numbers
+    key = (config.with_(arm=None), seed)
+    if key not in PRETRAINED:
+        model = build(config.arch, config.layers, config.width, stream_seed(seed, "init"))
+        pre = train(model, V, config, generator(seed, "pretrain"), source_full)
+        pretrain = {"T1": pre.steps, "converged": pre.converged, "diverged": pre.diverged,
+                    "error": pre.error.tolist(), "seconds": pre.seconds,
+                    "logits": feature_logits(model, V)}
+        if len(PRETRAINED) >= PRETRAINED_MAX:
+            PRETRAINED.pop(next(iter(PRETRAINED)))
+        PRETRAINED[key] = (model, pre, pretrain)
+    model, pre, pretrain = PRETRAINED[key]
+    pretrain = copy.deepcopy(pretrain)
 
     records = []
     for gamma in gammas:
@@ -239,18 +296,25 @@ def _run_seed(config: DepthConfig, seed: int, gammas: Sequence[float]) -> list[d
         record: dict[str, Any] = {"parameters": parameters, "pretrain": pretrain}
         if pre.converged:
             _, U = feature_sets(basis, parameters["gamma"])
-            target_full = Evaluation(Prompts.build(U, design), K)
+            target = Prompts.build(U, design)
+            target_full = Evaluation(target, K)
+            target_curve = Evaluation(Prompts(target.context[:n], target.query[:n],
+                                              target.target[:n], target.asks[:n]), K)
             tuned = copy.deepcopy(model)
             ood = target_full.errors(tuned)
+            intervention = None if config.arm is None else Intervention(
+                config.arm, tuned, V, U, lambda: tuned(source.context, source.query))
             ft = train(tuned, U, config, generator(seed, "finetune"), target_full,
-                       watch=source_curve, steps=config.ft_steps)
+                       watch=source_curve, steps=config.ft_steps, intervention=intervention,
+                       source=V, target_watch=target_curve)
             after = source_full.errors(tuned)
             F_k = (after - pre.error) / K            # L_{v_k} = e_k / K, as in the theory
             record.update(
                 ood_error=ood.tolist(),
                 finetune={"T2": ft.steps, "converged": ft.converged, "diverged": ft.diverged,
                           "error": ft.error.tolist(), "seconds": ft.seconds,
-                          "source_curve": ft.curve, "logits": feature_logits(tuned, V)},
+                          "source_curve": ft.curve, "target_curve": ft.target_curve,
+                          "logits": feature_logits(tuned, V)},
                 source_before=pre.error.tolist(), source_after=after.tolist(),
                 F=float(F_k.sum()), F_k=F_k.tolist())
         records.append(jsonable(record))
