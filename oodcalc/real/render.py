@@ -394,7 +394,7 @@ def too_few(seeds: int) -> str:
     return f"; this run has {seeds}: no marks" if seeds < VERDICT else ""
 
 
-def sections(result: dict[str, Any]) -> tuple:
+def sections_of(result: dict[str, Any]) -> tuple:
     """The sections a result has: the arms' only when it ran arms."""
     if "arms" not in result:
         return SECTIONS
@@ -416,7 +416,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [" ".join(setup_lines(result)), "",
              f"### The paper's figures beside ours (arXiv {paper.ARXIV})", ""]
     lines += table(["measurement", "paper", "ours", "95 % interval"], paper_rows(result))
-    for title, rows_of, *note in sections(result):
+    for title, rows_of, *note in sections_of(result):
         lines += ["", f"### {title}", ""]
         lines += table(*rows_of(result))
         lines += ["", *notes(note, result)] if note else []
@@ -439,7 +439,7 @@ def show(result: dict[str, Any]) -> None:
         console.print(escape(line), style="dim")
     sections = (("The paper's figures beside ours",
                  lambda r: (["measurement", "paper", "ours", "95 %"], paper_rows(r))),
-                *sections(result))
+                *sections_of(result))
     for title, rows_of, *note in sections:
         header, rows = rows_of(result)
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
