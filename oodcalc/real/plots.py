@@ -199,8 +199,8 @@ def arms(result: dict[str, Any], grid: int = 21):
     """F against the new task's held-out loss per arm, one panel per forgetting condition:
     x is s, the share of the way (in log loss) from the start's loss L(0) to plain's at the
     end of its fine-tune, y the mean over fits reaching that level of F read off each fit's
-    curve there (oodcalc.real.arms.matched); the design's levels dotted. Needs a run with
-    --arms."""
+    curve there (oodcalc.real.arms.matched), drawn while every fit reaches it; the design's
+    levels dotted. Needs a run with --arms."""
     from .arms import levels, matched
     plt = _pyplot()
     conditions = result["arms"]["conditions"]
@@ -216,13 +216,17 @@ def arms(result: dict[str, Any], grid: int = 21):
         plain = c["rows"][0]["fits"]
         lv = [levels(f["curve"][0][0], f["curve"][-1][0], list(s_grid)) for f in plain]
         for i, r in enumerate(c["rows"]):
-            per_fit = [matched(f["curve"], t) if t is not None else [None] * grid
-                       for f, t in zip(r["fits"], lv)]
-            ys = [np.mean(v) if (v := [x[j] for x in per_fit if x[j] is not None])
-                  else np.nan for j in range(grid)]
+            # fits where plain did not lower the new task's loss have no levels: left out
+            per_fit = [matched(f["curve"], t) for f, t in zip(r["fits"], lv) if t is not None]
+            # the mean over every fit, drawn while every fit has reached the level (a mean
+            # over the fits still in would jump as they drop out)
+            ys = [np.nan if any(x[j] is None for x in per_fit) or not per_fit
+                  else np.mean([x[j] for x in per_fit]) for j in range(grid)]
             ax.plot(s_grid, ys, "-", color=f"C{i}", lw=2.2 if i == 0 else 1.4,
                     label=_plain(r["label"]))
-        ax.set_title(_plain(c["condition"]), fontsize=9)
+        used = sum(t is not None for t in lv)
+        ax.set_title(_plain(f"{c['condition']} ({used} of {len(lv)} fits: plain lowered "
+                            "its loss)" if used < len(lv) else c["condition"]), fontsize=9)
         ax.grid(alpha=0.3)
         ax.set_xlabel("s: new task's loss from L(0) (0) to plain's end (1), log", fontsize=8)
         if k % cols == 0:
@@ -230,7 +234,10 @@ def arms(result: dict[str, Any], grid: int = 21):
     for k in range(len(conditions), rows * cols):
         axes[k // cols][k % cols].axis("off")
     axes[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle("Forgetting at matched new-task loss per arm\n" + _subtitle(result),
-                 fontsize=9)
+    p = result["parameters"]
+    fig.suptitle(_plain(f"Forgetting at matched new-task loss per arm (mean over "
+                        f"{p['folds']} folds × {p['seeds']} seed(s); a line ends where a "
+                        f"fit no longer reaches the level)\n{p['model']}, layer-{p['layer']} "
+                        f"attention block + head, source {p['source']}"), fontsize=9)
     fig.tight_layout()
     return fig
