@@ -370,8 +370,28 @@ def arm_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             rows.append([c["condition"] if i == 0 else "", r["label"], signed_ci(r["F"]),
                          _contrast(r["versus_plain"]),
                          f"{r['ood_before']:.3f} → {r['ood_after']:.3f}",
-                         "—" if r["theory_F"] is None else f"{r['theory_F']:+.1e}",
+                         "—" if r["theory_F"] is None else theory_F(r["theory_F"], "+.1e"),
                          r["theory_as"]] + matched)
+    return header, rows
+
+
+def arm_rows_compact(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The arms table narrow enough for a terminal: F, ΔF, the theory's F, and F at the
+    matched levels (their contrasts are in the markdown and JSON)."""
+    arms = result["arms"]
+    shares = "/".join(f"{x:g}" for x in arms["matched_levels"])
+    header = ["condition · arm", "F [95 %]", "ΔF vs plain", "theory F (as)",
+              f"F at matched loss s = {shares}"]
+    rows = []
+    for c in arms["conditions"]:
+        for i, r in enumerate(c["rows"]):
+            d = r["versus_plain"]
+            delta = "—" if d is None else _contrast(d).replace(", no interval", "")
+            theory = "—" if r["theory_F"] is None else theory_F(r["theory_F"], "+.1e")
+            rows.append([(c["condition"] + " · " if i == 0 else "  ") + r["label"],
+                         signed_ci(r["F"]), delta, f"{theory} ({r['theory_as']})",
+                         " / ".join("—" if m["F"] is None else f"{m['F']:+.3f}"
+                                    for m in r["matched"])])
     return header, rows
 
 
@@ -394,12 +414,13 @@ def too_few(seeds: int) -> str:
     return f"; this run has {seeds}: no marks" if seeds < VERDICT else ""
 
 
-def sections_of(result: dict[str, Any]) -> tuple:
-    """The sections a result has: the arms' only when it ran arms."""
+def sections_of(result: dict[str, Any], compact: bool = False) -> tuple:
+    """The sections a result has: the arms' only when it ran arms (``compact``: the
+    terminal's narrower arms table)."""
     if "arms" not in result:
         return SECTIONS
-    return SECTIONS + (("Intervention arms of the forgetting fine-tune (issue 31)", arm_rows,
-                        arms_note),)
+    return SECTIONS + (("Intervention arms of the forgetting fine-tune (issue 31)",
+                        arm_rows_compact if compact else arm_rows, arms_note),)
 
 
 def notes(note, result: dict[str, Any]) -> list[str]:
@@ -439,7 +460,7 @@ def show(result: dict[str, Any]) -> None:
         console.print(escape(line), style="dim")
     sections = (("The paper's figures beside ours",
                  lambda r: (["measurement", "paper", "ours", "95 %"], paper_rows(r))),
-                *sections_of(result))
+                *sections_of(result, compact=True))
     for title, rows_of, *note in sections:
         header, rows = rows_of(result)
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
