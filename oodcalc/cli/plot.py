@@ -251,6 +251,27 @@ def real_shift(
     real_figure("shift", output, input_file, quick, seeds, cache_dir, threads)
 
 
+@plot_app.command("real-arms")
+def real_arms(output: Output, input_file: RealInput = None) -> None:
+    """Real encoder: forgetting against the new task's loss per intervention arm (F at
+    matched loss), from a saved 'reproduce real --arms ... -f json' result."""
+    from ..errors import InputError
+    if input_file is None:
+        raise InputError("--input", "nothing", "expected the JSON of 'oodcalc reproduce real "
+                         "--arms NAME,... -f json -o FILE' (the arms run too long to redo "
+                         "for a figure)")
+    from .. import plots
+    from ..real import plots as real_plots
+    from .reproduce_real import load_result, shown
+    plots.check_output(output)
+    result = load_result(input_file)
+    if "arms" not in result:
+        raise InputError("--input", str(input_file), "has no intervention arms; expected the "
+                         "JSON of 'oodcalc reproduce real --arms NAME,... -f json -o FILE'")
+    figure = shown(input_file, lambda: real_plots.arms(result))
+    print(plots.save(figure, output))
+
+
 def real_figure(kind, output, input_file, quick, seeds, cache_dir, threads) -> None:
     from .. import plots
     from ..real import plots as real_plots

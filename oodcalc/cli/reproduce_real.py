@@ -57,10 +57,17 @@ Layer = Annotated[Optional[str], typer.Option("--layer", metavar="L", rich_help_
     help="Where the rotations act: the input of layer L's attention block, which is trained "
          "with the head (layers below it frozen and cached; L's feed-forward part and the "
          "layers above it are not used).", show_default="5, the last")]
+Arms = Annotated[Optional[str], typer.Option("--arms", metavar="NAME[:VALUE],...",
+    rich_help_panel=PANEL,
+    help="Intervention arms of the forgetting fine-tunes (plain, replay, l2, reweight, "
+         "drop-negative, project-input, project-activations, project-qk, project-value, "
+         "project-all; oodcalc.real.arms), each beside plain, the theory's F for the same "
+         "intervention and F at matched OOD loss.", show_default="off")]
 
 
 def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | None = None,
-               ft_steps: str | None = None, layer: str | None = None):
+               ft_steps: str | None = None, layer: str | None = None,
+               arms: str | None = None):
     from dataclasses import replace
 
     from ..real.experiment import FAMILIES, FORGET_THETAS, QUICK, Config
@@ -79,6 +86,10 @@ def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | N
     cut = options.integer("--layer", layer, 1, LAYERS - 1,
                           f"all-MiniLM-L6-v2 has layers 0-{LAYERS - 1}; layer 0 takes the "
                           "embeddings, which are not cached")
+    chosen = ()
+    if arms is not None:        # no torch: the spec is checked before anything runs
+        from ..depth.arms import parse
+        chosen = parse(arms, "--arms")
     protocol = config.protocol
     if e is not None or steps is not None:   # a new Protocol: its own defaults (auto cap)
         from ..setting import Protocol
@@ -91,6 +102,7 @@ def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | N
     config = replace(config, protocol=protocol, **({"seeds": n} if n is not None else {}),
                      **({"threads": t} if t is not None else {}),
                      **({"layer": cut} if cut is not None else {}),
+                     **({"arms": chosen} if chosen else {}),
                      **({"finetune": replace(config.finetune, steps=steps)}
                         if steps is not None else {}))
     # the per-review losses of every seed, θ and rotation family, and the forgetting runs
@@ -194,27 +206,32 @@ class Bar:
 #: seeds × 5 folds, 13-16 min beside other jobs; --quick runs 3 folds), for messages only.
 QUICK_MINUTES = 3
 MINUTES_PER_SEED = 3
+#: Each arm adds a fine-tune per forgetting condition and fit, with its loss curves (a guess
+#: from the tiny tests' times, for the message only).
+ARM_SHARE = 0.3
 
 
 def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
            threads: str | None, eps: str | None = None, ft_steps: str | None = None,
-           layer: str | None = None) -> dict[str, Any]:
+           layer: str | None = None, arms: str | None = None) -> dict[str, Any]:
     """A saved result, or a fresh run (progress on stderr, timing on stderr)."""
     if input_file is not None:
         given = [name for name, value in (("--quick", quick or None), ("--seeds", seeds),
                                           ("--eps", eps), ("--ft-steps", ft_steps),
                                           ("--layer", layer), ("--threads", threads),
+                                          ("--arms", arms),
                                           ("--cache-dir", cache_dir)) if value is not None]
         if given:
             raise InputError("--input", str(input_file), "cannot be combined with "
                              f"{', '.join(given)} (a saved result is shown as it was run)")
         return load_result(input_file)
-    config = config_for(quick, seeds, threads, eps, ft_steps, layer)
+    config = config_for(quick, seeds, threads, eps, ft_steps, layer, arms)
     directory = cache_directory(cache_dir)
     from ..real import run_installed
     from ..real.encoder import require
     require()
     minutes = QUICK_MINUTES if quick else MINUTES_PER_SEED * config.seeds
+    minutes *= 1 + ARM_SHARE * max(0, len(config.arms) - 1)
     print(f"oodcalc: loading all-MiniLM-L6-v2 and the drug reviews (offline); the run "
           f"takes about {minutes:.0f} min on 2 cores (save it with -f json -o FILE and draw "
           "from it with --input FILE) …", file=sys.stderr)
@@ -231,7 +248,7 @@ def real(
     quick: Quick = False, seeds: Seeds = None,
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, threads: Threads = None, input_file: Input = None,
-    eps: Eps = None, ft_steps: FtSteps = None, layer: Layer = None,
+    eps: Eps = None, ft_steps: FtSteps = None, layer: Layer = None, arms: Arms = None,
 ) -> None:
     """The paper's BERT experiments on real text: rotation, natural shift and forgetting
     with a pretrained MiniLM on drug reviews, beside the paper's figures and the theory."""
@@ -239,7 +256,7 @@ def real(
     from ..real import render
 
     output_format = output_format_for(output, output_format)   # -o checked before the run
-    result = obtain(input_file, quick, seeds, cache_dir, threads, eps, ft_steps, layer)
+    result = obtain(input_file, quick, seeds, cache_dir, threads, eps, ft_steps, layer, arms)
     if output_format is Format.table:
         shown(input_file, lambda: render.show(result))
         return

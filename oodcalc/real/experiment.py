@@ -116,6 +116,8 @@ class Config:
     protocol: Protocol = field(default_factory=Protocol)   # the theory's ε, η
     theory_rule: str = "relative"    # THEORY_RULES: ε, η for the raw class means
     permutations: int = 199          # draws of each permutation test of the shift's theory
+    arms: tuple = ()                 # intervention arms of the forgetting fine-tunes
+                                     # (oodcalc.real.arms; plain first), () = none
 
     def check(self) -> "Config":
         if self.theory_rule not in THEORY_RULES:
@@ -126,6 +128,9 @@ class Config:
                                  ("permutations", self.permutations, 1)):
             if value < low:
                 raise InputError(name, value, f"expected an integer >= {low}")
+        if self.arms and not self.arms[0].plain:
+            raise InputError("arms", ", ".join(a.label for a in self.arms),
+                             "expected plain first (every contrast is against it)")
         if self.steps % 4:
             raise InputError("--steps", self.steps, "expected a multiple of 4, so that "
                              "θ = π/4, π/2 and 3π/4 lie on the grid")
@@ -138,7 +143,9 @@ class Config:
                 "training": self.training.describe(), "finetune": self.finetune.describe(),
                 "theory_protocol": self.protocol.describe(),
                 "theory_rule": self.theory_rule, "permutations": self.permutations,
-                "version": VERSION}
+                "version": VERSION,
+                # only when arms run: a plain run's parameters stay as they were
+                **({"arms": [a.describe() for a in self.arms]} if self.arms else {})}
 
 
 #: ``--quick``: the same pipeline, smaller (one CV repetition of 3 folds, 12 θ steps).
@@ -367,7 +374,11 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     forget_ood = {c: {part: [] for part in FINETUNED} for c in forget_names}
     theory_forget_real = {name: {"raw": [], "orthonormalised": []} for name, _ in FORGET_THETAS}
 
-    per_fold = 2 + len(forget_names)
+    arm_runs = None
+    if config.arms:
+        from .arms import ArmRuns
+        arm_runs = ArmRuns(config.arms, forget_names, S, n_src)
+    per_fold = 2 + len(forget_names) * (1 + len(config.arms))
     progress.stage("fine-tuning and evaluating", S * config.folds * per_fold)
     fit = 0
     for s in range(S):
@@ -440,6 +451,20 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                     forget_ood[cond][part].append(
                         (before, losses(top, hidden, labels, held, R).mean()))
                 progress.advance()
+                if arm_runs is not None:
+                    # the theory beside each arm on the geometry the forgetting table uses:
+                    # this fit's source means against their rotation, or all the source's
+                    # against all the domain's
+                    if R is not None:
+                        theory_pair = (means, R.apply(means.T).T)
+                    else:
+                        d = cond.split(": ", 1)[1]
+                        theory_pair = (class_means(pooled[src], labels[src]),
+                                       class_means(pooled[tgt_idx[d]], labels[tgt_idx[d]]))
+                    arm_runs.fine_tune(cond, s, f, top, state, hidden, labels, tune, R, held,
+                                       test_idx, test_pos, base, config.finetune, batch_seed,
+                                       means, train_idx, theory_pair, config.protocol,
+                                       config.theory_rule, progress.advance)
             fit += 1
 
     rng = np.random.default_rng(12345)
@@ -507,6 +532,8 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                       "theory_F_rotation": None, "theory_F_raw": row["theory_raw"]["F"],
                       "theory_F_orthonormalised": row["theory_orthonormalised"]["F"]})
     result["forgetting"] = frows
+    if arm_runs is not None:
+        result["arms"] = arm_runs.summary(np.random.default_rng([12345, 31]), B)
     result["paper"] = beside_paper(result)
     return result
 

@@ -196,3 +196,51 @@ def _along(xy: np.ndarray, n: int) -> np.ndarray:
     t = np.linspace(0, 1, n, endpoint=False)[None, :, None]
     inner = xy[:-1, None, :] + t * (xy[1:, None, :] - xy[:-1, None, :])
     return np.concatenate([inner.reshape(-1, 2), xy[-1:]])
+
+
+def arms(result: dict[str, Any], grid: int = 21):
+    """F against the new task's held-out loss per arm, one panel per forgetting condition:
+    x is s, the share of the way (in log loss) from the start's loss L(0) to plain's at the
+    end of its fine-tune, y the mean over fits reaching that level of F read off each fit's
+    curve there (oodcalc.real.arms.matched), drawn while every fit reaches it; the design's
+    levels dotted. Needs a run with --arms."""
+    from .arms import levels, matched
+    plt = _pyplot()
+    conditions = result["arms"]["conditions"]
+    cols = min(3, len(conditions))
+    rows = -(-len(conditions) // cols)
+    fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(4.2 * cols, 3.0 * rows + 1))
+    s_grid = np.linspace(0, 1, grid)
+    for k, c in enumerate(conditions):
+        ax = axes[k // cols][k % cols]
+        ax.axhline(0, color="0.6", lw=0.8)
+        for s in result["arms"]["matched_levels"]:
+            ax.axvline(s, color="0.8", ls=":", lw=0.8)
+        plain = c["rows"][0]["fits"]
+        lv = [levels(f["curve"][0][0], f["curve"][-1][0], list(s_grid)) for f in plain]
+        for i, r in enumerate(c["rows"]):
+            # fits where plain did not lower the new task's loss have no levels: left out
+            per_fit = [matched(f["curve"], t) for f, t in zip(r["fits"], lv) if t is not None]
+            # the mean over every fit, drawn while every fit has reached the level (a mean
+            # over the fits still in would jump as they drop out)
+            ys = [np.nan if any(x[j] is None for x in per_fit) or not per_fit
+                  else np.mean([x[j] for x in per_fit]) for j in range(grid)]
+            ax.plot(s_grid, ys, "-", color=f"C{i}", lw=2.2 if i == 0 else 1.4,
+                    label=_plain(r["label"]))
+        used = sum(t is not None for t in lv)
+        ax.set_title(_plain(f"{c['condition']} ({used} of {len(lv)} fits: plain lowered "
+                            "its loss)" if used < len(lv) else c["condition"]), fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("s: new task's loss from L(0) (0) to plain's end (1), log", fontsize=8)
+        if k % cols == 0:
+            ax.set_ylabel("F on the held-out source (nats)")
+    for k in range(len(conditions), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][0].legend(fontsize=7, loc="best")
+    p = result["parameters"]
+    fig.suptitle(_plain(f"Forgetting at matched new-task loss per arm (mean over "
+                        f"{p['folds']} folds × {p['seeds']} seed(s); a line ends where a "
+                        f"fit no longer reaches the level)\n{p['model']}, layer-{p['layer']} "
+                        f"attention block + head, source {p['source']}"), fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from .. import paper
+from ..depth.design import FDR as DESIGN_Q
+from ..depth.statistics import VERDICT_SEEDS as VERDICT
 
 __all__ = [
     "COLUMN_TITLES", "FAMILY_TITLES", "PARTS_NOTE", "PART_TITLES", "POWER_NOTE",
@@ -360,6 +362,93 @@ SECTIONS = (
 )
 
 
+def _contrast(c: dict[str, Any] | None) -> str:
+    """arm − plain by seed: mean [t interval], * = BH-rejected (only from enough seeds)."""
+    if c is None:
+        return "—"
+    if c["n"] == 0 or c["mean"] is None:
+        return "no paired seed"
+    if c["ci95_t"][0] is None:
+        return f"{c['mean']:+.4f} (n = {c['n']}, no interval)"
+    mark = " *" if c["bh_rejected"] else ""
+    return f"{c['mean']:+.4f} [{c['ci95_t'][0]:+.4f}, {c['ci95_t'][1]:+.4f}]{mark}"
+
+
+def arm_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per forgetting condition and arm: F (everything moving) beside plain's and the
+    theory's F for the same intervention, and F at matched OOD loss."""
+    arms = result["arms"]
+    shares = arms["matched_levels"]
+    header = ["fine-tuned on", "arm", "F on the source [95 %]", "ΔF vs plain [95 % t, by seed]",
+              "own loss before → after", "theory F, same intervention (raw means)",
+              "theory takes it as"] + [f"F at matched OOD loss s = {x:g} (ΔF)" for x in shares]
+    rows = []
+    for c in arms["conditions"]:
+        for i, r in enumerate(c["rows"]):
+            matched = []
+            for m in r["matched"]:
+                text = "—" if m["F"] is None else f"{m['F']:+.4f}"
+                if m["not_reached"]:
+                    text += f" ({m['not_reached']} n/r)"
+                if m["versus_plain"] is not None:
+                    text += f" (Δ {_contrast(m['versus_plain'])})"
+                matched.append(text)
+            rows.append([c["condition"] if i == 0 else "", r["label"], signed_ci(r["F"]),
+                         _contrast(r["versus_plain"]),
+                         f"{r['ood_before']:.3f} → {r['ood_after']:.3f}",
+                         "—" if r["theory_F"] is None else theory_F(r["theory_F"], "+.1e"),
+                         r["theory_as"]] + matched)
+    return header, rows
+
+
+def arm_rows_compact(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The arms table narrow enough for a terminal: F, ΔF, the theory's F, and F at the
+    matched levels (their contrasts are in the markdown and JSON)."""
+    arms = result["arms"]
+    shares = "/".join(f"{x:g}" for x in arms["matched_levels"])
+    header = ["condition · arm", "F [95 %]", "ΔF vs plain", "theory F (as)",
+              f"F at matched loss s = {shares}"]
+    rows = []
+    for c in arms["conditions"]:
+        for i, r in enumerate(c["rows"]):
+            d = r["versus_plain"]
+            delta = "—" if d is None else _contrast(d).replace(", no interval", "")
+            theory = "—" if r["theory_F"] is None else theory_F(r["theory_F"], "+.1e")
+            rows.append([(c["condition"] + " · " if i == 0 else "  ") + r["label"],
+                         signed_ci(r["F"]), delta, f"{theory} ({r['theory_as']})",
+                         " / ".join("—" if m["F"] is None else f"{m['F']:+.3f}"
+                                    for m in r["matched"])])
+    return header, rows
+
+
+def arms_note(result: dict[str, Any]) -> str:
+    seeds = result["parameters"]["seeds"]
+    few = too_few(seeds)
+    return ("Each arm fine-tunes everything on the same batches from the same trained model "
+            "(oodcalc.real.arms: what each does to a step). F: the held-out source loss after "
+            "minus before; ΔF: arm − plain, each seed's cross-validated F paired, 95 % t "
+            f"interval, * = rejected by Benjamini–Hochberg at q = {DESIGN_Q:g} within its "
+            f"endpoint (only from >= {VERDICT} seeds{few}). Theory: oodcalc.predict on the raw "
+            "class means (the forgetting table's raw column, its rule) with the arm's "
+            "intervention; its F is a squared error, the measurement a cross-entropy: compare "
+            "signs and orderings, not values. Matched OOD loss: F read off each fit's curve "
+            "where the new task's held-out loss first reaches ℓ_s = L(0)^(1−s) · L_plain(end)^s "
+            "(n/r: fits that never do).")
+
+
+def too_few(seeds: int) -> str:
+    return f"; this run has {seeds}: no marks" if seeds < VERDICT else ""
+
+
+def sections_of(result: dict[str, Any], compact: bool = False) -> tuple:
+    """The sections a result has: the arms' only when it ran arms (``compact``: the
+    terminal's narrower arms table)."""
+    if "arms" not in result:
+        return SECTIONS
+    return SECTIONS + (("Intervention arms of the forgetting fine-tune (issue 31)",
+                        arm_rows_compact if compact else arm_rows, arms_note),)
+
+
 def notes(note, result: dict[str, Any]) -> list[str]:
     """A section's notes: fixed text, or text made from the result."""
     return [n(result) if callable(n) else n for n in note]
@@ -374,7 +463,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [" ".join(setup_lines(result)), "",
              f"### The paper's figures beside ours (arXiv {paper.ARXIV})", ""]
     lines += table(["measurement", "paper", "ours", "95 % interval"], paper_rows(result))
-    for title, rows_of, *note in SECTIONS:
+    for title, rows_of, *note in sections_of(result):
         lines += ["", f"### {title}", ""]
         lines += table(*rows_of(result))
         lines += ["", *notes(note, result)] if note else []
@@ -397,7 +486,7 @@ def show(result: dict[str, Any]) -> None:
         console.print(escape(line), style="dim")
     sections = (("The paper's figures beside ours",
                  lambda r: (["measurement", "paper", "ours", "95 %"], paper_rows(r))),
-                *SECTIONS)
+                *sections_of(result, compact=True))
     for title, rows_of, *note in sections:
         header, rows = rows_of(result)
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
