@@ -44,6 +44,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import InputError, param
 
+__all__ = [
+    "ARMS", "Arm", "COS_ROUND_OFF", "Intervention", "PARAMETERS", "PROJECTIONS", "Projection",
+    "ROUND_OFF", "arms_text", "by_name", "check_replay_batch", "parse", "replay_count",
+    "theory_text", "top_directions", "torch_where_small", "weighted_loss",
+]
+
 #: name → (parameter name, default, accepted range text, check) ; None: no parameter
 PARAMETERS: dict[str, tuple[str, float, str, Callable[[float], bool]] | None] = {
     "plain": None,

@@ -26,6 +26,12 @@ from .protocol import DepthConfig, canonical_gamma
 from .statistics import VERDICT_SEEDS, Summary
 from .table import usable, verdict
 
+__all__ = [
+    "ArmRow", "ArmsCache", "ArmsTable", "Contrast", "LadderArmsCache", "arms_depth",
+    "arms_ladder", "build_arms", "level", "loss_curves", "make_rows", "markdown", "matched_F",
+    "matched_at", "matched_plot", "show", "with_bh",
+]
+
 
 @functools.lru_cache(maxsize=None)
 def arm_theory(arm: Arm, gamma: float, eps: float, ft_steps: int | None = None

@@ -37,6 +37,12 @@ from ..setting import VERDICT_SEEDS
 from .arms import Arm
 from .statistics import benjamini_hochberg_rejects, t_interval, t_pvalue
 
+__all__ = [
+    "ARMS", "DESIGN", "Design", "ENDPOINTS", "FDR", "GAMMAS", "LADDER_SEEDS", "LEVEL",
+    "MATCHED_LEVELS", "REAL_FOLDS", "REAL_SEEDS", "RUNG_DEPTHS", "VERSION",
+    "benjamini_hochberg", "contrast_interval",
+]
+
 #: 2: L_U is max_k e_k^U (1 had the mean, whose start lies below ε in some runs that
 #: still fine-tune: 2 of 3 quick seeds of layernorm-mlp 2 L at γ = +0.75); no full run
 #: was made under 1

@@ -26,8 +26,8 @@ from .table import (amplification, build_table, header, interval, make_cell, mar
 __all__ = [
     "BLOCKS", "CURVE", "CURVES", "LADDER_RUNS", "PROTOCOLS", "PROTOCOL_GROUPS",
     "PROTOCOL_TABLE", "RECORD", "ROOT", "SEEDS", "SELECTIONS", "Selection", "TABLE",
-    "bimodality", "figures", "generate", "ladder_block", "protocol_name", "protocols_block",
-    "summary_block", "table_block", "training_hours",
+    "bimodality", "figures", "generate", "inference_block", "ladder_block", "protocol_name",
+    "protocols_block", "summary_block", "table_block", "training_hours",
 ]
 
 

@@ -17,7 +17,9 @@ import numpy as np
 from ..setting import VERDICT_SEEDS  # noqa: F401  (the tables' and records' rule)
 
 __all__ = [
-    "BOOTSTRAP_SEED", "LEVEL", "RESAMPLES", "Ratio", "Summary", "forgetting_patterns",
+    "BOOTSTRAP_SEED", "LEVEL", "RESAMPLES", "Ratio", "Summary", "benjamini_hochberg",
+    "benjamini_hochberg_rejects", "forgetting_patterns", "percentile_interval",
+    "sign_rank_pvalue", "t_interval", "t_pvalue",
 ]
 
 

@@ -33,7 +33,7 @@ from .models import build, feature_logits
 from .protocol import DepthConfig
 
 __all__ = [
-    "Design", "Evaluation", "Phase", "Prompts", "STREAMS", "feature_sets", "generator",
+    "Design", "Evaluation", "Phase", "Prompts", "STREAMS", "feature_sets", "generator", "mixed",
     "random_basis", "reproducible_torch", "run_seed", "stream_seed", "train",
 ]
 

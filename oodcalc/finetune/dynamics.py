@@ -27,8 +27,8 @@ from .ray_loop import ray_step_loop
 
 __all__ = [
     "Descent", "MARGIN_ROUND", "Ray", "descend", "descend_columns", "descend_ray",
-    "first_step_change", "ood_start", "ray_logits", "require_converged", "source_errors",
-    "source_logits",
+    "first_step_change", "first_step_moves", "ood_start", "ray_logits", "require_converged",
+    "source_errors", "source_logits",
 ]
 
 

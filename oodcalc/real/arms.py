@@ -46,6 +46,12 @@ from ..depth.statistics import VERDICT_SEEDS
 from ..errors import ComputationError, InputError
 from .top import Training, _batch, batches
 
+__all__ = [
+    "ArmRuns", "LINEAR", "OUTPUT", "PROJECTIONS", "QKV", "REPLAY_STREAM", "RealIntervention",
+    "action_change", "contrast", "levels", "mark", "matched", "pooled_input", "projected",
+    "source_centre", "theory_F", "train_arm",
+]
+
 #: The generator of replay's source draws: (batch seed, REPLAY_STREAM).
 REPLAY_STREAM = 9
 #: Which linear weights of the top each projection touches (names relative to the top), and

@@ -54,8 +54,8 @@ __all__ = [
     "SourceTheory", "THEORY_COLUMNS", "THEORY_RULES", "VERSION", "Z95", "Z_POWER",
     "beside_paper", "class_geometry", "class_means", "cosine", "double_peak", "halves",
     "interval", "local_maxima", "lowdin", "ood_before_after", "permutation_tests", "power",
-    "rank_correlations", "real_protocol", "relabelled", "resampled_means", "row_theory",
-    "run", "shape", "share", "shift_row", "spearman", "split_null", "stratified_folds",
+    "rank_correlations", "real_protocol", "relabelled", "resampled_means", "row_theory", "run",
+    "runs_counted", "shape", "share", "shift_row", "spearman", "split_null", "stratified_folds",
     "t_interval", "theory_for", "theory_ood_error", "theory_raw", "theory_rotation_F",
     "too_few_seeds", "uniform_error", "unit_columns", "versions",
 ]

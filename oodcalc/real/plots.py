@@ -11,7 +11,9 @@ import numpy as np
 from ..plots import _outside_below, _plain, _pyplot
 from .render import FAMILY_TITLES
 
-__all__ = ["COLORS", "LABEL_PLACES", "drawn_points", "label_points", "rotation", "shift"]
+__all__ = [
+    "COLORS", "LABEL_PLACES", "arms", "drawn_points", "label_points", "rotation", "shift",
+]
 
 
 COLORS = {"scenario 1": "tab:red", "scenario 2": "tab:blue", "scenario 1 (head)": "tab:orange",

@@ -13,11 +13,12 @@ from ..depth.design import FDR as DESIGN_Q
 from ..depth.statistics import VERDICT_SEEDS as VERDICT
 
 __all__ = [
-    "COLUMN_TITLES", "FAMILY_TITLES", "PARTS_NOTE", "PART_TITLES", "POWER_NOTE",
-    "RULE_TEXT", "SECTIONS", "angle", "ci", "fmt", "forgetting_rows", "markdown", "notes",
-    "null_note", "null_rows", "pair_rows", "paper_rows", "part_rows", "power_rows", "rho",
-    "rotation_rows", "seeds_text", "setup_lines", "shape_rows", "shift_orderings",
-    "shift_rows", "show", "signed_ci", "theory_F",
+    "COLUMN_TITLES", "FAMILY_TITLES", "PARTS_NOTE", "PART_TITLES", "POWER_NOTE", "RULE_TEXT",
+    "SECTIONS", "angle", "arm_rows", "arm_rows_compact", "arms_note", "ci", "fmt",
+    "forgetting_rows", "markdown", "notes", "null_note", "null_rows", "pair_rows", "paper_rows",
+    "part_rows", "power_rows", "rho", "rotation_rows", "runs_text", "sections_of", "seeds_text",
+    "setup_lines", "shape_rows", "shift_orderings", "shift_rows", "show", "signed_ci",
+    "theory_F", "too_few",
 ]
 
 
