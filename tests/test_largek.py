@@ -156,3 +156,103 @@ def test_predict_through_the_nodes_matches_the_direct_kernel(monkeypatch):
     for key in ("finetune_ood", "finetune_source", "finetune_source_loss"):
         np.testing.assert_allclose(nodes.trajectories[key], direct.trajectories[key], rtol=0,
                                    atol=1e-12)
+
+
+# --- the symmetric ray's loop: one exp a step, the fixed source column's loss once ------
+
+import math  # noqa: E402
+
+from oodcalc.finetune.ray_loop import ray_step_loop  # noqa: E402
+
+
+def _ray_reference(own: float, other: float, K: int, eta: float, eps: float,
+                  max_steps: int, stride: int, path: np.ndarray,
+                  src_own: float, src_other: float, scale: float) -> tuple:
+    """The loop before one exp a step and the fixed source (verbatim otherwise)."""
+    m = K - 1.0
+    rate = eta / K
+    own0, other0 = own, other
+    recorded = 0
+    prev = 0.0
+    first = 0.0
+    rises = False
+    falls = False
+    t = 0
+    while True:
+        if stride > 0 and t % stride == 0:
+            if recorded < path.shape[0]:
+                path[recorded, 0] = own
+                path[recorded, 1] = other
+            recorded += 1
+        # the column's attention, error and gradient (softmax with max subtracted)
+        top = own if own >= other else other
+        wo = math.exp(own - top)
+        wb = math.exp(other - top)
+        total = wo + m * wb
+        p = wo / total
+        q = wb / total
+        r = p - 1.0
+        e = 0.5 * (r * r + m * q * q)
+        # the source column's loss, for the trend
+        so = src_own + scale * (own - own0)
+        sb = src_other + scale * (other - other0)
+        stop = so if so >= sb else sb
+        sw = math.exp(so - stop)
+        sv = math.exp(sb - stop)
+        stotal = sw + m * sv
+        sr = sw / stotal - 1.0
+        sq = sv / stotal
+        loss = 0.5 * (sr * sr + m * sq * sq) / K
+        if t == 0:
+            first = loss
+        elif loss - prev > 1e-15:
+            rises = True
+        elif prev - loss > 1e-15:
+            falls = True
+        prev = loss
+        if e <= eps or t >= max_steps:
+            break
+        S = p * r + m * q * q
+        own -= (r - S) * p * rate
+        other -= (q - S) * q * rate
+        t += 1
+    if stride > 0 and (t % stride) != 0:
+        if recorded < path.shape[0]:
+            path[recorded, 0] = own
+            path[recorded, 1] = other
+        recorded += 1
+    return own, other, t, e <= eps, recorded, first, prev, rises, falls
+
+
+_RAY_CASES = [(0.0, 0.0, 64, 0.1, 0.01, 10**6, 0, 0.0, 0.0, 0.0),        # pretraining
+              (0.0, 0.0, 5, 2.0, 0.01, 10**6, 3, 0.0, 0.0, 0.0),
+              (-1.5, 0.7, 3, 0.5, 0.01, 10**6, 7, -1.5, 0.7, 0.0),     # own below other
+              (2.0, -0.2, 8, 0.3, 0.01, 10**6, 5, 1.1, -0.1, 0.6),     # fine-tuning
+              (-0.4, 0.3, 2, 1.0, 0.01, 10**6, 0, 0.2, 0.9, -0.8),
+              (3.0, -1.0, 16, 0.1, 0.001, 200, 9, 0.5, 0.5, 0.3)]      # stops at the cap
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_ray_loop_gives_the_bits_of_the_previous_loop(engine):
+    """Skipping exp(0) = 1 and the fixed source's repeated loss changes no bit: steps,
+    logits, recorded path, losses and trend, plain Python and compiled alike."""
+    loop = ray_step_loop if engine == "python" else compiled.ray_step_loop()
+    for case in _RAY_CASES:
+        path_a, path_b = np.empty((20000, 2)), np.empty((20000, 2))
+        a = loop(*case[:7], path_a, *case[7:])
+        b = _ray_reference(*case[:7], path_b, *case[7:])
+        assert a == b and np.array_equal(path_a[:a[4]], path_b[:b[4]])
+        # the comparison can fail: a source 1e-12 away changes the losses
+        moved = _ray_reference(*case[:7], path_b, case[7], case[8] + 1e-12, case[9])
+        assert moved[5:7] != a[5:7]
+
+
+def test_cost_model_knows_where_the_nodes_start():
+    """The cost model (no Numba import) and the kernel agree on the K of the switch, and
+    it prices the node kernel below the direct one there."""
+    from oodcalc import estimates
+    assert estimates.NODES_FROM_K == _kernels().NODES_FROM_K
+    K = estimates.NODES_FROM_K
+    nodes = estimates.finetune_seconds(K, 12.0, "compiled")
+    direct = estimates.finetune_seconds(K - 1, 12.0, "compiled") * (K / (K - 1)) ** 2
+    assert nodes < direct
