@@ -7,7 +7,10 @@ Every OOD column descends on its own (the loss is ``Σ_k e_k / K`` and ``e_k`` s
 * :func:`finetune_diagonal` (``predict``, parallel shifts): each column, with its source
   column, advances through a block of steps while it sits in the L1 cache, one column per
   thread at a time, and reports per step whether it is above ε; the caller applies the
-  stopping rule (every column below ε at the same step) to those flags;
+  stopping rule (every column below ε at the same step) to those flags. From K = 48 it
+  takes each column's K − 1 other logits through a few nodes (:func:`finetune_diagonal_nodes`,
+  K·(m + 1) work a step instead of K²; the section below says why that is exact to
+  rounding), else every logit (:func:`finetune_diagonal_direct`);
 * :func:`columns_advance` (sweeps, many short columns): one step of every distinct
   column per call, vectorised across columns.
 
