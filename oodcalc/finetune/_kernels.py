@@ -204,10 +204,11 @@ def finetune_diagonal_direct(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamm
 # γ_c b γ_n and z1_n = b: each other logit and source logit is a function of γ_n, smooth
 # (f_t is entire) and on an interval of width O(α/K). The column needs of its others only
 # Σ_n exp(x_n), Σ_n exp(x_n)² and the same of the source logits: sums of smooth functions of
-# γ_n, which the interpolating quadrature Σ_j W_j h(s_j) gives to rounding (W_j = Σ_n ℓ_j(γ_n),
-# ℓ_j the Lagrange basis on the nodes s_j). The nodes are actual other features of the
-# column (distinct γ values nearest to Chebyshev points, both ends included, so the max is
-# a node): their logits follow exactly the per-logit arithmetic, and the column's state
+# γ_n, which the interpolating quadrature Σ_j W_j h(s_j) gives within the bound below
+# (W_j = Σ_n ℓ_j(γ_n), ℓ_j the Lagrange basis on the nodes s_j). The nodes are actual
+# other features of the column (distinct γ values nearest to Chebyshev points, both ends
+# included, so the max is a node): their logits follow the per-logit arithmetic, and the
+# column's state
 # between calls is X at its nodes and own row; the other entries are interpolated from them
 # when written (block ends, snapshots). Work per step: (m + 1)·K instead of K².
 
