@@ -208,9 +208,9 @@ def finetune_diagonal_direct(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamm
 # (W_j = Σ_n ℓ_j(γ_n), ℓ_j the Lagrange basis on the nodes s_j). The nodes are actual
 # other features of the column (distinct γ values nearest to Chebyshev points, both ends
 # included, so the max is a node): their logits follow the per-logit arithmetic, and the
-# column's state
-# between calls is X at its nodes and own row; the other entries are interpolated from them
-# when written (block ends, snapshots). Work per step: (m + 1)·K instead of K².
+# column's state between calls is X at its nodes and own row; the other entries are
+# interpolated from them when written (block ends, snapshots). Work per step: (m + 1)·K
+# instead of K².
 
 #: Nodes per column (Chebyshev points of the second kind, snapped to the column's γ
 #: values): the fewest from ``MIN_NODES`` whose interpolation error bound for the column's
