@@ -1,8 +1,8 @@
 """``oodcalc predict`` as K grows: T1, T2, wall time, CPU time and peak memory, each run
 as a user runs it (the command, in a fresh process), with and without ``--json``.
 
-    python benchmarks/bench_predict.py [--rotation-K 2,...,1024] [--random-K 2,...,256]
-                                       [--json-K 128,256,1024]
+    python benchmarks/bench_predict.py [--rotation-K 2,...,1024] [--random-K 2,...,512]
+                                       [--json-K 128,256,1024] [--peer-K 256]
 
 Rotations (``--theta 0.5 --K K``) keep every column on the symmetric ray: both phases are
 scalar recurrences. Random γ (uniform in [-1, 1], seed 0, three decimals) fine-tune the
@@ -15,7 +15,14 @@ a run estimated past a minute is announced on stderr): an order of magnitude, ke
 CPU time is the child's user + system time (on a shared machine, wall time grows with the
 load; CPU time much less). Targets: random γ K = 128 under 30 s and 500 MB (issue 12),
 K = 256 under 120 s on 2 threads (issue 22) and 1 GB; rotation K = 1024 under 10 s; its
-``--json`` under 1 MB and within 1.5× the plain run's time (issue 22).
+``--json`` under 1 MB and within 1.5× the plain run's time (issue 22). CPU targets
+(issue 34): random γ K = 256 under 25 s, K = 512 under 5 min, rotation K = 1024 under 1 s.
+
+The strongest peer of the random-γ runs is the direct per-column kernel that the node
+kernel replaced from K = 48 on (``_kernels.finetune_diagonal_direct``, every logit of
+every column): for each K of ``--peer-K`` the same command runs again, in the same run,
+with it forced (K = 512 is left out by default: about 25 min), and the two reports are
+compared: T2 identical, the largest |ΔF_k| printed (accepted below 1e-12).
 """
 
 from __future__ import annotations
@@ -38,16 +45,22 @@ PROBE = ("import sys, resource; from oodcalc.cli import main; code = main(sys.ar
 
 TARGETS = {("random γ", 128): (30, 500), ("random γ", 256): (120, 1024),
            ("rotation θ = 0.5", 1024): (10, None)}
+#: CPU seconds (issue 34).
+CPU_TARGETS = {("random γ", 256): 25, ("random γ", 512): 300, ("rotation θ = 0.5", 1024): 1}
+#: The probe with the direct kernel forced at every K (the peer of the node kernel).
+DIRECT = "from oodcalc.finetune import _kernels; _kernels.NODES_FROM_K = 10**9; "
 #: --json of the rotation at K = 1024: at most this many bytes and this times the plain run.
 JSON_BYTES, JSON_SLOWDOWN = 10**6, 1.5
 
 
-def run(args: list[str]) -> dict:
-    """One fresh process: T1, T2, engines, wall and CPU seconds, its own peak RSS (MiB)."""
+def run(args: list[str], direct: bool = False) -> dict:
+    """One fresh process: T1, T2, engines, wall and CPU seconds, its own peak RSS (MiB);
+    ``direct``: with the direct per-column kernel forced."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     # Wide, so that no line of the text output wraps.
-    proc = subprocess.run([sys.executable, "-c", PROBE, "predict", *args],
+    proc = subprocess.run([sys.executable, "-c", (DIRECT if direct else "") + PROBE,
+                           "predict", *args],
                           capture_output=True, text=True, env=user_env(COLUMNS="400"))
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -60,7 +73,8 @@ def run(args: list[str]) -> dict:
         return {"T1": report["pretrain"]["T1"], "T2": report["finetune"]["T2"],
                 "engines": (report["run"]["engine"]["pretrain"],
                             report["run"]["engine"]["finetune"]),
-                "wall": wall, "cpu": cpu, "rss": rss, "bytes": len(proc.stdout.encode())}
+                "wall": wall, "cpu": cpu, "rss": rss, "bytes": len(proc.stdout.encode()),
+                "F_k": [f["F_k"] for f in report["forgetting"]["per_feature"]]}
     text = " ".join(proc.stdout.split())
     engines = re.search(r"Dynamics: pretraining by the (.*?), fine-tuning by the (.*?)\.$",
                         text)
@@ -78,9 +92,11 @@ def short(engine: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rotation-K", default="2,4,8,16,32,64,128,256,512,1024")
-    parser.add_argument("--random-K", default="2,4,8,16,32,64,128,256")
+    parser.add_argument("--random-K", default="2,4,8,16,32,64,128,256,512")
     parser.add_argument("--json-K", default="128,256,1024",
                         help="the K whose runs are repeated with --json")
+    parser.add_argument("--peer-K", default="256",
+                        help="the random-γ K whose --json run is repeated by the direct kernel")
     args = parser.parse_args()
     print(machine())
     import oodcalc as oc
@@ -94,11 +110,14 @@ def main() -> None:
         cases.append(("random γ", int(K), ["--gamma=" + ",".join(gamma)],
                       oc.parallel_shift([float(g) for g in gamma])))
     json_K = {int(K) for K in args.json_K.split(",") if K}
-    rows, checks, plain = [], [], {}
+    peer_K = {int(K) for K in args.peer_K.split(",") if K}
+    rows, checks, plain, cpu_rows = [], [], {}, []
     for label, K, cli, geometry in cases:
         # what predict tells the user before the run (announced past a minute)
         estimate = f"{expected_seconds(oc.Setting(geometry))[0]:.2g} s"
-        for output in ["text", "--json"] if K in json_K else ["text"]:
+        outputs = ["text", "--json"] if K in json_K or (label == "random γ" and K in peer_K) \
+            else ["text"]
+        for output in outputs:
             out = run(cli + ([output] if output != "text" else []))
             size = f"{out['bytes'] / 1e6:.2f} MB" if "bytes" in out else "—"
             if "error" in out:
@@ -113,6 +132,18 @@ def main() -> None:
             if output == "text":
                 plain[label, K] = out
                 checks += _checks(label, K, out)
+                if (label, K) in CPU_TARGETS:
+                    cpu_rows.append(_cpu_row(label, K, out, CPU_TARGETS[label, K]))
+            elif label == "random γ" and K in peer_K:
+                peer = run(cli + ["--json"], direct=True)
+                same = peer.get("T2") == out["T2"]
+                gap = max(abs(a - b) for a, b in zip(out["F_k"], peer.get("F_k", [])))
+                cpu_rows.append([f"{label}, K = {K}, --json", "direct kernel (peer)",
+                                 f"{peer['cpu']:.1f} s", f"{out['cpu']:.1f} s",
+                                 f"{peer['cpu'] / out['cpu']:.1f}×",
+                                 f"T2 {'identical' if same else 'DIFFERS'}, max |ΔF_k| "
+                                 f"{'< 1e-12' if gap < 1e-12 else f'{gap:.1e}'}",
+                                 verdict(same and gap < 1e-12), load()])
             elif (label, K) == ("rotation θ = 0.5", 1024):
                 slower = out["wall"] / plain[label, K]["wall"]
                 checks.append([f"{label}, K = {K}, --json",
@@ -129,6 +160,15 @@ def main() -> None:
     if checks:
         print("\n### Targets\n")
         print(table(["run", "target", "measured", "verdict", "load"], checks))
+    if cpu_rows:
+        print("\n### CPU time against the limit and the strongest peer (issue 34)\n")
+        print(table(["run", "limit / peer", "peer CPU", "CPU", "peer / ours", "check",
+                     "verdict", "load"], cpu_rows))
+
+
+def _cpu_row(label: str, K: int, out: dict, seconds: float) -> list:
+    return [f"{label}, K = {K}", f"< {seconds} s CPU", "—", f"{out['cpu']:.2f} s", "—",
+            f"T2 {out['T2']:,}", verdict(out["cpu"] <= seconds), load()]
 
 
 def _checks(label: str, K: int, out: dict) -> list[list]:

@@ -141,8 +141,10 @@ def effective_margins(z: np.ndarray) -> np.ndarray:
 def column_log_steps(z: np.ndarray, eps: float, eta: float) -> np.ndarray:
     """Per column of ``z`` (K×K): natural log of the estimated steps to ``e <= ε``."""
     K = z.shape[-1]
-    return np.array([log_steps_from_margin(K, eps, eta, float(s))
-                     for s in effective_margins(z)])
+    # once per distinct margin (a rotation's K columns share one: K = 1024, 0.3 s → 1 ms)
+    margins, inverse = np.unique(effective_margins(z), return_inverse=True)
+    return np.array([log_steps_from_margin(K, eps, eta, float(s)) for s in margins]
+                    ).reshape(-1)[inverse.reshape(-1)]
 
 
 def column_steps(z: np.ndarray, eps: float, eta: float) -> float:
@@ -274,6 +276,12 @@ SECONDS_PER_UPDATE = {"compiled": 3.5e-9, "numpy": 3e-8}
 #: ... and the seconds each spends per step whatever K (NumPy's calls, predict's source
 #: view): what a small K costs (K = 2, 242,591 steps: 80 s at load 3)
 SECONDS_PER_STEP = {"compiled": 1e-7, "numpy": 2e-4}
+#: From this K on the compiled kernel takes each column's other logits through a few
+#: nodes (``oodcalc.finetune._kernels.NODES_FROM_K``; the tests check the two agree): a
+#: column's step then costs about this many seconds of CPU whatever K (K = 256, 6-7 nodes:
+#: 82-97 ns at load 10, 2026-12-05; the direct kernel's K logits: ~460 ns).
+NODES_FROM_K = 48
+SECONDS_PER_NODE_COLUMN = 1e-7
 #: NumPy's step on a short run, whose source view is read off the recorded path at once
 #: (K = 2, 10^5 steps: 4.0 s of CPU), and what the compiled kernel spends on each step it
 #: keeps (K = 2, 10^5 steps, every one kept: 10.9 s; 10^6 steps: 47 s; 10^7: 58 s).
@@ -387,7 +395,10 @@ def finetune_seconds(K: int, log_steps: float, engine: str) -> float:
     if engine == "compiled":
         kept = TRAJECTORY_BYTES * 2 / 3 // (3 * 8 * K * K)   # prediction._snapshot_store
         extra = min(steps + 1, kept) * SECONDS_PER_SNAPSHOT
-    return steps * (per_step + K * K * SECONDS_PER_UPDATE[engine] / threads) + extra
+    per_column = K * SECONDS_PER_UPDATE[engine]
+    if engine == "compiled" and K >= NODES_FROM_K:
+        per_column = SECONDS_PER_NODE_COLUMN
+    return steps * (per_step + K * per_column / threads) + extra
 
 
 #: The terms engine (fine-tuning with interventions, :mod:`oodcalc.finetune.engine`) has

@@ -7,7 +7,10 @@ Every OOD column descends on its own (the loss is ``Σ_k e_k / K`` and ``e_k`` s
 * :func:`finetune_diagonal` (``predict``, parallel shifts): each column, with its source
   column, advances through a block of steps while it sits in the L1 cache, one column per
   thread at a time, and reports per step whether it is above ε; the caller applies the
-  stopping rule (every column below ε at the same step) to those flags;
+  stopping rule (every column below ε at the same step) to those flags. From K = 48 it
+  takes each column's K − 1 other logits through a few nodes (:func:`finetune_diagonal_nodes`,
+  K·(m + 1) work a step instead of K²; the section below says why that is exact to
+  rounding), else every logit (:func:`finetune_diagonal_direct`);
 * :func:`columns_advance` (sweeps, many short columns): one step of every distinct
   column per call, vectorised across columns;
 * :func:`margin_pass` (sweeps whose columns are all margins: K = 2, rotations): the whole
@@ -151,7 +154,7 @@ def _step(x: np.ndarray, own: int, w: np.ndarray, total: float, p: float, gap: f
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def finetune_diagonal(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamma: np.ndarray,
+def finetune_diagonal_direct(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamma: np.ndarray,
                       rate: float, eps: float, t0: int, n_steps: int, update_last: bool,
                       above: np.ndarray, loss_first: np.ndarray, loss_prev: np.ndarray,
                       rises: np.ndarray, falls: np.ndarray, tol: float,
@@ -194,6 +197,268 @@ def finetune_diagonal(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamma: np.n
             loss_prev[c] = loss
             if i < n_steps - 1 or update_last:
                 _step(x, c, w, total, p, gap, S, rate)
+
+
+# --- parallel shifts at large K: each column's K − 1 other logits through a few nodes ----
+#
+# The gradient of logit n ≠ c of column c is a_n (a_n − S): it depends on x_n and on the
+# column's sums alone. So every other logit follows one scalar map of its start,
+# x_n(t) = f_t(x_n(0)), and at the start (the pretrained ray, M = diag(γ)) x_n(0) =
+# γ_c b γ_n and z1_n = b: each other logit and source logit is a function of γ_n, smooth
+# (f_t is entire) and on an interval of width O(α/K). The column needs of its others only
+# Σ_n exp(x_n), Σ_n exp(x_n)² and the same of the source logits: sums of smooth functions of
+# γ_n, which the interpolating quadrature Σ_j W_j h(s_j) gives within the bound below
+# (W_j = Σ_n ℓ_j(γ_n), ℓ_j the Lagrange basis on the nodes s_j). The nodes are actual
+# other features of the column (distinct γ values nearest to Chebyshev points, both ends
+# included, so the max is a node): their logits follow the per-logit arithmetic, and the
+# column's state between calls is X at its nodes and own row; the other entries are
+# interpolated from them when written (block ends, snapshots). Work per step: (m + 1)·K
+# instead of K².
+
+#: Nodes per column (Chebyshev points of the second kind, snapped to the column's γ
+#: values): the fewest from ``MIN_NODES`` whose interpolation error bound for the column's
+#: weights, ``2 (ρ/2)^m / m!`` relative (ρ: the half-range of the other logits' starts
+#: plus the others' scale |z1 off-diagonal|, the room they move in), is below ``NODE_BOUND``;
+#: the measured error is about 1 % of the bound (K = 64, 256: m = 4 gives X within 2e-8 and
+#: 8e-11 of the direct kernel, m = 6, 8 within rounding). At most ``MAX_NODES``, else direct.
+MIN_NODES, MAX_NODES, NODE_BOUND = 6, 16, 1e-13
+#: Below this K the direct kernel runs (the nodes would save little).
+NODES_FROM_K = 48
+
+
+def node_count(X0: np.ndarray, Z1: np.ndarray) -> int:
+    """How many nodes the columns need (:data:`NODE_BOUND`); ``MAX_NODES + 1`` when more
+    than ``MAX_NODES``."""
+    K = X0.shape[0]
+    others = ~np.eye(K, dtype=bool)
+    start = np.where(others, X0, np.nan)
+    rho = (0.5 * (np.nanmax(start, axis=1) - np.nanmin(start, axis=1))
+           + np.nanmax(np.where(others, np.abs(Z1), np.nan), axis=1)).max()
+    m = MIN_NODES
+    while m <= MAX_NODES and 2 * (rho / 2) ** m / math.factorial(m) > NODE_BOUND:
+        m += 1
+    return m
+
+
+def node_plan(gamma: np.ndarray, nodes: int) -> tuple:
+    """For each column ``c``: its node indices ``(C, m)`` (other features, distinct γ),
+    the quadrature weights ``(C, m)`` and the interpolation matrix ``(C, K, m)`` (row n:
+    the Lagrange basis at γ_n; a unit row where γ_n is a node's γ, zero on row c). A column
+    with at most ``nodes`` distinct other γ values takes them all (the weights are then
+    their counts: the sum is exact)."""
+    gamma = np.asarray(gamma, dtype=np.float64)
+    K = gamma.size
+    m = min(nodes, K - 1)
+    index = np.zeros((K, m), dtype=np.int64)
+    weights = np.zeros((K, m))
+    interp = np.zeros((K, K, m))
+    for c in range(K):
+        others = np.delete(np.arange(K), c)
+        values, first = np.unique(gamma[others], return_index=True)
+        if values.size <= m:
+            pick = np.arange(values.size)
+        else:
+            lo, hi = values[0], values[-1]
+            cheb = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(m) / (m - 1))
+            right = np.clip(np.searchsorted(values, cheb), 1, values.size - 1)
+            left = right - 1
+            pick = np.unique(np.where(cheb - values[left] <= values[right] - cheb, left, right))
+        s = values[pick]
+        n_nodes = s.size
+        index[c, :n_nodes] = others[first[pick]]
+        index[c, n_nodes:] = index[c, 0]                      # padding: weight 0
+        # Barycentric weights on the nodes scaled to [−1, 1] (no under/overflow).
+        half = 0.5 * (s[-1] - s[0]) if n_nodes > 1 else 1.0
+        u = (s - 0.5 * (s[-1] + s[0])) / half
+        diff = u[:, None] - u[None, :]
+        np.fill_diagonal(diff, 1.0)
+        lam = 1.0 / diff.prod(axis=1)
+        d = (gamma[others, None] - 0.5 * (s[-1] + s[0])) / half - u[None, :]
+        hit = gamma[others, None] == s[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = lam / d
+            rows = t / t.sum(axis=1, keepdims=True)
+        exact = hit.any(axis=1)
+        rows[exact] = hit[exact]
+        interp[c, others, :n_nodes] = rows
+        weights[c, :n_nodes] = rows.sum(axis=0)
+    return index, weights, interp
+
+
+#: Columns per tile of the node kernel: a column per SIMD lane, the loops over a tile's
+#: lanes vectorise (a column's arithmetic is the same in any lane, whatever its neighbours).
+LANES = 32
+
+
+@njit(cache=True)
+def _tile_weights(x: np.ndarray, own: np.ndarray, W: np.ndarray, w: np.ndarray,
+                  top: np.ndarray, rest: np.ndarray, squares: np.ndarray,
+                  w_own: np.ndarray) -> None:
+    """Per lane l: nodes' ``w = exp(x − top)``, ``top`` the largest of ``own`` and the
+    nodes (the largest other logit is a node: the ends of the γ range are nodes); the
+    column's sums over its other logits ``Σ_j W_j w_j``, ``Σ_j W_j w_j²``, and ``w_own``."""
+    m, L = x.shape
+    for l in range(L):
+        top[l] = own[l]
+        rest[l] = 0.0
+        squares[l] = 0.0
+    for j in range(m):
+        for l in range(L):
+            v = x[j, l]
+            top[l] = v if v > top[l] else top[l]
+    for j in range(m):
+        for l in range(L):
+            v = exp_neg(x[j, l] - top[l])
+            w[j, l] = v
+            rest[l] += W[j, l] * v
+            squares[l] += W[j, l] * (v * v)
+    for l in range(L):
+        w_own[l] = exp_neg(own[l] - top[l])
+
+
+@njit(cache=True)
+def _lane_state(w_own: float, rest: float, squares: float) -> tuple:
+    """:func:`_column_state` with one division: ``(p, 1 − p, e, S, 1 / Σ w)``."""
+    inverse = 1.0 / (w_own + rest)
+    p = w_own * inverse
+    gap = rest * inverse                                     # 1 − p, without cancellation
+    sq = squares * (inverse * inverse)
+    return p, gap, 0.5 * (gap * gap + sq), sq - p * gap, inverse
+
+
+@njit(cache=True)
+def _expand(x: np.ndarray, l: int, own: float, c: int, L: np.ndarray, out: np.ndarray) -> None:
+    """``out[n] = Σ_j L[n, j] x[j, l]`` (n ≠ c: exactly a node's value where γ_n is its γ),
+    ``out[c] = own``."""
+    K, m = L.shape
+    for n in range(K):
+        v = 0.0
+        for j in range(m):
+            v += L[n, j] * x[j, l]
+        out[n] = v
+    out[c] = own
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def finetune_diagonal_nodes(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamma: np.ndarray,
+                            index: np.ndarray, weights: np.ndarray, interp: np.ndarray,
+                            rate: float, eps: float, t0: int, n_steps: int,
+                            update_last: bool, above: np.ndarray, loss_first: np.ndarray,
+                            loss_prev: np.ndarray, rises: np.ndarray, falls: np.ndarray,
+                            tol: float, snap: np.ndarray, snap_first: int,
+                            snap_stride: int) -> None:
+    """:func:`finetune_diagonal_direct` through each column's nodes (:func:`node_plan`):
+    the same steps, flags, trend and snapshots; reads X at the nodes and own rows, writes
+    every entry. Columns go in tiles of ``LANES`` (the last tile's spare lanes repeat its
+    last column and write nothing)."""
+    C, K = X.shape
+    m = index.shape[1]
+    L = LANES
+    for tile in prange((C + L - 1) // L):
+        cols = np.empty(L, dtype=np.int64)
+        for l in range(L):
+            cols[l] = min(tile * L + l, C - 1)
+        x, x0, z1 = np.empty((m, L)), np.empty((m, L)), np.empty((m, L))
+        g, W = np.empty((m, L)), np.empty((m, L))
+        own, own0, z1own, gk = np.empty(L), np.empty(L), np.empty(L), np.empty(L)
+        for l in range(L):
+            c = cols[l]
+            for j in range(m):
+                n = index[c, j]
+                x[j, l], x0[j, l], z1[j, l] = X[c, n], X0[c, n], Z1[c, n]
+                g[j, l], W[j, l] = gamma[n], weights[c, j]
+            own[l], own0[l], z1own[l], gk[l] = X[c, c], X0[c, c], Z1[c, c], gamma[c]
+        w, y, ws = np.empty((m, L)), np.empty((m, L)), np.empty((m, L))
+        sums = np.empty((8, L))                 # top, rest, squares, w_own: OOD, source
+        y_own, p, gap, S, inverse = np.empty(L), np.empty(L), np.empty(L), np.empty(L), \
+            np.empty(L)
+        for i in range(n_steps):
+            t = t0 + i
+            if t >= snap_first and (t - snap_first) % snap_stride == 0:
+                for l in range(L):
+                    if tile * L + l < C:
+                        _expand(x, l, own[l], cols[l], interp[cols[l]],
+                                snap[(t - snap_first) // snap_stride, cols[l], :])
+            _tile_weights(x, own, W, w, sums[0], sums[1], sums[2], sums[3])
+            for j in range(m):                           # the source column (claim 7)
+                for l in range(L):
+                    y[j, l] = z1[j, l] + (g[j, l] * (x[j, l] - x0[j, l])) * gk[l]
+            for l in range(L):
+                y_own[l] = z1own[l] + (gk[l] * (own[l] - own0[l])) * gk[l]
+            _tile_weights(y, y_own, W, ws, sums[4], sums[5], sums[6], sums[7])
+            for l in range(L):
+                p_l, gap_l, e, S_l, inverse_l = _lane_state(sums[3, l], sums[1, l],
+                                                            sums[2, l])
+                p[l], gap[l], S[l], inverse[l] = p_l, gap_l, S_l, inverse_l
+                if tile * L + l >= C:
+                    continue
+                c = cols[l]
+                above[i, c] = e > eps
+                loss = _lane_state(sums[7, l], sums[5, l], sums[6, l])[2] / K
+                if t == 0:
+                    loss_first[c] = loss
+                else:
+                    change = loss - loss_prev[c]
+                    if change > tol:
+                        rises[c] = True
+                    elif change < -tol:
+                        falls[c] = True
+                loss_prev[c] = loss
+            if i < n_steps - 1 or update_last:
+                for j in range(m):
+                    for l in range(L):
+                        a = w[j, l] * inverse[l]
+                        x[j, l] -= ((a - S[l]) * a) * rate
+                for l in range(L):
+                    own[l] = own[l] + ((gap[l] + S[l]) * p[l]) * rate
+        for l in range(L):
+            if tile * L + l < C:
+                _expand(x, l, own[l], cols[l], interp[cols[l]], X[cols[l]])
+
+
+_plans: dict = {}
+
+
+def _plan(X0: np.ndarray, Z1: np.ndarray, gamma: np.ndarray):
+    """:func:`node_plan` for this run (kept for the run's next calls), or None where the
+    nodes do not apply: small K, or other logits that are not a function of γ_n at the
+    start (interpolating X0 and Z1 from the nodes must give them back to rounding)."""
+    K = gamma.size
+    if K < NODES_FROM_K:
+        return None
+    key = (gamma.tobytes(), X0.tobytes(), Z1.tobytes())
+    if key not in _plans:
+        _plans.clear()
+        m = node_count(X0, Z1)
+        plan = node_plan(gamma, m) if m <= MAX_NODES else None
+        for start in (X0, Z1) if plan is not None else ():
+            index, _, interp = plan
+            values = np.take_along_axis(start, index, axis=1)       # (C, m) at the nodes
+            back = np.einsum("cnj,cj->cn", interp, values)
+            back[np.arange(K), np.arange(K)] = np.diag(start)
+            scale = 1.0 + np.abs(start).max()
+            if not np.abs(back - start).max() <= 1e-13 * scale:
+                plan = None
+                break
+        _plans[key] = plan
+    return _plans[key]
+
+
+def finetune_diagonal(X, X0, Z1, gamma, rate, eps, t0, n_steps, update_last, above,
+                      loss_first, loss_prev, rises, falls, tol, snap, snap_first,
+                      snap_stride) -> None:
+    """Steps ``t0 .. t0 + n_steps − 1`` of fine-tuning for every OOD column, parallel shift
+    ``M = diag(γ)`` (arguments and effects: :func:`finetune_diagonal_direct`): through
+    each column's nodes from K = ``NODES_FROM_K`` on, else directly."""
+    plan = _plan(X0, Z1, gamma)
+    if plan is None:
+        finetune_diagonal_direct(X, X0, Z1, gamma, rate, eps, t0, n_steps, update_last,
+                                 above, loss_first, loss_prev, rises, falls, tol, snap,
+                                 snap_first, snap_stride)
+    else:
+        finetune_diagonal_nodes(X, X0, Z1, gamma, *plan, rate, eps, t0, n_steps,
+                                update_last, above, loss_first, loss_prev, rises, falls,
+                                tol, snap, snap_first, snap_stride)
 
 
 # --- distinct columns of a sweep (no source view): one step and the evaluation after it

@@ -42,25 +42,35 @@ def ray_step_loop(own: float, other: float, K: int, eta: float, eps: float,
                 path[recorded, 0] = own
                 path[recorded, 1] = other
             recorded += 1
-        # the column's attention, error and gradient (softmax with max subtracted)
-        top = own if own >= other else other
-        wo = math.exp(own - top)
-        wb = math.exp(other - top)
+        # the column's attention, error and gradient (softmax with max subtracted: the
+        # larger weight is exp(0) = 1 exactly, one exp a step)
+        if own >= other:
+            wo = 1.0
+            wb = math.exp(other - own)
+        else:
+            wo = math.exp(own - other)
+            wb = 1.0
         total = wo + m * wb
         p = wo / total
         q = wb / total
         r = p - 1.0
         e = 0.5 * (r * r + m * q * q)
         # the source column's loss, for the trend
-        so = src_own + scale * (own - own0)
-        sb = src_other + scale * (other - other0)
-        stop = so if so >= sb else sb
-        sw = math.exp(so - stop)
-        sv = math.exp(sb - stop)
-        stotal = sw + m * sv
-        sr = sw / stotal - 1.0
-        sq = sv / stotal
-        loss = 0.5 * (sr * sr + m * sq * sq) / K
+        if scale != 0.0 or t == 0:                # scale 0 (pretraining): a fixed column
+            so = src_own + scale * (own - own0)
+            sb = src_other + scale * (other - other0)
+            if so >= sb:
+                sw = 1.0
+                sv = math.exp(sb - so)
+            else:
+                sw = math.exp(so - sb)
+                sv = 1.0
+            stotal = sw + m * sv
+            sr = sw / stotal - 1.0
+            sq = sv / stotal
+            loss = 0.5 * (sr * sr + m * sq * sq) / K
+        else:
+            loss = prev
         if t == 0:
             first = loss
         elif loss - prev > 1e-15:
