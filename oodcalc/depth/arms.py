@@ -198,7 +198,7 @@ def top_directions(second_moment, energy: float):
     return vectors[:, :r]
 
 
-#: |cos| at or below this is round-off of a zero cosine (float32 features: ~1e-8)
+#: a cosine ``|cos|`` at or below this is round-off of a zero cosine (float32 features: ~1e-8)
 COS_ROUND_OFF = 1e-6
 
 
@@ -258,7 +258,7 @@ class Intervention:
     # the per-sample weights (reweight, drop-negative) --------------------------------
     def cosines(self, x):
         """``cos(x, v̄)`` of each row of ``x`` (the query's features), a round-off from 0
-        (|cos| <= COS_ROUND_OFF: float32 features, e.g. u2 ⟂ v̄ at γ = 0) set to 0 exactly,
+        (``|cos| <= COS_ROUND_OFF``: float32 features, e.g. u2 ⟂ v̄ at γ = 0) set to 0 exactly,
         as the theory's exact geometry has it."""
         x = x.double()
         cos = (x @ self.centre) / x.norm(dim=-1).clamp_min(1e-300)

@@ -104,7 +104,7 @@ DESIGN = Design()
 def contrast_interval(differences: Sequence[float], level: float = LEVEL
                       ) -> tuple[float, float, float, float]:
     """(mean, low, high, p) of paired differences: the Student t interval over seeds and the
-    two-sided p-value it inverts (:mod:`oodcalc.depth.statistics`, the tables' kind)."""
+    two-sided p-value it inverts (``oodcalc.depth.statistics``, the tables' kind)."""
     x = np.asarray(differences, dtype=float)
     mean = float(x.mean()) if x.size else float("nan")
     low, high = t_interval(x, level)

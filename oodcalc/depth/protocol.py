@@ -82,8 +82,9 @@ class DepthConfig:
     #: fine-tune exactly this many steps, no stopping rule (None: stop at the rule, as
     #: pretraining does); omitted from ``describe`` when None, so earlier cache keys hold
     ft_steps: int | None = None
-    #: the intervention arm of the fine-tuning (oodcalc.depth.arms; None: plain, omitted
-    #: from ``describe``, so plain keeps its cache keys and docs/depth.json's runs)
+    #: the intervention arm of the fine-tuning, an :class:`~oodcalc.depth.arms.Arm`; None
+    #: is plain, omitted from ``describe`` so that plain keeps its cache keys and the
+    #: record's runs
     arm: Arm | None = None
 
     def __post_init__(self) -> None:
