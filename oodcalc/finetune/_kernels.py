@@ -33,9 +33,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
+# numba first: without the [fast] extra the import fails naming numba (the optional
+# dependency callers test for), not llvmlite, which numba brings
 from numba import njit, prange, types
 from numba.extending import intrinsic
+from llvmlite import ir
 
 # exp by Cody–Waite reduction x = k·ln2 + r, |r| <= ln2/2, and the Taylor polynomial of
 # degree 13 (truncation < 1e-17 relative): within 1 ulp of the correctly rounded value.
