@@ -143,6 +143,22 @@ def _column_state(w_own: float, rest: float, squares: float) -> tuple:
 
 
 @njit(cache=True)
+def _record_trend(loss: float, t: int, c: int, loss_first: np.ndarray, loss_prev: np.ndarray,
+                  rises: np.ndarray, falls: np.ndarray, tol: float) -> None:
+    """Column ``c``'s source loss at step ``t``: the first kept, a move beyond ``tol`` marked
+    as a rise or a fall (the trend of L_{v_c})."""
+    if t == 0:
+        loss_first[c] = loss
+    else:
+        change = loss - loss_prev[c]
+        if change > tol:
+            rises[c] = True
+        elif change < -tol:
+            falls[c] = True
+    loss_prev[c] = loss
+
+
+@njit(cache=True)
 def _step(x: np.ndarray, own: int, w: np.ndarray, total: float, p: float, gap: float,
           S: float, rate: float) -> None:
     """``x ← x − η/K · a (r − S)``: others ``a_n (a_n − S)``, own ``−p (1 − p + S)``."""
@@ -188,15 +204,7 @@ def finetune_diagonal_direct(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamm
             for n in range(K):                               # the source column (claim 7)
                 y[n] = z1[n] + (gamma[n] * (x[n] - x0[n])) * gk
             loss = _column_state(*_weights(y, c, ws))[2] / K
-            if t == 0:
-                loss_first[c] = loss
-            else:
-                change = loss - loss_prev[c]
-                if change > tol:
-                    rises[c] = True
-                elif change < -tol:
-                    falls[c] = True
-            loss_prev[c] = loss
+            _record_trend(loss, t, c, loss_first, loss_prev, rises, falls, tol)
             if i < n_steps - 1 or update_last:
                 _step(x, c, w, total, p, gap, S, rate)
 
@@ -397,15 +405,7 @@ def finetune_diagonal_nodes(X: np.ndarray, X0: np.ndarray, Z1: np.ndarray, gamma
                 c = cols[l]
                 above[i, c] = e > eps
                 loss = _lane_state(sums[7, l], sums[5, l], sums[6, l])[2] / K
-                if t == 0:
-                    loss_first[c] = loss
-                else:
-                    change = loss - loss_prev[c]
-                    if change > tol:
-                        rises[c] = True
-                    elif change < -tol:
-                        falls[c] = True
-                loss_prev[c] = loss
+                _record_trend(loss, t, c, loss_first, loss_prev, rises, falls, tol)
             if i < n_steps - 1 or update_last:
                 for j in range(m):
                     for l in range(L):
