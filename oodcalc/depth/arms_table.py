@@ -21,7 +21,7 @@ from .arms import Arm, theory_text
 from .cache import Cache, _numbers
 from .design import DESIGN, benjamini_hochberg, contrast_interval
 from .experiment import Progress, Results, collect
-from .ladder import LadderCache
+from .ladder import LadderCache, _interval as _summary, _number as _num  # the ladder's text
 from .protocol import DepthConfig, canonical_gamma
 from .statistics import VERDICT_SEEDS, Summary
 from .table import usable, verdict
@@ -283,16 +283,6 @@ def arms_depth(arms: Sequence[Arm], configs: Sequence[DepthConfig], seeds: Seque
 
 
 # --- text -----------------------------------------------------------------------------
-
-def _num(x: float | None, digits: int = 4) -> str:
-    return "—" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
-
-
-def _summary(s: Summary) -> str:
-    if s.n == 0:
-        return "no usable seed"
-    return f"{_num(s.mean)} [{_num(s.low)}, {_num(s.high)}]"
-
 
 def markdown(table: ArmsTable) -> str:
     p = table.protocol
