@@ -31,7 +31,7 @@ def no_engines(monkeypatch):
     import importlib
     dynamics, predict, population, prompts, sweep = (
         importlib.import_module(f"oodcalc.{name}") for name in
-        ("finetune.dynamics", "predict", "simulate.population", "simulate.prompts", "sweep"))
+        ("finetune.dynamics", "prediction", "simulate.population", "simulate.prompts", "sweep"))
 
     def engine(*args, **kwargs):
         raise AssertionError("an engine ran before the input was refused")
@@ -677,13 +677,14 @@ def _stub_predict(monkeypatch):
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_a_long_predict_says_how_long_before_it_starts(capsys, monkeypatch, json_flag):
     _stub_predict(monkeypatch)
-    # K = 300: minutes with the compiled kernel (the fast extra), half an hour without
-    gamma = ",".join(map(str, np.random.default_rng(0).uniform(-1, 1, 300).round(3)))
+    # K = 600: ~2 min by the cost model with the compiled node kernel (the fast extra; K = 300
+    # fell to ~17 s, under the announcement's minute), hours without it
+    gamma = ",".join(map(str, np.random.default_rng(0).uniform(-1, 1, 600).round(3)))
     code, _, err = run(capsys, "predict", f"--gamma={gamma}", *json_flag)
     first, last = err.splitlines()[0], err.splitlines()[-1]
     assert code == 1 and last.startswith("oodcalc: error: stub")
     assert re.match(r"oodcalc: predict: this run will take about \d+ (s|min|h) \(fine-tuning "
-                    r"≈ [\d,]+ steps on 300×300 logits by the ", first), first
+                    r"≈ [\d,]+ steps on 600×600 logits by the ", first), first
     code, _, err = run(capsys, "predict", "--gamma", "1,-0.9", *json_flag)   # a short one
     assert err.splitlines() == ["oodcalc: error: stub: the run itself is not the test"]
 
