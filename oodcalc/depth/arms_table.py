@@ -41,7 +41,7 @@ def arm_theory(arm: Arm, gamma: float, eps: float, ft_steps: int | None = None
     interventions = arm.theory()
     if interventions is None:
         return None
-    from .. import predict
+    from ..prediction import predict
     from ..geometry import parallel_shift
     from ..setting import Protocol, Setting
     return predict(Setting(parallel_shift([1.0, gamma]),

@@ -8,8 +8,9 @@ Needs the ``real`` extra and two asset packages installed without their dependen
 torch and transformers are imported only when an experiment runs, never on import of
 :mod:`oodcalc`. Modules: :mod:`.assets` (find and check the files), :mod:`.data` (reviews,
 labels, domains), :mod:`.encoder` (frozen layers, cache), :mod:`.top` (trainable attention
-block, rotations, probe), :mod:`.experiment` (the protocol and its statistics),
-:mod:`.render` (tables), :mod:`.plots` (figures).
+block, rotations, probe), :mod:`.shared` (the class means as the theory reads them, the
+bootstrap), :mod:`.arms` (the intervention arms), :mod:`.experiment` (the protocol and its
+statistics), :mod:`.render` (tables), :mod:`.plots` (figures).
 """
 
 from __future__ import annotations

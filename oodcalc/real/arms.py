@@ -44,6 +44,7 @@ from ..depth.arms_table import matched_F
 from ..depth.design import DESIGN, benjamini_hochberg, contrast_interval
 from ..depth.statistics import VERDICT_SEEDS
 from ..errors import ComputationError, InputError
+from .shared import interval, real_protocol, unit_columns
 from .top import Training, _batch, batches
 
 __all__ = [
@@ -318,9 +319,8 @@ def theory_F(arm: Arm, means_source: np.ndarray, means_ood: np.ndarray, protocol
     """The theory's F for the arm's intervention on V, U = the raw class means (as the
     forgetting table's "raw means" column, under ``rule``), and how the theory takes it."""
     from ..geometry import from_arrays
-    from ..predict import predict
+    from ..prediction import predict
     from ..setting import Setting
-    from .experiment import real_protocol, unit_columns
     interventions = arm.theory()
     if interventions is None:
         return None, "no theory counterpart"
@@ -445,7 +445,6 @@ class ArmRuns:
                 progress()
 
     def summary(self, rng, B: int) -> dict[str, Any]:
-        from .experiment import interval
         plain = next(a for a in self.arms if a.plain)
         shares = DESIGN.matched_levels
         out = []
