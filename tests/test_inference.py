@@ -129,6 +129,29 @@ def test_t_pvalue_inverts_the_t_interval_and_sign_rank_is_exact():
     assert sign_rank_pvalue(np.arange(1.0, 11.0)) == pytest.approx(2 / 1024, abs=1e-15)
 
 
+def test_sign_rank_is_scipy_s_exact_test_in_integers_and_ignores_the_last_bits(monkeypatch):
+    """Without ties the p-value is counted in integers: equal to scipy's exact method on 600
+    random samples (n = 3..12, numpy default_rng(1)), the same under tools/other_machine.py's
+    nudge (scipy's exact path sums floats: a nudged run moved the depth page's sign-rank
+    counts from 99/98 to 98/97), and a tail one rank short is caught."""
+    from scipy import stats
+
+    from oodcalc.depth import statistics
+    from test_docs import load_tool
+    rng = np.random.default_rng(1)
+    samples = [rng.normal(0.3, 1, n) for n in (3, 5, 6, 8, 10, 12) for _ in range(100)]
+    exact = [stats.wilcoxon(x, alternative="two-sided", method="exact").pvalue for x in samples]
+    ours = [statistics.sign_rank_pvalue(x) for x in samples]
+    assert ours == exact
+    with load_tool("other_machine").other_machine(ulps=4):
+        assert [statistics.sign_rank_pvalue(x) for x in samples] == ours
+
+    real_sum = sum
+    monkeypatch.setattr(statistics, "sum", lambda counts: real_sum(counts[:-1]),
+                        raising=False)                  # the tail one rank short
+    assert [statistics.sign_rank_pvalue(x) for x in samples] != exact
+
+
 def _bh_hand(p, q):
     """Benjamini–Hochberg written out: the largest rank k with p_(k) <= k q / m."""
     ranked = sorted(p)
