@@ -118,30 +118,44 @@ def buffered_peer(M: np.ndarray):
     return _both_phases(run, M)
 
 
+def _gap(d):
+    """1 − σ(d) without cancellation: a K = 2 column's error is its square."""
+    u = np.exp(-d)
+    return u / (1.0 + u)
+
+
+def _margin_starts(M: np.ndarray):
+    """What both K = 2 margin peers start from: the pretraining margin d1 and T1 (one
+    margin from 0), each OOD column's start ``(γ_k² + γ1γ2) d1/2`` (``scale · d1/2``; z1 =
+    [[d1/2, −d1/2], [−d1/2, d1/2]]) and the distinct starts with each column's index."""
+    g1, g2 = M[:, 0, 0], M[:, 1, 1]
+    d1, T1 = 0.0, 0
+    while _gap(d1) ** 2 > EPS:
+        r = _gap(d1)
+        d1, T1 = d1 + 2 * ETA * (1 - r) * r * r, T1 + 1
+    scale = np.stack([g1 * g1 + g1 * g2, g2 * g2 + g1 * g2], axis=1)
+    starts = scale * d1 / 2
+    distinct, inverse = np.unique(starts, return_inverse=True)
+    return d1, T1, scale, starts, distinct, inverse.reshape(starts.shape)
+
+
+def _margin_forgetting(d1, scale, starts, final):
+    """F_k from the OOD margins at T2: the source margins after (claim 7), their error
+    change."""
+    source = d1 + scale * (final - starts) / 2
+    return 0.5 * _gap(source) ** 2 - 0.5 * _gap(d1) ** 2
+
+
 def margin_peer(M: np.ndarray):
     """K = 2 as scalar margins: a column ``(own, other)`` is its margin ``d``, and GD moves
     it by ``2η σ(d)(1 − σ(d))²`` with error ``(1 − σ(d))²``; every distinct start once."""
     if M.shape[-1] != 2:
         raise NotImplementedError("K = 2 only")
-    g1, g2 = M[:, 0, 0], M[:, 1, 1]
-
-    def gap(d):                                      # 1 − σ(d), without cancellation
-        u = np.exp(-d)
-        return u / (1.0 + u)
-
-    d1, T1 = 0.0, 0                                  # pretraining: one margin from 0
-    while gap(d1) ** 2 > EPS:
-        r = gap(d1)
-        d1, T1 = d1 + 2 * ETA * (1 - r) * r * r, T1 + 1
-    # z1 = [[d1/2, −d1/2], [−d1/2, d1/2]]; OOD column k: margin (γ_k² + γ1γ2) d1/2
-    scale = np.stack([g1 * g1 + g1 * g2, g2 * g2 + g1 * g2], axis=1)
-    starts = scale * d1 / 2
-    distinct, inverse = np.unique(starts, return_inverse=True)
-    inverse = inverse.reshape(starts.shape)
+    d1, T1, scale, starts, distinct, inverse = _margin_starts(M)
     x, T = distinct.copy(), np.full(distinct.size, -1)
     path, t = [x], 0
     while True:
-        r = gap(x)
+        r = _gap(x)
         T[(r * r <= EPS) & (T < 0)] = t
         if (T >= 0).all():
             break
@@ -150,8 +164,7 @@ def margin_peer(M: np.ndarray):
         t += 1
     T2 = T[inverse].max(axis=1)
     final = np.stack(path)[T2[:, None], inverse]     # each column's margin at its T2
-    source = d1 + scale * (final - starts) / 2        # claim 7: source margins after
-    return T1, T2, 0.5 * gap(source) ** 2 - 0.5 * gap(d1) ** 2
+    return T1, T2, _margin_forgetting(d1, scale, starts, final)
 
 
 _FUSED = {}
@@ -194,28 +207,14 @@ def fused_margin_peer(M: np.ndarray):
 
         _FUSED["pass"] = fused
     fused = _FUSED["pass"]
-    g1, g2 = M[:, 0, 0], M[:, 1, 1]
-
-    def gap(d):
-        u = np.exp(-d)
-        return u / (1.0 + u)
-
-    d1, T1 = 0.0, 0
-    while gap(d1) ** 2 > EPS:
-        r = gap(d1)
-        d1, T1 = d1 + 2 * ETA * (1 - r) * r * r, T1 + 1
-    scale = np.stack([g1 * g1 + g1 * g2, g2 * g2 + g1 * g2], axis=1)
-    starts = scale * d1 / 2
-    distinct, inverse = np.unique(starts, return_inverse=True)
-    inverse = inverse.reshape(starts.shape)
+    d1, T1, scale, starts, distinct, inverse = _margin_starts(M)
     lo = inverse.min(axis=1)
     order = np.argsort(lo, kind="stable")
     first = np.searchsorted(lo[order], np.arange(distinct.size + 1))
     final, T2 = np.empty(starts.shape), np.empty(len(M), dtype=np.int64)
     fused(distinct.copy(), 2 * ETA, EPS, lo, first, order, inverse[:, 0].copy(),
           inverse[:, 1].copy(), final, T2)
-    source = d1 + scale * (final - starts) / 2
-    return T1, T2, 0.5 * gap(source) ** 2 - 0.5 * gap(d1) ** 2
+    return T1, T2, _margin_forgetting(d1, scale, starts, final)
 
 
 def _loss(z):
