@@ -49,17 +49,20 @@ TARGETS = {("random γ", 128): (30, 500), ("random γ", 256): (120, 1024),
 CPU_TARGETS = {("random γ", 256): 25, ("random γ", 512): 300, ("rotation θ = 0.5", 1024): 1}
 #: The probe with the direct kernel forced at every K (the peer of the node kernel).
 DIRECT = "from oodcalc.finetune import _kernels; _kernels.NODES_FROM_K = 10**9; "
+#: The probe with the ray's step counter off: the scalar loop, compiled by Numba (the
+#: engine before it; the peer of the step counter).
+LOOP = "from oodcalc import estimates; estimates.RAY_LEAP_FROM_STEPS = float('inf'); "
 #: --json of the rotation at K = 1024: at most this many bytes and this times the plain run.
 JSON_BYTES, JSON_SLOWDOWN = 10**6, 1.5
 
 
-def run(args: list[str], direct: bool = False) -> dict:
+def run(args: list[str], prefix: str = "") -> dict:
     """One fresh process: T1, T2, engines, wall and CPU seconds, its own peak RSS (MiB);
-    ``direct``: with the direct per-column kernel forced."""
+    ``prefix``: code run first (:data:`DIRECT`, :data:`LOOP`: a peer's engine forced)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     # Wide, so that no line of the text output wraps.
-    proc = subprocess.run([sys.executable, "-c", (DIRECT if direct else "") + PROBE,
+    proc = subprocess.run([sys.executable, "-c", prefix + PROBE,
                            "predict", *args],
                           capture_output=True, text=True, env=user_env(COLUMNS="400"))
     wall = time.perf_counter() - start
@@ -135,7 +138,7 @@ def main() -> None:
                 if (label, K) in CPU_TARGETS:
                     cpu_rows.append(_cpu_row(label, K, out, CPU_TARGETS[label, K]))
             elif label == "random γ" and K in peer_K:
-                peer = run(cli + ["--json"], direct=True)
+                peer = run(cli + ["--json"], DIRECT)
                 same = peer.get("T2") == out["T2"]
                 gap = max(abs(a - b) for a, b in zip(out["F_k"], peer.get("F_k", [])))
                 cpu_rows.append([f"{label}, K = {K}, --json", "direct kernel (peer)",
@@ -145,6 +148,15 @@ def main() -> None:
                                  f"{'< 1e-12' if gap < 1e-12 else f'{gap:.1e}'}",
                                  verdict(same and gap < 1e-12), load()])
             elif (label, K) == ("rotation θ = 0.5", 1024):
+                peer = run(cli + ["--json"], LOOP)
+                same = (peer.get("T1"), peer.get("T2")) == (out["T1"], out["T2"])
+                gap = max(abs(a - b) for a, b in zip(out["F_k"], peer.get("F_k", [])))
+                cpu_rows.append([f"{label}, K = {K}, --json", "compiled ray loop (peer)",
+                                 f"{peer['cpu']:.2f} s", f"{out['cpu']:.2f} s",
+                                 f"{peer['cpu'] / out['cpu']:.1f}×",
+                                 f"T1, T2 {'identical' if same else 'DIFFER'}, max "
+                                 f"|ΔF_k| {'< 1e-12' if gap < 1e-12 else f'{gap:.1e}'}",
+                                 verdict(same and gap < 1e-12), load()])
                 slower = out["wall"] / plain[label, K]["wall"]
                 checks.append([f"{label}, K = {K}, --json",
                                f"< {JSON_BYTES / 1e6:g} MB, <= {JSON_SLOWDOWN}× the text run",

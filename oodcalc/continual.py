@@ -145,7 +145,8 @@ def sequence_estimate(shifts: Shifts, protocol: Protocol | None = None) -> tuple
     protocol = Protocol() if protocol is None else protocol
     steps = _estimated_steps(shifts, protocol)
     S, K = shifts.S, shifts.K
-    seconds = estimates.sequence_seconds(K, S, steps[0], steps[1:-1], steps[-1])
+    seconds = estimates.sequence_seconds(K, S, steps[0], steps[1:-1], steps[-1],
+                                           protocol.eta)
     return seconds, (f"{S} stage{'s' if S > 1 else ''} ≈ {sum(steps[1:-1]):,.0f} steps and "
                      f"the joint reference ≈ {steps[-1]:,.0f} steps on {S + 1} domains of "
                      f"{K}×{K} logits")

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .finetune import compiled
+from .finetune import compiled, ray_leap
 from .model import features_last, matrices_first
 from .theory import alpha_star, centred_gram_spectrum, stopping_margin
 
@@ -51,7 +51,7 @@ __all__ = [
     "format_steps", "geometry_bytes", "gram_scale", "k3_figure_bytes",
     "log_steps_from_margin", "margin_rate", "ood_vs_theta_bytes", "phase_diagram_bytes",
     "population_bytes", "precision_bytes", "predict_bytes", "predict_seconds",
-    "pretrain_steps", "prompts_bytes", "ray_compiled", "ray_seconds", "reproduce_bytes",
+    "pretrain_steps", "prompts_bytes", "ray_compiled", "ray_leaps", "ray_seconds", "reproduce_bytes",
     "resolving_eta", "sequence_seconds", "simulation_log_steps", "simulation_seconds",
     "simulation_steps", "step_at_threshold", "steps_from_margin", "steps_held",
     "sweep_bytes", "sweep_row_bytes", "terms_log_steps", "terms_probe_steps",
@@ -298,16 +298,31 @@ COMPILED_LOAD_SECONDS = 1.0
 #: The compiled ray loop pays for that load from this many steps on, or from a tenth of
 #: it once Numba is imported anyway.
 RAY_COMPILED_FROM_STEPS = 2_000_000
+#: A ray of this many steps goes to the step counter (oodcalc.finetune.ray_leap) when its
+#: step scale allows it: 1-2 ms whatever the steps, against 0.1 s of the plain loop here.
+RAY_LEAP_FROM_STEPS = 100_000
+RAY_LEAP_SECONDS = 0.005
 
 
 def ray_compiled(steps: float, loaded: bool) -> bool:
     """Whether a ray run of about ``steps`` goes to the compiled loop (when Numba is
-    there; ``loaded``: it is imported already): the one rule for the run and its estimate."""
+    there; ``loaded``: it is imported already) if it is not leapt: the one rule for the run
+    and its estimate."""
     return steps >= RAY_COMPILED_FROM_STEPS / (10 if loaded else 1)
 
 
-def ray_seconds(steps: float, compiled_available: bool, loaded: bool = False) -> float:
-    """Seconds a ray run of ``steps`` takes on the engine :func:`ray_compiled` picks."""
+def ray_leaps(K: int, eta: float, steps: float) -> bool:
+    """Whether a ray run of about ``steps`` at (K, η) goes to the step counter (which
+    still hands a too-close-to-call case back to the loop)."""
+    return steps >= RAY_LEAP_FROM_STEPS and ray_leap.takes(K, eta)
+
+
+def ray_seconds(K: int, eta: float, steps: float, compiled_available: bool,
+                loaded: bool = False) -> float:
+    """Seconds a ray run of ``steps`` takes on the engine the run picks (the step counter,
+    else :func:`ray_compiled`'s choice)."""
+    if ray_leaps(K, eta, steps):
+        return RAY_LEAP_SECONDS
     if compiled_available and ray_compiled(steps, loaded):
         return (0.0 if loaded else COMPILED_LOAD_SECONDS) + \
             steps * SECONDS_PER_RAY_STEP["compiled"]
@@ -373,10 +388,11 @@ def predict_seconds(K: int, protocol, plan: Plan | None,
     steps = pretrain_steps(K, protocol.eps, protocol.eta)
     if not protocol.auto_steps:                # an auto cap is raised to fit the run
         steps = min(steps, float(protocol.max_steps))
-    seconds = ray_seconds(steps, compiled_available)
+    seconds = ray_seconds(K, protocol.eta, steps, compiled_available)
     if plan is None:   # fine-tuning on the ray too, at most as long (Numba loaded if used)
-        loaded = compiled_available and ray_compiled(steps, loaded=False)
-        return seconds + ray_seconds(steps, compiled_available, loaded)
+        loaded = compiled_available and not ray_leaps(K, protocol.eta, steps) and \
+            ray_compiled(steps, loaded=False)
+        return seconds + ray_seconds(K, protocol.eta_ft, steps, compiled_available, loaded)
     return seconds + finetune_seconds(K, plan.log_steps, plan.engine)
 
 
@@ -449,12 +465,12 @@ SEQUENCE_SECONDS_PER_PRODUCT = 6e-10
 
 
 def sequence_seconds(K: int, S: int, pretrain: float, stages: list[float],
-                     joint: float) -> float:
+                     joint: float, eta: float) -> float:
     """Seconds ``oodcalc.sequence`` takes for ``pretrain`` ray steps, the ``stages``' steps
     (each one domain's gradient) and the joint reference's ``joint`` steps (S + 1
     gradients a step)."""
     step = SEQUENCE_SECONDS_PER_STEP + 2 * (S + 1) * K ** 3 * SEQUENCE_SECONDS_PER_PRODUCT
-    return ray_seconds(pretrain, False) + step * (sum(stages) + (S + 1) * joint)
+    return ray_seconds(K, eta, pretrain, False) + step * (sum(stages) + (S + 1) * joint)
 
 
 def exp_steps(log_steps: float) -> float:

@@ -12,11 +12,24 @@ import numpy as np
 
 
 __all__ = [
-    "SMALL_K", "attention", "attention_first", "conditional_errors", "errors_and_gradient",
-    "errors_first", "errors_from_attention", "feature_sum", "features_first",
-    "features_last", "loss", "loss_gradient_from_attention", "matrices_first",
-    "matrices_last",
+    "SMALL_K", "attention", "attention_first", "column_gram", "conditional_errors",
+    "errors_and_gradient", "errors_first", "errors_from_attention", "feature_sum",
+    "features_first", "features_last", "is_diagonal", "loss",
+    "loss_gradient_from_attention", "matrices_first", "matrices_last",
 ]
+
+
+def is_diagonal(M: np.ndarray) -> bool:
+    """No nonzero entry off the last two axes' diagonal (two counts: no temporary)."""
+    return np.count_nonzero(M) == np.count_nonzero(np.diagonal(M, axis1=-2, axis2=-1))
+
+
+def column_gram(M: np.ndarray) -> np.ndarray:
+    """``MᵀM`` (batched over leading axes): elementwise for a diagonal M (parallel shifts,
+    rotations; K = 1024 saves a 0.1 s product), the same numbers (one term per entry)."""
+    if M.ndim == 2 and is_diagonal(M):
+        return np.diag(np.diagonal(M) ** 2) + 0.0
+    return np.swapaxes(M, -1, -2) @ M
 
 
 def attention(z: np.ndarray) -> np.ndarray:

@@ -21,12 +21,13 @@ import numpy as np
 
 from . import estimates, limits, theory
 from .finetune import compiled, engine, gram, terms
-from .finetune.dynamics import Descent, _is_diagonal, descend, descend_ray, first_step_change, \
+from .finetune.dynamics import Descent, descend, descend_ray, first_step_change, \
+    ray_errors, \
     ood_start, ray_logits, require_converged, source_logits
 from .errors import ComputationError, param
 from .estimates import ENGINES, SECONDS_PER_UPDATE, TRAJECTORY_BYTES  # noqa: F401
-from .model import attention, conditional_errors
-from .report import OOD, FeatureForgetting, Finetune, Pretrain, Report, TREND_TOL, \
+from .model import attention, conditional_errors, errors_from_attention, is_diagonal
+from .report import OOD, FeatureForgetting, Finetune, LazyArrays, Pretrain, Report, TREND_TOL, \
     directions, off_diagonal
 from .setting import STALL_STEP, Setting, check_setting
 
@@ -320,7 +321,8 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
             f"{param('max_steps', 'raise')}, {param('eps', 'raise')} or change the step "
             "size")
     z1 = ray.logits(K)
-    pretrain = Pretrain(T1=ray.steps, z=z1, error=conditional_errors(z1), alpha_star=a_star)
+    pretrain = Pretrain(T1=ray.steps, z=z1, error=np.full(K, ray_errors(K, ray.own, ray.other)),
+                        alpha_star=a_star)
     overshoot = pretrain.alpha - a_star
     one_step = estimates.step_at_threshold(K, proto.eps, proto.eta)
     if overshoot > one_step and ray.steps > 0:
@@ -334,7 +336,8 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     # 2. OOD logits at T1 (claim 5), from the exact Z1.
     z_ood0 = ood_start(z1, M)
     closed = theory.ood_logits(M, a_star)
-    ood = OOD(z=z_ood0, attention=attention(z_ood0), error=conditional_errors(z_ood0),
+    attention0 = attention(z_ood0)
+    ood = OOD(z=z_ood0, attention=attention0, error=errors_from_attention(attention0),
               corollary=theory.corollary_cases(M),
               at_alpha_star={"alpha": np.diag(closed), "beta": off_diagonal(closed),
                              "error": conditional_errors(closed)})
@@ -388,9 +391,10 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
                         step_size_bounds=bounds, eta_ft=proto.eta_ft, reached=run.reached)
     gamma = geo.gamma if plain else None
     regimes = theory.forgetting_regimes(gamma) if gamma is not None else [None] * K
-    D = theory.first_step_D(gamma, z_ood0) if gamma is not None else [None] * K
-    D_directions = (theory.initial_directions(gamma, z_ood0) if gamma is not None
-                    else [None] * K)
+    D = D_directions = [None] * K
+    if gamma is not None:                      # claim 8c: one set of shares for both
+        D, scale = theory.first_step_terms(gamma, z_ood0)
+        D_directions = theory.directions_from_D(D, scale).tolist()
     # the exact first step (none when the rule held at T1: T2 = 0, nothing moved)
     if T2 == 0:
         first = np.zeros(K)
@@ -401,9 +405,9 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     forgetting = _feature_rows(regimes, loss_before, loss_after, trend_names, first, D,
                                D_directions)
 
-    trajectories = {"pretrain": _ray_trajectory(K, ray.path),
-                    "pretrain_steps": ray.path_steps, **run.paths,
-                    "finetune_steps": run.steps}
+    trajectories = LazyArrays({"pretrain": lambda: _ray_trajectory(K, ray.path),
+                               "pretrain_steps": ray.path_steps, **run.paths,
+                               "finetune_steps": run.steps})
     how = {"max_steps": {"pretrain": cap1, "finetune": cap2},
            "engine": {"pretrain": ray.engine, "finetune": run.engine}}
     return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
@@ -495,7 +499,7 @@ def _finetune_path(M: np.ndarray, K: int, proto, log_t2: float) -> str:
     """The fine-tuning engine for ``log_t2`` (log of the estimated steps); raises when a
     K×K fine-tuning is out of reach (more than ``WORK_LIMIT`` logit updates)."""
     steps = estimates.exp_steps(log_t2)
-    pays = _is_diagonal(M) and estimates.compiled_pays(K, steps)
+    pays = is_diagonal(M) and estimates.compiled_pays(K, steps)
     path = "ray" if _on_ray(M) else \
         "compiled" if pays and compiled.finetune_diagonal() is not None else "numpy"
     if path != "ray":
@@ -629,12 +633,14 @@ def _finetune_ray(z1, z_ood0, M, K, proto, cap, expected, progress) -> _Finetune
     if not ray.converged and proto.ft_steps is None:
         raise ComputationError(_stuck(cap, K, proto, "rotation"))
     _report(progress, "fine-tuning", ray.steps, ray.steps)
-    ood_path = _ray_trajectory(K, ray.path)
-    source_path = source_logits(z1, M, z_ood0, ood_path)
-    losses = conditional_errors(source_path) / K
-    return _Finetuned(ray.steps, ray.logits(K), source_path[-1], [ray.trend] * K,
-                      np.full(K, ray.loss_first), np.full(K, ray.loss_last),
-                      {"finetune_ood": ood_path, "finetune_source": source_path,
+    # claim 7 with M = cI: the source column moves by c² times the OOD change, on the ray
+    source_ray = np.array([a1, b1]) + c * c * (ray.path - [own0, other0])
+    losses = np.repeat(ray_errors(K, source_ray[:, 0], source_ray[:, 1])[:, None], K,
+                       axis=1) / K
+    return _Finetuned(ray.steps, ray.logits(K), ray_logits(K, *source_ray[-1]),
+                      [ray.trend] * K, np.full(K, ray.loss_first), np.full(K, ray.loss_last),
+                      {"finetune_ood": lambda: _ray_trajectory(K, ray.path),
+                       "finetune_source": lambda: _ray_trajectory(K, source_ray),
                        "finetune_source_loss": losses}, ray.path_steps, ray.engine)
 
 

@@ -10,15 +10,16 @@ fields, so comparing them is a field-by-field diff. ``to_dict`` is the documente
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 
 __all__ = [
-    "CURVE_POINTS", "FULL_MATRIX_K", "FeatureForgetting", "Finetune", "OOD", "Pretrain",
-    "Report", "TREND_TOL", "directions", "jsonable", "matrix_summary", "off_diagonal",
+    "CURVE_POINTS", "FULL_MATRIX_K", "FeatureForgetting", "Finetune", "LazyArrays", "OOD",
+    "Pretrain", "Report", "TREND_TOL", "directions", "jsonable", "matrix_summary", "off_diagonal",
     "trend",
 ]
 
@@ -72,6 +73,30 @@ def directions(change: np.ndarray) -> np.ndarray:
     out[change > 0] = "rising"
     out[np.abs(change) <= TREND_TOL] = "flat"
     return out
+
+
+class LazyArrays(Mapping):
+    """A read-only mapping of arrays, each given as an array or as a function that makes
+    it on first access (kept then): the symmetric ray's K × K trajectories are two
+    numbers a step until someone reads them (at K = 1024, 8 MB a step)."""
+
+    def __init__(self, items: dict[str, np.ndarray | Callable[[], np.ndarray]]):
+        self._items = dict(items)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = self._items[name]
+        if callable(value):
+            value = self._items[name] = value()
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"LazyArrays({list(self._items)})"
 
 
 @dataclass(frozen=True)
@@ -243,9 +268,10 @@ class Report:
         ``theorem_holds``, the exact ``first_step`` change of ``L_{v_k}`` with its
         ``initial_direction``, and claim 8c's first-order criterion ``D_k`` with its sign
         ``D_k_direction``.
-    trajectories : dict of str → ndarray
+    trajectories : mapping of str → ndarray
         Logits along both phases: ``"pretrain"``, ``"finetune_ood"``,
-        ``"finetune_source"`` (strided when a run is very long).
+        ``"finetune_source"`` (strided when a run is very long; on the symmetric ray
+        formed on first access, :class:`LazyArrays`).
     warnings : list of str
         What the user should know about the run (e.g. an overshoot of the threshold).
     run : dict
@@ -281,7 +307,7 @@ class Report:
     ood: OOD
     finetune: Finetune
     forgetting: list[FeatureForgetting]
-    trajectories: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    trajectories: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
     #: What the user should know about how the numbers came about (e.g. a step size too
     #: coarse to resolve pretraining); the CLI prints each on stderr.
     warnings: list[str] = field(default_factory=list)

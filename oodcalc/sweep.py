@@ -36,13 +36,13 @@ import numpy as np
 
 from . import estimates, limits, theory
 from .finetune import engine, terms
-from .finetune.dynamics import _errors_after, _is_diagonal, descend_columns, descend_ray, \
+from .finetune.dynamics import _errors_after, descend_columns, descend_ray, \
     first_step_change, ood_start, ray_logits, source_errors
 from .errors import InputError, item_name, param, shorten
 from .geometry import Geometry, check_K, check_sequence
 from .io import open_input, write_atomic
 from .model import attention_first, conditional_errors, errors_first, feature_sum, \
-    features_first, features_last, loss, matrices_first
+    features_first, features_last, is_diagonal, loss, matrices_first
 from .report import directions
 from .setting import DEFAULT_EPS, DEFAULT_ETA, DEFAULT_MAX_STEPS, INTERVENTIONS, NEVER, \
     Protocol, check_positive
@@ -868,7 +868,7 @@ def _check_finetuning(grid: Grid, z1: np.ndarray, max_steps: int, eps_ft: float 
     pairs, pair_of_row = _distinct_pairs(eps_of_row, grid.eta_ft)
     lowest = np.full(len(pairs), np.inf)               # each pair's lowest column margin
     rows_per_block = max(1, BLOCK // grid.K**2)
-    shift = grid.K == 2 and _is_diagonal(grid.M)
+    shift = grid.K == 2 and is_diagonal(grid.M)
     for start in range(0, len(grid), rows_per_block):
         rows = slice(start, start + rows_per_block)
         if shift:   # own − other of each OOD column: effective_margins' bits at K = 2

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import attention_first, conditional_errors, errors_and_gradient, features_first, \
-    features_last, matrices_first, matrices_last
+from .model import attention_first, column_gram, conditional_errors, errors_and_gradient, \
+    features_first, features_last, matrices_first, matrices_last
 
 __all__ = [
     "DIRECTIONS", "FLAT_RTOL", "PAPER_K3_COUNTEREXAMPLES", "PROMISE", "REGIMES", "Regime",
@@ -135,7 +135,7 @@ def ood_logits(M: np.ndarray, alpha: float) -> np.ndarray:
     stack ``(..., K, K)``."""
     K = M.shape[-1]
     b = mean_projections(M)
-    return alpha * K / (K - 1) * (np.swapaxes(M, -1, -2) @ M - b[..., :, None] * b[..., None, :])
+    return alpha * K / (K - 1) * (column_gram(M) - b[..., :, None] * b[..., None, :])
 
 
 #: The sign of F_k each verdict promises (None: no promise): the regimes of the paper's and
@@ -176,7 +176,7 @@ def corollary_cases(M: np.ndarray, tol: float = 1e-9) -> list[str | None]:
     K = M.shape[0]
     if np.abs(M).max() <= tol:
         return ["orthogonal-subspaces"] * K
-    same_span = np.abs(M.T @ M - np.eye(K)).max() <= tol
+    same_span = np.abs(column_gram(M) - np.eye(K)).max() <= tol
     b = mean_projections(M)
     return ["mean-query" if same_span and abs(b[k] - 1.0) <= tol else None for k in range(K)]
 
@@ -236,11 +236,14 @@ def _regimes(gamma: np.ndarray, corrected: bool) -> list[Regime]:
     K = len(gamma)
     names = regime_names(gamma[None], corrected=corrected)[0]
     factor = K - 1 if corrected else 1
+    # per k, the other feature with the largest and the smallest γ_k·γ_m (the first on a tie)
+    products = gamma[:, None] * gamma[None, :]
+    diagonal = np.eye(K, dtype=bool)
+    m0s = np.argmax(np.where(diagonal, -np.inf, products), axis=1)
+    m1s = np.argmin(np.where(diagonal, np.inf, products), axis=1)
     out = []
     for k in range(K):
-        others = [m for m in range(K) if m != k]
-        products = gamma[k] * gamma[others]
-        m0, m1 = others[int(np.argmax(products))], others[int(np.argmin(products))]
+        m0, m1 = int(m0s[k]), int(m1s[k])
         square = gamma[k] ** 2
         lhs0, lhs1 = -gamma[k] * gamma[m0], -gamma[k] * gamma[m1]
         g0 = f"−γ{k + 1}·γ{m0 + 1} = {lhs0:+.4g}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -67,6 +68,7 @@ def generic_indices(text: str, k: int) -> str:
     return re.sub(r"([γv])(\d+)", name, text)
 
 
+@functools.lru_cache(maxsize=4096)     # a rotation's K rows repeat a handful of cells
 def _cell_width(markup: str) -> int:
     return max(Text.from_markup(line).cell_len for line in markup.split("\n"))
 

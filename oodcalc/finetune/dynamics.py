@@ -19,15 +19,17 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ComputationError
-from ..estimates import ray_compiled
+from ..estimates import ray_compiled, ray_leaps
 from ..model import attention_first, conditional_errors, errors_first, features_first, \
-    features_last, matrices_first, matrices_last
+    features_last, is_diagonal, matrices_first, matrices_last
+from . import ray_leap
 from .ray_loop import ray_step_loop
 
 
 __all__ = [
     "Descent", "MARGIN_ROUND", "Ray", "descend", "descend_columns", "descend_ray",
-    "first_step_change", "first_step_moves", "ood_start", "ray_logits", "require_converged",
+    "first_step_change", "first_step_moves", "ood_start", "ray_errors", "ray_logits",
+    "require_converged",
     "source_errors", "source_logits",
 ]
 
@@ -183,11 +185,6 @@ def require_converged(run: Descent, phase: str, describe) -> None:
         f"raise --eps or change the step size")
 
 
-def _is_diagonal(M: np.ndarray) -> bool:
-    # no nonzero entry off the diagonal (two counts: no (B, K, K) temporary)
-    return np.count_nonzero(M) == np.count_nonzero(np.diagonal(M, axis1=-2, axis2=-1))
-
-
 def _congruence(L: np.ndarray, W: np.ndarray) -> np.ndarray:
     """``L W Lᵀ`` batched over leading axes."""
     batch = np.broadcast_shapes(L.shape[:-2], W.shape[:-2])
@@ -200,7 +197,7 @@ def _congruence_first(L: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``L W Lᵀ`` for ``W`` given as ``x[n, k, ...]`` (:func:`~oodcalc.model.matrices_first`,
     overwritten), in that layout: elementwise when L is diagonal (``l_n l_k W[n, k]``),
     BLAS matrix products otherwise (O(K³), never O(K⁴))."""
-    if not _is_diagonal(L):
+    if not is_diagonal(L):
         W = matrices_last(x)
         return matrices_first(np.matmul(np.matmul(L, W), np.swapaxes(L, -1, -2)))
     K = x.shape[0]
@@ -932,6 +929,15 @@ def ray_logits(K: int, own, other) -> np.ndarray:
     return z
 
 
+def ray_errors(K: int, own, other) -> np.ndarray:
+    """Every column's e on the ray (all equal): ½(1 − p)²·K/(K − 1), p the own weight
+    (:func:`oodcalc.model.conditional_errors` of :func:`ray_logits`, to rounding)."""
+    gap = np.asarray(own, dtype=np.float64) - np.asarray(other, dtype=np.float64)
+    t = (K - 1) * np.exp(-gap)
+    rest = t / (1.0 + t)                                   # 1 − p
+    return 0.5 * rest * rest * K / (K - 1)
+
+
 def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_steps: int,
                 *, stride: int = 0, source: tuple[float, float, float] | None = None,
                 expected_steps: float = 0.0) -> Ray:
@@ -939,20 +945,27 @@ def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_st
 
     ``stride > 0`` records every ``stride``-th step (and the last). ``source = (own,
     other, scale)`` follows the source column ``src + scale · Δlogits`` for the trend.
-    Runs the plain-float loop, or the same loop compiled by Numba when it is installed
-    and ``expected_steps`` is large enough to pay for it (both call the C library's exp
-    in the same order: identical results).
+    A long run (``expected_steps``, :func:`oodcalc.estimates.ray_leaps`) goes to the step
+    counter (:mod:`oodcalc.finetune.ray_leap`: the same T, the state to ~1e-12); the
+    others, and a case it cannot call, to the plain-float loop, or the same loop compiled
+    by Numba when it is installed and the run is long enough to pay for it (both call the
+    C library's exp in the same order: identical results).
     """
     src_own, src_other, scale = source if source is not None else (own, other, 0.0)
     from . import compiled
-    loop = ray_step_loop
-    if ray_compiled(expected_steps, compiled.loaded()):
-        loop = compiled.ray_step_loop() or ray_step_loop
+    leaps = ray_leaps(K, eta, expected_steps)
     size = (min(max_steps, int(expected_steps * 4) + 16) // stride + 2) if stride else 1
     while True:
         path = np.empty((size, 2))
-        out = loop(float(own), float(other), int(K), float(eta), float(eps), int(max_steps),
-                   int(stride), path, float(src_own), float(src_other), float(scale))
+        args = (float(own), float(other), int(K), float(eta), float(eps), int(max_steps),
+                int(stride), path, float(src_own), float(src_other), float(scale))
+        out, engine = (ray_leap.leap(*args), "step counter") if leaps else (None, "")
+        if out is None:                    # not leapt, or too close to call: the loop
+            loop = ray_step_loop
+            if ray_compiled(expected_steps, compiled.loaded()):
+                loop = compiled.ray_step_loop() or ray_step_loop
+            engine = "Python" if loop is ray_step_loop else "compiled, Numba"
+            out = loop(*args)
         if out[4] <= size:
             break
         size = out[2] // stride + 2                      # the estimate was short: again
@@ -962,7 +975,6 @@ def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_st
         steps[-1] = t
     trend = ("non-monotone" if rises and falls else "rising" if rises
              else "falling" if falls else "flat")
-    engine = "symmetric-ray recurrence (" + \
-        ("Python)" if loop is ray_step_loop else "compiled, Numba)")
+    engine = f"symmetric-ray recurrence ({engine})"
     return Ray(float(o), float(b), int(t), bool(ok), path[:n], steps, float(first),
                float(last), trend, engine)
