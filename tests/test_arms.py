@@ -324,6 +324,14 @@ def test_reproduce_depth_arms_end_to_end(tmp_path, capsys):
     assert rows[1]["versus_plain"]["mean"] == pytest.approx(rows[1]["F"]["mean"]
                                                            - rows[0]["F"]["mean"])
     assert len(rows[0]["matched"]) == 3
+    # the per-seed values every interval is recomputed from
+    for row in rows:
+        per_seed = row["per_seed"]
+        assert per_seed["seeds"] == [0] and len(per_seed["T2"]) == 1
+        assert per_seed["F"][0] == pytest.approx(row["F"]["mean"])
+        assert set(per_seed["matched"]) == {"0.25", "0.5", "0.75"}
+    assert rows[1]["per_seed"]["F"][0] - rows[0]["per_seed"]["F"][0] == pytest.approx(
+        rows[1]["versus_plain"]["mean"])
     capsys.readouterr()
     assert main([*args, "-f", "markdown"]) == 0
     out = capsys.readouterr()

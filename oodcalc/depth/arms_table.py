@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -122,6 +122,9 @@ class ArmRow:
     matched: tuple[tuple[float, Summary, int], ...]  # (s, F at level s, runs not reached)
     versus_plain: Contrast | None                 # F − F(plain), paired
     matched_versus_plain: tuple[Contrast, ...] = ()
+    #: per seed (the record a reader recomputes every interval from): F, T2 and F at each
+    #: matched level (None: not reached); a failed run's seed is absent
+    per_seed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def versus_theory(self) -> str:
@@ -136,7 +139,8 @@ class ArmRow:
                             for s, m, miss in self.matched],
                 "versus_plain": None if self.versus_plain is None
                 else self.versus_plain.to_dict(),
-                "matched_versus_plain": [c.to_dict() for c in self.matched_versus_plain]}
+                "matched_versus_plain": [c.to_dict() for c in self.matched_versus_plain],
+                "per_seed": self.per_seed}
 
 
 def _contrast(mine: dict[int, float], plain: dict[int, float]) -> Contrast:
@@ -173,7 +177,11 @@ def make_rows(results: Results, label: str, configs: dict[Arm, DepthConfig],
             matched_versus_plain=() if arm.plain else tuple(
                 _contrast({s: v for s, v in matched[x].items() if v is not None},
                           {s: v for s, v in plain_matched[x].items() if v is not None})
-                for x in levels)))
+                for x in levels),
+            per_seed={"seeds": sorted(good), "F": [F[s] for s in sorted(good)],
+                      "T2": [int(good[s]["finetune"]["T2"]) for s in sorted(good)],
+                      "matched": {f"{x:g}": [matched[x][s] for s in sorted(good)]
+                                  for x in levels}}))
     return rows
 
 

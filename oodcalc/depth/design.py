@@ -114,8 +114,3 @@ def contrast_interval(differences: Sequence[float], level: float = LEVEL
 def benjamini_hochberg(p_values: Sequence[float], q: float = FDR) -> np.ndarray:
     """Which hypotheses BH rejects at FDR ``q`` (a nan p-value is never rejected)."""
     return benjamini_hochberg_rejects(p_values, q)
-    idx = np.flatnonzero(ok)[np.argsort(p[ok], kind="stable")]
-    below = p[idx] <= q * np.arange(1, m + 1) / m
-    if below.any():
-        reject[idx[: int(np.flatnonzero(below).max()) + 1]] = True
-    return reject
