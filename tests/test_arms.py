@@ -332,6 +332,16 @@ def test_reproduce_depth_arms_end_to_end(tmp_path, capsys):
         assert set(per_seed["matched"]) == {"0.25", "0.5", "0.75"}
     assert rows[1]["per_seed"]["F"][0] - rows[0]["per_seed"]["F"][0] == pytest.approx(
         rows[1]["versus_plain"]["mean"])
+    # the closing table read back from the record: plain's F, replay's ΔF (one seed: no
+    # interval, no mark), at the rule and at a matched level
+    from oodcalc.depth.arms_table import contrast_grid
+    record = json.loads((tmp_path / "arms.json").read_text())
+    grid = contrast_grid(record, 0.0).splitlines()
+    assert grid[0].startswith("| γ = +0.00, the stopping rule | ")
+    assert grid[2].startswith("| plain | F ") and grid[3].startswith(
+        f"| replay | {rows[1]['versus_plain']['mean']:+.3f} |")
+    assert "*" not in grid[3] and "[" not in grid[3]
+    assert "matched OOD loss s = 0.5" in contrast_grid(record, 0.0, matched=0.5)
     capsys.readouterr()
     assert main([*args, "-f", "markdown"]) == 0
     out = capsys.readouterr()

@@ -28,8 +28,8 @@ from .table import usable, verdict
 
 __all__ = [
     "ArmRow", "ArmsCache", "ArmsTable", "Contrast", "LadderArmsCache", "arms_depth",
-    "arms_ladder", "build_arms", "level", "loss_curves", "make_rows", "markdown", "matched_F",
-    "matched_at", "matched_plot", "show", "with_bh",
+    "arms_ladder", "build_arms", "contrast_grid", "level", "loss_curves", "make_rows",
+    "markdown", "matched_F", "matched_at", "matched_plot", "show", "with_bh",
 ]
 
 
@@ -301,7 +301,7 @@ def markdown(table: ArmsTable) -> str:
         f"when every covered e_k <= ε = {p.eps:g} (≤ {p.max_steps} steps per phase); seeds "
         f"{', '.join(map(str, table.seeds))}. Arms: "
         f"{', '.join(a.label for a in table.arms)} (oodcalc.depth.arms). F: mean over "
-        "seeds [95% percentile bootstrap]. Theory: one layer, exact population dynamics "
+        "seeds [95% Student t interval]. Theory: one layer, exact population dynamics "
         "with the arm's intervention at the same ε (it applies at the theory rung). ΔF: "
         "arm − plain paired by seed [95% t interval], * = BH-rejected at q = "
         f"{DESIGN.fdr:g} (only from >= {VERDICT_SEEDS} seeds). F@s: F at matched OOD loss "
@@ -324,6 +324,41 @@ def markdown(table: ArmsTable) -> str:
             f"{r.versus_theory} | {r.T2:.0f} | "
             f"{'—' if r.versus_plain is None else r.versus_plain.text()} | "
             + " | ".join(matched) + " |")
+    return "\n".join(lines)
+
+
+def contrast_grid(record: dict[str, Any], gamma: float, matched: float | None = None) -> str:
+    """The closing table of an arms record (``ArmsTable.to_dict()``, e.g. read back from
+    JSON) at one γ: a row per arm, a column per rung-depth, each cell ΔF = arm − plain
+    [95% t] (* BH-rejected), plain's own F in its row; at the stopping rule, or at the
+    matched OOD-loss level ``matched`` (s)."""
+    rows = [r for r in record["rows"] if r["gamma"] == canonical_gamma(gamma)]
+    columns = list(dict.fromkeys((r["rung"], r["layers"]) for r in rows))
+    arms = list(dict.fromkeys(r["arm"]["name"] for r in rows))
+    cell: dict[tuple, str] = {}
+    for r in rows:
+        if r["arm"]["name"] == "plain":
+            F = r["F"] if matched is None else next(
+                m["F"] for m in r["matched"] if m["s"] == matched)
+            text = f"F {_num(F['mean'])}"
+        else:
+            c = r["versus_plain"] if matched is None else \
+                r["matched_versus_plain"][[m["s"] for m in r["matched"]].index(matched)]
+            if c["n"] == 0:
+                text = "no paired seed"
+            else:
+                low, high = c["ci95_t"]
+                text = f"{c['mean']:+.3f}" + ("" if low is None or not math.isfinite(low)
+                                              else f" [{low:+.3f}, {high:+.3f}]")
+                text += " *" if c["bh_rejected"] else ""
+        cell[r["arm"]["name"], r["rung"], r["layers"]] = text
+    where = "the stopping rule" if matched is None else f"matched OOD loss s = {matched:g}"
+    head = [f"γ = {canonical_gamma(gamma):+.2f}, {where}"] + \
+        [f"{rung} {layers} L" for rung, layers in columns]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for arm in arms:
+        lines.append("| " + " | ".join([arm] + [cell.get((arm, *col), "—")
+                                                for col in columns]) + " |")
     return "\n".join(lines)
 
 
