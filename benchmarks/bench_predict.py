@@ -5,7 +5,7 @@ as a user runs it (the command, in a fresh process), with and without ``--json``
                                        [--json-K 128,256,1024] [--peer-K 256]
 
 Rotations (``--theta 0.5 --K K``) keep every column on the symmetric ray: both phases are
-scalar recurrences. Random γ (uniform in [-1, 1], seed 0, three decimals) fine-tune the
+scalar recurrences (a long one counted by the step counter, oodcalc.finetune.ray_leap). Random γ (uniform in [-1, 1], seed 0, three decimals) fine-tune the
 full K×K logits (the compiled per-column kernel with ``oodcalc[fast]``, else NumPy). Each
 run is checked: T1 equals the gradient-flow estimate to 1 %, and the engines are read
 from the report's last line. For each K of ``--json-K`` the same command runs again with
@@ -22,7 +22,10 @@ The strongest peer of the random-γ runs is the direct per-column kernel that th
 kernel replaced from K = 48 on (``_kernels.finetune_diagonal_direct``, every logit of
 every column): for each K of ``--peer-K`` the same command runs again, in the same run,
 with it forced (K = 512 is left out by default: about 25 min), and the two reports are
-compared: T2 identical, the largest |ΔF_k| printed (accepted below 1e-12).
+compared: T2 identical, the largest |ΔF_k| printed (accepted below 1e-12). The peer of
+the rotation at K = 1024 is the engine the step counter replaced, the ray's scalar loop
+compiled by Numba (:data:`LOOP`): its ``--json`` run repeated with it, T1 and T2
+identical and |ΔF_k| below 1e-12 required.
 """
 
 from __future__ import annotations
