@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -34,6 +35,10 @@ __all__ = ["FORMAT", "Shared", "TaskCache", "collect", "condition_names", "fold_
 
 #: Bump when a task's record would change for the same parameters.
 FORMAT = 1
+#: One fit at a time per process: a fit seeds torch's global generator (initialisation,
+#: dropout) and sets its process-wide thread count, so two fits in threads of one process
+#: (a dask worker with --nthreads 2, an in-process cluster) would draw each other's numbers.
+_ONE_FIT = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -79,12 +84,13 @@ def fold_task(shared: Shared, config, s: int, f: int,
     per θ, the target domains' losses, the forgetting fine-tunes' F per part with their
     OOD loss before and after, the theory's F at the real geometry, and every arm's fit."""
     import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)      # a dask worker's own count otherwise
-    try:
-        return _fold_task(shared, config, s, f, advance or (lambda n=1: None))
-    finally:
-        torch.set_num_threads(threads)
+    with _ONE_FIT:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(config.threads)      # a dask worker's own count otherwise
+        try:
+            return _fold_task(shared, config, s, f, advance or (lambda n=1: None))
+        finally:
+            torch.set_num_threads(threads)
 
 
 def _fold_task(shared: Shared, config, s: int, f: int, advance) -> dict[str, Any]:
