@@ -1,6 +1,6 @@
 """The real-text experiment as (seed, fold) tasks (oodcalc.real.tasks): a rerun reads the
-finished fits from the task cache, a run with half of them cached computes the rest, a
-dask cluster computes them too, and every way gives the serial run's JSON exactly (a tiny
+finished fits from the task cache, a run with half of them cached computes the rest (in
+two local processes), a dask cluster computes them too, and every way gives the serial run's JSON exactly (a tiny
 random BERT on generated reviews, as tests/test_real.py). The identity cannot hold
 vacuously: two fits' results swapped, or one cached loss edited, change the JSON. (An
 unreachable --scheduler is tests/test_inference.py's: the same options.scheduler_client.)"""
@@ -68,7 +68,7 @@ def copy_of(cache, tmp_path, keep=lambda record: True):
     return tmp_path
 
 
-def test_rerun_and_half_cached_run_give_the_serial_json(first, tmp_path):
+def test_rerun_and_half_cached_run_in_processes_give_the_serial_json(first, tmp_path):
     cache, text = first
     assert len(entries(cache)) == 4
     again, notes = run(copy_of(cache, tmp_path / "all"))
@@ -76,7 +76,8 @@ def test_rerun_and_half_cached_run_give_the_serial_json(first, tmp_path):
     assert again == text
     half = copy_of(cache, tmp_path / "half", lambda r: r["parameters"]["seed"] == 0)
     assert len(entries(half)) == 2
-    resumed, notes = run(half)
+    # seed 1's two fits in two local processes (serial resumption: the damaged-entry test)
+    resumed, notes = run(half, workers=2)
     assert notes[1] == "2 of 4 fits read from the task cache" and resumed == text
     assert len(entries(half)) == 4                  # the fits computed now are stored
     for f in entries(half):                          # written as JSON, no pickle

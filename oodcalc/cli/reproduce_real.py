@@ -52,6 +52,9 @@ Scheduler = Annotated[Optional[str], typer.Option("--scheduler", metavar="ADDRES
          "process caches the results (same numbers as serially; start its workers with "
          "--nthreads 1). Needs pip install \"oodcalc\\[dask]\".",
     show_default="local")]
+Workers = Annotated[Optional[str], typer.Option("--workers", metavar="N",
+    help="Worker processes for the fits not in the cache (each holds the hidden states and "
+         "runs --threads torch threads; same numbers).", show_default="1")]
 Input = Annotated[Optional[Path], typer.Option("--input", "-i", metavar="FILE",
     help="Show a saved result (the JSON of 'reproduce real -f json') instead of running.")]
 PANEL = "Protocol (defaults: the real-text experiment's guide)"
@@ -120,6 +123,26 @@ def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | N
     limits.refuse_over_cap(estimates.BASE_BYTES + estimates.TORCH_BYTES + config.seeds * per_seed,
                            "the real-text experiment", [("--seeds", seeds, 0.0, "lower --seeds")])
     return config
+
+
+#: all-MiniLM-L6-v2's hidden size and weights (bytes, float32): what a worker process holds
+#: beside torch, with the hidden states of every review at --max-len tokens.
+HIDDEN = 384
+MODEL_BYTES = 91 << 20
+
+
+def worker_count(workers: str | None, config) -> int:
+    """--workers, refused when the processes' copies of the hidden states would not fit."""
+    n = options.integer("--workers", workers, 1)
+    if n is None or n == 1:
+        return 1
+    # a process: torch, the model, the hidden states (padded) and their float64 means
+    each = (estimates.TORCH_BYTES + MODEL_BYTES
+            + REVIEWS * HIDDEN * (4 * config.max_len + 8))
+    limits.refuse_over_cap(estimates.BASE_BYTES + n * each, "the real-text experiment",
+                           [("--workers", workers, estimates.BASE_BYTES + each,
+                             "lower --workers")])
+    return n
 
 
 #: Largest saved result read (bytes); the full run's JSON is about 100 kB.
@@ -223,7 +246,7 @@ ARM_SHARE = 0.3
 def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
            threads: str | None, eps: str | None = None, ft_steps: str | None = None,
            layer: str | None = None, arms: str | None = None, no_cache: bool = False,
-           scheduler: str | None = None) -> dict[str, Any]:
+           scheduler: str | None = None, workers: str | None = None) -> dict[str, Any]:
     """A saved result, or a fresh run (progress on stderr, timing on stderr)."""
     if input_file is not None:
         given = [name for name, value in (("--quick", quick or None), ("--seeds", seeds),
@@ -232,15 +255,17 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
                                           ("--arms", arms),
                                           ("--cache-dir", cache_dir),
                                           ("--no-cache", no_cache or None),
-                                          ("--scheduler", scheduler)) if value is not None]
+                                          ("--scheduler", scheduler),
+                                          ("--workers", workers)) if value is not None]
         if given:
             raise InputError("--input", str(input_file), "cannot be combined with "
                              f"{', '.join(given)} (a saved result is shown as it was run)")
         return load_result(input_file)
     config = config_for(quick, seeds, threads, eps, ft_steps, layer, arms)
+    n_workers = worker_count(workers, config)
     directory = cache_directory(cache_dir)
     # connected before the model loads: a bad address is one line, at once
-    client, close = options.scheduler_client(scheduler)
+    client, close = options.scheduler_client(scheduler, workers if n_workers > 1 else None)
     try:
         from ..real import run_installed
         from ..real.encoder import require
@@ -255,7 +280,7 @@ def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: P
         start = time.perf_counter()
         with Bar() as bar:
             result = run_installed(config, directory, progress=bar, task_cache=not no_cache,
-                                   client=client)
+                                   client=client, workers=n_workers)
     finally:
         if close is not None:
             close()
@@ -270,7 +295,7 @@ def real(
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, threads: Threads = None, input_file: Input = None,
     eps: Eps = None, ft_steps: FtSteps = None, layer: Layer = None, arms: Arms = None,
-    no_cache: NoCache = False, scheduler: Scheduler = None,
+    no_cache: NoCache = False, scheduler: Scheduler = None, workers: Workers = None,
 ) -> None:
     """The paper's BERT experiments on real text: rotation, natural shift and forgetting
     with a pretrained MiniLM on drug reviews, beside the paper's figures and the theory."""
@@ -279,7 +304,7 @@ def real(
 
     output_format = output_format_for(output, output_format)   # -o checked before the run
     result = obtain(input_file, quick, seeds, cache_dir, threads, eps, ft_steps, layer, arms,
-                    no_cache, scheduler)
+                    no_cache, scheduler, workers)
     if output_format is Format.table:
         shown(input_file, lambda: render.show(result))
         return

@@ -22,10 +22,11 @@ from .assets import INSTALL, default_cache_dir
 
 
 def run_installed(config=None, cache_dir: Path | None = None, progress=None, *,
-                  task_cache: bool = True, client=None) -> dict[str, Any]:
+                  task_cache: bool = True, client=None, workers: int = 1) -> dict[str, Any]:
     """Run the experiment on the installed weights and data (checked by SHA-256); the
-    finished fits cached under ``cache_dir`` (``task_cache``), run on the dask cluster
-    of ``client`` if given (oodcalc.real.experiment.run)."""
+    finished fits cached under ``cache_dir`` (``task_cache``), the others run in
+    ``workers`` processes or on the dask cluster of ``client``
+    (oodcalc.real.experiment.run)."""
     from . import assets, data, encoder, experiment
 
     encoder.require()
@@ -35,7 +36,7 @@ def run_installed(config=None, cache_dir: Path | None = None, progress=None, *,
     model = encoder.load_minilm(found.model_dir, found.model_sha256)
     return experiment.run(model, reviews, found.data_sha256, config or experiment.Config(),
                           cache_dir=cache_dir, progress=progress, task_cache=task_cache,
-                          client=client)
+                          client=client, workers=workers)
 
 
 __all__ = ["INSTALL", "default_cache_dir", "run_installed"]

@@ -282,26 +282,29 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: Config,
         cache_dir=None, progress: Progress | None = None, *, task_cache: bool = True,
-        client=None) -> dict[str, Any]:
+        client=None, workers: int = 1) -> dict[str, Any]:
     """Everything: returns a JSON-ready dict (parameters, rotation, shift, forgetting,
     paper figures beside ours). Each (seed, fold) fit is a task (oodcalc.real.tasks):
     with ``cache_dir`` (and ``task_cache``) the finished ones are cached there and a
-    rerun computes only the rest; ``client`` (a dask.distributed.Client) runs them on its
-    cluster. The result is the same in every case."""
+    rerun computes only the rest; ``workers`` local processes, or ``client`` (a
+    dask.distributed.Client) on its cluster, run them. The result is the same in every
+    case."""
     import torch
     config = config.check()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError("workers", workers, "expected an integer >= 1")
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
         return _run(encoder, reviews, data_sha256, config, cache_dir, progress, task_cache,
-                    client)
+                    client, workers)
     finally:
         torch.set_num_threads(threads)
 
 
 def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: Config,
          cache_dir, progress: Progress | None, task_cache: bool = True,
-         client=None) -> dict[str, Any]:
+         client=None, workers: int = 1) -> dict[str, Any]:
     from .tasks import Shared, collect, condition_names, task_parameters, targets_of
     from .tasks import task_cache as open_task_cache
     progress = progress or Progress()
@@ -333,7 +336,7 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     fits, read = collect(shared, config,
                          lambda s, f: task_parameters(config, data_sha256, encoder,
                                                       hidden.key, s, f),
-                         cache, client, progress)
+                         cache, client, progress, workers)
     if read:
         progress.note(f"{read} of {S * config.folds} fits read from the task cache")
     (rot, gamma_eff, theory_real, tgt_idx, shift, forget, forget_ood, theory_forget_real,

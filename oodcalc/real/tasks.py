@@ -30,8 +30,8 @@ from ..depth.protocol import run_key
 from .encoder import Encoder, Hidden
 
 __all__ = ["FORMAT", "Shared", "TaskCache", "collect", "condition_names", "fold_task",
-           "shape_of", "targets_of", "task_cache", "task_parameters", "test_positions",
-           "well_formed_task"]
+           "in_processes", "shape_of", "targets_of", "task_cache", "task_parameters",
+           "test_positions", "well_formed_task"]
 
 #: Bump when a task's record would change for the same parameters.
 FORMAT = 1
@@ -351,14 +351,16 @@ def task_cache(cache_dir: Path | None, enabled: bool = True) -> TaskCache:
 # --- running them ---------------------------------------------------------------------
 
 def collect(shared: Shared, config, parameters: Callable[[int, int], dict[str, Any]],
-            cache: TaskCache, client=None, progress=None) -> tuple[dict, int]:
+            cache: TaskCache, client=None, progress=None, workers: int = 1
+            ) -> tuple[dict, int]:
     """{(s, f): result} for every fit, and how many came from the cache. Cached fits are
-    read; the rest run here (in (s, f) order) or, with ``client`` (a
+    read; the rest run here (in (s, f) order), in ``workers`` local processes (each given
+    the shared data once, when it starts) or, with ``client`` (a
     dask.distributed.Client), on its cluster: the shared data scattered once to every
-    worker, one task per fit, each result stored here as it arrives (the workers need no
-    shared disk). Each fit's numbers depend on the config, seed and fold alone, so any
-    order and any worker gives the serial numbers (start the workers with
-    ``--nthreads 1``: a task sets torch's process-wide thread count)."""
+    worker, one task per fit. Each result is stored here as it arrives (a cluster's
+    workers need no shared disk). Each fit's numbers depend on the config, seed and fold
+    alone, so any order and any worker gives the serial numbers (start dask workers with
+    ``--nthreads 1``: a fit sets torch's process-wide thread count)."""
     per_fold = 2 + len(condition_names(targets_of(shared.domains, config.source))) \
         * (1 + len(config.arms))
     advance = progress.advance if progress is not None else (lambda n=1: None)
@@ -374,26 +376,83 @@ def collect(shared: Shared, config, parameters: Callable[[int, int], dict[str, A
                 todo.append((s, f))
     read = len(results)
 
-    def keep(s: int, f: int, result: dict[str, Any]) -> None:
+    def keep(s: int, f: int, result: dict[str, Any], whole: bool = True) -> None:
+        """Store a fit's result (``whole``: advance the progress by the fit, which ran
+        elsewhere and could not report its steps)."""
         result = _plain(result)
         cache.store({"parameters": parameters(s, f), "result": result})
         results[(s, f)] = result
-
-    if client is None or not todo:
-        for s, f in todo:
-            keep(s, f, fold_task(shared, config, s, f, advance))
-        return results, read
-    from dask.distributed import as_completed
-    data = client.scatter(shared, broadcast=True, hash=False)
-    futures = {client.submit(fold_task, data, config, s, f, pure=False): (s, f)
-               for s, f in todo}
-    try:
-        for future in as_completed(futures):
-            s, f = futures[future]
-            keep(s, f, future.result())
+        if whole:
             advance(per_fold)
-    finally:
-        for future in futures:          # an error or Ctrl-C: drop what has not run
-            future.cancel()
+
+    if client is not None and todo:
+        from dask.distributed import as_completed
+        data = client.scatter(shared, broadcast=True, hash=False)
+        futures = {client.submit(fold_task, data, config, s, f, pure=False): (s, f)
+                   for s, f in todo}
+        try:
+            for future in as_completed(futures):
+                keep(*futures[future], future.result())
+        finally:
+            for future in futures:          # an error or Ctrl-C: drop what has not run
+                future.cancel()
+    elif workers > 1 and len(todo) > 1:
+        in_processes(shared, config, todo, min(workers, len(todo)), keep, len(results))
+    else:
+        for s, f in todo:
+            keep(s, f, fold_task(shared, config, s, f, advance), whole=False)
     return results, read
 
+
+#: A local worker process's shared data (set once, when the process starts).
+_worker_shared: Shared | None = None
+
+
+def _adopt(shared: Shared) -> None:
+    """Worker initializer: keep the shared data; leave Ctrl-C to the main process, which
+    ends the workers (else each would print a traceback)."""
+    import signal
+    global _worker_shared
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_shared = shared
+
+
+def _fold_in_worker(config, s: int, f: int) -> dict[str, Any]:
+    return fold_task(_worker_shared, config, s, f)
+
+
+def in_processes(shared: Shared, config, todo: list[tuple[int, int]], workers: int,
+                 keep: Callable[[int, int, dict], None], cached: int) -> None:
+    """The fits ``todo`` in ``workers`` spawned processes (as oodcalc.depth's collect)."""
+    import concurrent.futures as cf
+    import multiprocessing
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ..errors import ComputationError
+    # spawn: a forked child would inherit torch's thread pools in an unknown state
+    context = multiprocessing.get_context("spawn")
+    done = 0
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                initializer=_adopt, initargs=(shared,)) as pool:
+        futures = {pool.submit(_fold_in_worker, config, s, f): (s, f) for s, f in todo}
+        try:
+            for future in cf.as_completed(futures):
+                keep(*futures[future], future.result())
+                done += 1
+        except BrokenProcessPool:
+            raise ComputationError(
+                f"a worker process died (out of memory or killed?); {cached + done} fits "
+                "are cached; rerun to continue, or use --workers 1") from None
+        except BaseException:
+            # Ctrl-C: stop at once instead of waiting for every queued fit; the fits that
+            # finished are cached
+            running = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in running:
+                process.terminate()
+            for process in running:
+                process.join(timeout=1)
+                if process.is_alive():
+                    process.kill()
+                    process.join(timeout=5)
+            raise
