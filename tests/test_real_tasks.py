@@ -1,9 +1,10 @@
 """The real-text experiment as (seed, fold) tasks (oodcalc.real.tasks): a rerun reads the
 finished fits from the task cache, a run with half of them cached computes the rest (in
-two local processes), a dask cluster computes them too, and every way gives the serial run's JSON exactly (a tiny
-random BERT on generated reviews, as tests/test_real.py). The identity cannot hold
-vacuously: two fits' results swapped, or one cached loss edited, change the JSON. (An
-unreachable --scheduler is tests/test_inference.py's: the same options.scheduler_client.)"""
+two local processes), a dask cluster computes them too, and every way gives the serial
+run's JSON exactly (a tiny random BERT on generated reviews, as tests/test_real.py). The
+identity cannot hold vacuously: two fits' results swapped, or one cached loss edited,
+change the JSON. (An unreachable --scheduler is tests/test_inference.py's: the same
+options.scheduler_client.)"""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from oodcalc.real.top import Training
 
 from test_real import TINY, Notes, generated_reviews, tiny_encoder
 
-#: 2 seeds x 2 folds (4 fits) of short trainings, with the l2 arm beside plain (its fits
-#: and theory cached too)
+#: 2 seeds x 2 folds (4 fits) of short trainings, with an arm beside plain (its fits and
+#: theory cached too; project-value: its theory is plain's, l2's would triple a fit's time)
 SMALL = replace(TINY, seeds=2, folds=2, permutations=3, bootstrap=100,
                 training=Training(epochs=3, lr=3e-3, batch=8),
                 finetune=Training(epochs=1, lr=3e-3, batch=8))
@@ -32,7 +33,7 @@ def dumped(result) -> str:
 
 def small():
     from oodcalc.depth.arms import parse
-    return replace(SMALL, arms=parse("l2"))
+    return replace(SMALL, arms=parse("project-value"))
 
 
 def run(cache=None, **kwargs):
@@ -72,7 +73,8 @@ def test_rerun_and_half_cached_run_in_processes_give_the_serial_json(first, tmp_
     cache, text = first
     assert len(entries(cache)) == 4
     again, notes = run(copy_of(cache, tmp_path / "all"))
-    assert notes == ["hidden states read from the cache", "4 of 4 fits read from the task cache"]
+    assert notes == ["hidden states read from the cache",
+                     "4 of 4 fits read from the task cache"]
     assert again == text
     half = copy_of(cache, tmp_path / "half", lambda r: r["parameters"]["seed"] == 0)
     assert len(entries(half)) == 2
@@ -115,7 +117,9 @@ def test_damaged_or_foreign_entry_is_recomputed_a_special_one_refused(first, tmp
     files = entries(damaged)
     files[0].write_text(files[0].read_text()[:100])                    # truncated
     result, notes = run(damaged)
-    assert notes[1] == "3 of 4 fits read from the task cache" and result == text
+    assert notes[1:] == ["3 of 4 fits read from the task cache",
+                         "1 damaged or foreign task-cache entry recomputed"]
+    assert result == text
     assert json.loads(files[0].read_text()) == json.loads(entries(cache)[0].read_text())
     # a record filed under another fit's name, or one missing a review, is not used
     store = TaskCache(damaged / "real-tasks")

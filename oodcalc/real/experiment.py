@@ -52,12 +52,13 @@ from .top import Training
 __all__ = [
     "Config", "DOUBLE_PEAK", "FAMILIES", "FINETUNED", "FORGET_THETAS", "Progress", "QUICK",
     "SourceTheory", "THEORY_COLUMNS", "THEORY_RULES", "VERSION", "Z95", "Z_POWER",
-    "assemble", "beside_paper", "class_geometry", "class_means", "cosine", "double_peak", "halves",
-    "interval", "local_maxima", "lowdin", "ood_before_after", "permutation_tests", "power",
-    "rank_correlations", "real_protocol", "relabelled", "resampled_means", "row_theory", "run",
-    "runs_counted", "shape", "share", "shift_row", "spearman", "split_null", "stratified_folds",
-    "t_interval", "theory_for", "theory_ood_error", "theory_raw", "theory_rotation_F",
-    "too_few_seeds", "uniform_error", "unit_columns", "versions",
+    "assemble", "beside_paper", "class_geometry", "class_means", "cosine", "double_peak",
+    "halves", "interval", "local_maxima", "lowdin", "ood_before_after", "permutation_tests",
+    "power", "rank_correlations", "real_protocol", "relabelled", "resampled_means",
+    "row_theory", "run", "runs_counted", "shape", "share", "shift_row", "spearman",
+    "split_null", "stratified_folds", "t_interval", "theory_for", "theory_ood_error",
+    "theory_raw", "theory_rotation_F", "too_few_seeds", "uniform_error", "unit_columns",
+    "versions"
 ]
 
 
@@ -339,6 +340,9 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                          cache, client, progress, workers)
     if read:
         progress.note(f"{read} of {S * config.folds} fits read from the task cache")
+    if cache.rejected:
+        progress.note(f"{cache.rejected} damaged or foreign task-cache "
+                      f"entr{'ies' if cache.rejected > 1 else 'y'} recomputed")
     (rot, gamma_eff, theory_real, tgt_idx, shift, forget, forget_ood, theory_forget_real,
      arm_runs) = assemble(fits, config, domains, n_src, targets)
 
