@@ -170,6 +170,7 @@ def test_task_record_shape_check_catches_each_defect(first):
     assert not broken(lambda r: r["arms"]["rotation θ = π"][0]["fit"]["curve"][0].pop())
     assert not broken(lambda r: r["arms"]["rotation θ = π"][0].__setitem__("theory", [1.0]))
     assert not broken(lambda r: r.pop("shift"))
+    assert not broken(lambda r: r["test_pos"].reverse())          # another fold's reviews
 
 
 def test_a_local_cluster_gives_the_serial_json(first, tmp_path):

@@ -238,7 +238,8 @@ def shape_of(config, shared: Shared, s: int, f: int) -> dict[str, Any]:
     """The lengths a well-formed record of fit (s, f) has."""
     src = np.flatnonzero(shared.domains == config.source)
     targets = targets_of(shared.domains, config.source)
-    return {"n_test": len(test_positions(shared.labels, src, config, s)[f]),
+    test_pos = test_positions(shared.labels, src, config, s)[f]
+    return {"n_test": len(test_pos), "test_pos": test_pos.tolist(),
             "thetas": config.steps + 1, "targets": targets,
             "sizes": {d: int(np.sum(shared.domains == d)) for d in targets},
             "conditions": condition_names(targets), "arms": len(config.arms)}
@@ -263,7 +264,7 @@ def well_formed_task(result: Any, shape: dict[str, Any], s: int, f: int) -> bool
     n, T, conds = shape["n_test"], shape["thetas"], shape["conditions"]
     try:
         ok = (result["seed"] == s and result["fold"] == f
-              and isinstance(result["test_pos"], list) and len(result["test_pos"]) == n
+              and result["test_pos"] == shape["test_pos"]     # where its losses go
               and _keyed(result["rot"], FAMILIES)
               and all(isinstance(v, list) and len(v) == T and all(_vector(r, n) for r in v)
                       for v in result["rot"].values())
