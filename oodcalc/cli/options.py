@@ -144,6 +144,13 @@ def scheduler_executor(scheduler: str | None, workers: str | None = None):
     """``(executor, close)`` on the dask cluster at ``--scheduler`` (``(None, None)`` when
     not given), with one-line errors for a malformed or unreachable address and for
     --workers given too. Shared by ``sweep`` and the torch experiments."""
+    client, close = scheduler_client(scheduler, workers)
+    return (None, None) if client is None else (client.get_executor(), close)
+
+
+def scheduler_client(scheduler: str | None, workers: str | None = None):
+    """``(client, close)``: :func:`scheduler_executor`'s dask.distributed.Client itself,
+    for a command that scatters data to the workers once (``reproduce real``)."""
     if scheduler is None:
         return None, None
     if workers is not None:
@@ -162,4 +169,4 @@ def scheduler_executor(scheduler: str | None, workers: str | None = None):
     except Exception as err:  # noqa: BLE001 - dask raises many kinds for a bad address
         raise InputError("--scheduler", scheduler, f"could not connect to a dask "
                          f"scheduler there ({err})") from None
-    return client.get_executor(), client.close
+    return client, client.close

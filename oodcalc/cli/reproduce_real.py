@@ -43,6 +43,18 @@ CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR",
 Threads = Annotated[Optional[str], typer.Option("--threads", metavar="N",
     help="torch threads (1 is fastest on a shared machine; results can differ in the "
          "last digits with another count).", show_default="1")]
+NoCache = Annotated[bool, typer.Option("--no-cache",
+    help="Neither read nor write the finished (seed, fold) fits under --cache-dir "
+         "(the hidden states are still cached).")]
+Scheduler = Annotated[Optional[str], typer.Option("--scheduler", metavar="ADDRESS",
+    help="Run the fits not in the cache on a dask.distributed cluster (tcp://host:8786), "
+         "one task per (seed, fold), the hidden states sent to each worker once; this "
+         "process caches the results (same numbers as serially; start its workers with "
+         "--nthreads 1). Needs pip install \"oodcalc\\[dask]\".",
+    show_default="local")]
+Workers = Annotated[Optional[str], typer.Option("--workers", metavar="N",
+    help="Worker processes for the fits not in the cache (each holds the hidden states and "
+         "runs --threads torch threads; same numbers).", show_default="1")]
 Input = Annotated[Optional[Path], typer.Option("--input", "-i", metavar="FILE",
     help="Show a saved result (the JSON of 'reproduce real -f json') instead of running.")]
 PANEL = "Protocol (defaults: the real-text experiment's guide)"
@@ -111,6 +123,26 @@ def config_for(quick: bool, seeds: str | None, threads: str | None, eps: str | N
     limits.refuse_over_cap(estimates.BASE_BYTES + estimates.TORCH_BYTES + config.seeds * per_seed,
                            "the real-text experiment", [("--seeds", seeds, 0.0, "lower --seeds")])
     return config
+
+
+#: all-MiniLM-L6-v2's hidden size and weights (bytes, float32): what a worker process holds
+#: beside torch, with the hidden states of every review at --max-len tokens.
+HIDDEN = 384
+MODEL_BYTES = 91 << 20
+
+
+def worker_count(workers: str | None, config) -> int:
+    """--workers, refused when the processes' copies of the hidden states would not fit."""
+    n = options.integer("--workers", workers, 1)
+    if n is None or n == 1:
+        return 1
+    # a process: torch, the model, the hidden states (padded) and their float64 means
+    each = (estimates.TORCH_BYTES + MODEL_BYTES
+            + REVIEWS * HIDDEN * (4 * config.max_len + 8))
+    limits.refuse_over_cap(estimates.BASE_BYTES + n * each, "the real-text experiment",
+                           [("--workers", workers, estimates.BASE_BYTES + each,
+                             "lower --workers")])
+    return n
 
 
 #: Largest saved result read (bytes); the full run's JSON is about 100 kB.
@@ -213,31 +245,45 @@ ARM_SHARE = 0.3
 
 def obtain(input_file: Path | None, quick: bool, seeds: str | None, cache_dir: Path | None,
            threads: str | None, eps: str | None = None, ft_steps: str | None = None,
-           layer: str | None = None, arms: str | None = None) -> dict[str, Any]:
+           layer: str | None = None, arms: str | None = None, no_cache: bool = False,
+           scheduler: str | None = None, workers: str | None = None) -> dict[str, Any]:
     """A saved result, or a fresh run (progress on stderr, timing on stderr)."""
     if input_file is not None:
         given = [name for name, value in (("--quick", quick or None), ("--seeds", seeds),
                                           ("--eps", eps), ("--ft-steps", ft_steps),
                                           ("--layer", layer), ("--threads", threads),
                                           ("--arms", arms),
-                                          ("--cache-dir", cache_dir)) if value is not None]
+                                          ("--cache-dir", cache_dir),
+                                          ("--no-cache", no_cache or None),
+                                          ("--scheduler", scheduler),
+                                          ("--workers", workers)) if value is not None]
         if given:
             raise InputError("--input", str(input_file), "cannot be combined with "
                              f"{', '.join(given)} (a saved result is shown as it was run)")
         return load_result(input_file)
     config = config_for(quick, seeds, threads, eps, ft_steps, layer, arms)
+    n_workers = worker_count(workers, config)
     directory = cache_directory(cache_dir)
-    from ..real import run_installed
-    from ..real.encoder import require
-    require()
-    minutes = QUICK_MINUTES if quick else MINUTES_PER_SEED * config.seeds
-    minutes *= 1 + ARM_SHARE * max(0, len(config.arms) - 1)
-    print(f"oodcalc: loading all-MiniLM-L6-v2 and the drug reviews (offline); the run "
-          f"takes about {minutes:.0f} min on 2 cores (save it with -f json -o FILE and draw "
-          "from it with --input FILE) …", file=sys.stderr)
-    start = time.perf_counter()
-    with Bar() as bar:
-        result = run_installed(config, directory, progress=bar)
+    # connected before the model loads: a bad address is one line, at once
+    client, close = options.scheduler_client(scheduler, workers if n_workers > 1 else None)
+    try:
+        from ..real import run_installed
+        from ..real.encoder import require
+        require()
+        minutes = QUICK_MINUTES if quick else MINUTES_PER_SEED * config.seeds
+        minutes *= 1 + ARM_SHARE * max(0, len(config.arms) - 1)
+        print(f"oodcalc: loading all-MiniLM-L6-v2 and the drug reviews (offline); the run "
+              f"takes about {minutes:.0f} min on 2 cores (save it with -f json -o FILE and "
+              "draw from it with --input FILE"
+              f"{'' if no_cache else '; finished fits are cached: a rerun resumes'}) …",
+              file=sys.stderr)
+        start = time.perf_counter()
+        with Bar() as bar:
+            result = run_installed(config, directory, progress=bar, task_cache=not no_cache,
+                                   client=client, workers=n_workers)
+    finally:
+        if close is not None:
+            close()
     print(f"oodcalc: real-text experiment done in {time.perf_counter() - start:.0f} s "
           f"({'; '.join(bar.notes)})", file=sys.stderr)
     return result
@@ -249,6 +295,7 @@ def real(
     output_format: FormatOption = None, output: OutputOption = None,
     cache_dir: CacheDir = None, threads: Threads = None, input_file: Input = None,
     eps: Eps = None, ft_steps: FtSteps = None, layer: Layer = None, arms: Arms = None,
+    no_cache: NoCache = False, scheduler: Scheduler = None, workers: Workers = None,
 ) -> None:
     """The paper's BERT experiments on real text: rotation, natural shift and forgetting
     with a pretrained MiniLM on drug reviews, beside the paper's figures and the theory."""
@@ -256,7 +303,8 @@ def real(
     from ..real import render
 
     output_format = output_format_for(output, output_format)   # -o checked before the run
-    result = obtain(input_file, quick, seeds, cache_dir, threads, eps, ft_steps, layer, arms)
+    result = obtain(input_file, quick, seeds, cache_dir, threads, eps, ft_steps, layer, arms,
+                    no_cache, scheduler, workers)
     if output_format is Format.table:
         shown(input_file, lambda: render.show(result))
         return

@@ -21,8 +21,12 @@ from typing import Any
 from .assets import INSTALL, default_cache_dir
 
 
-def run_installed(config=None, cache_dir: Path | None = None, progress=None) -> dict[str, Any]:
-    """Run the experiment on the installed weights and data (checked by SHA-256)."""
+def run_installed(config=None, cache_dir: Path | None = None, progress=None, *,
+                  task_cache: bool = True, client=None, workers: int = 1) -> dict[str, Any]:
+    """Run the experiment on the installed weights and data (checked by SHA-256); the
+    finished fits cached under ``cache_dir`` (``task_cache``), the others run in
+    ``workers`` processes or on the dask cluster of ``client``
+    (oodcalc.real.experiment.run)."""
     from . import assets, data, encoder, experiment
 
     encoder.require()
@@ -31,7 +35,8 @@ def run_installed(config=None, cache_dir: Path | None = None, progress=None) -> 
     reviews = data.read_zip(found.data_zip)
     model = encoder.load_minilm(found.model_dir, found.model_sha256)
     return experiment.run(model, reviews, found.data_sha256, config or experiment.Config(),
-                          cache_dir=cache_dir, progress=progress)
+                          cache_dir=cache_dir, progress=progress, task_cache=task_cache,
+                          client=client, workers=workers)
 
 
 __all__ = ["INSTALL", "default_cache_dir", "run_installed"]

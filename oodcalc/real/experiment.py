@@ -44,21 +44,21 @@ from ..model import conditional_errors, errors_and_gradient
 from ..depth.statistics import VERDICT_SEEDS
 from ..prediction import pretrain_logits, predict
 from ..setting import Protocol, Setting
-from .data import DOMAINS, SOURCE, Review, counts
+from .data import SOURCE, Review, counts
 from .encoder import Encoder, hidden_states
 from .shared import THEORY_RULES, interval, real_protocol, resampled_means, unit_columns
-from .top import (Rotation, Training, dimension_pairs, head_difference, init_head, losses,
-                  make_top, probe, train)
+from .top import Training
 
 __all__ = [
     "Config", "DOUBLE_PEAK", "FAMILIES", "FINETUNED", "FORGET_THETAS", "Progress", "QUICK",
     "SourceTheory", "THEORY_COLUMNS", "THEORY_RULES", "VERSION", "Z95", "Z_POWER",
-    "beside_paper", "class_geometry", "class_means", "cosine", "double_peak", "halves",
-    "interval", "local_maxima", "lowdin", "ood_before_after", "permutation_tests", "power",
-    "rank_correlations", "real_protocol", "relabelled", "resampled_means", "row_theory", "run",
-    "runs_counted", "shape", "share", "shift_row", "spearman", "split_null", "stratified_folds",
-    "t_interval", "theory_for", "theory_ood_error", "theory_raw", "theory_rotation_F",
-    "too_few_seeds", "uniform_error", "unit_columns", "versions",
+    "assemble", "beside_paper", "class_geometry", "class_means", "cosine", "double_peak",
+    "halves", "interval", "local_maxima", "lowdin", "ood_before_after", "permutation_tests",
+    "power", "rank_correlations", "real_protocol", "relabelled", "resampled_means",
+    "row_theory", "run", "runs_counted", "shape", "share", "shift_row", "spearman",
+    "split_null", "stratified_folds", "t_interval", "theory_for", "theory_ood_error",
+    "theory_raw", "theory_rotation_F", "too_few_seeds", "uniform_error", "unit_columns",
+    "versions"
 ]
 
 
@@ -282,21 +282,32 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 # --- the experiment ---------------------------------------------------------------------
 
 def run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: Config,
-        cache_dir=None, progress: Progress | None = None) -> dict[str, Any]:
+        cache_dir=None, progress: Progress | None = None, *, task_cache: bool = True,
+        client=None, workers: int = 1) -> dict[str, Any]:
     """Everything: returns a JSON-ready dict (parameters, rotation, shift, forgetting,
-    paper figures beside ours)."""
+    paper figures beside ours). Each (seed, fold) fit is a task (oodcalc.real.tasks):
+    with ``cache_dir`` (and ``task_cache``) the finished ones are cached there and a
+    rerun computes only the rest; ``workers`` local processes, or ``client`` (a
+    dask.distributed.Client) on its cluster, run them. The result is the same in every
+    case."""
     import torch
     config = config.check()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError("workers", workers, "expected an integer >= 1")
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
-        return _run(encoder, reviews, data_sha256, config, cache_dir, progress)
+        return _run(encoder, reviews, data_sha256, config, cache_dir, progress, task_cache,
+                    client, workers)
     finally:
         torch.set_num_threads(threads)
 
 
 def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: Config,
-         cache_dir, progress: Progress | None) -> dict[str, Any]:
+         cache_dir, progress: Progress | None, task_cache: bool = True,
+         client=None, workers: int = 1) -> dict[str, Any]:
+    from .tasks import Shared, collect, condition_names, task_parameters, targets_of
+    from .tasks import task_cache as open_task_cache
     progress = progress or Progress()
     texts = [r.text for r in reviews]
     labels = np.array([r.label for r in reviews], dtype=np.int64)
@@ -305,8 +316,9 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
     if len(src) < 2 * config.folds or len(np.unique(labels[src])) < 2:
         raise InputError("source", config.source, f"needs both labels and at least "
                          f"{2 * config.folds} reviews for {config.folds} folds")
-    present = list(dict.fromkeys([d for d in DOMAINS if d in set(domains)] + list(domains)))
-    targets = [d for d in present if d != config.source]
+    targets = targets_of(domains, config.source)
+    # refused (a file, a FIFO at the entry) before the frozen layers run
+    cache = open_task_cache(cache_dir, task_cache)
 
     progress.stage("hidden states (frozen layers)", len(texts))
     hidden, from_cache = hidden_states(encoder, texts, data_sha256, layer=config.layer,
@@ -314,116 +326,25 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
                                        progress=progress.advance)
     progress.note("hidden states " + ("read from the cache" if from_cache else
                                       "computed and cached" if cache_dir else "computed"))
-    pooled = hidden.pooled().astype(np.float64)
+    shared = Shared.of(encoder, hidden, labels, domains)
+    pooled = shared.pooled
 
     thetas = np.linspace(0.0, math.pi, config.steps + 1)
     S, n_src = config.seeds, len(src)
-    rot = {f: np.zeros((S, len(thetas), n_src)) for f in FAMILIES}
-    gamma_eff = {f: np.zeros((S * config.folds, len(thetas))) for f in FAMILIES}
-    # the theory at the real geometry, per fit and θ: SourceTheory.ood's columns
-    theory_real = {f: {col: np.zeros((S * config.folds, len(thetas))) for col in THEORY_COLUMNS}
-                   for f in FAMILIES}
-    tgt_idx = {d: np.flatnonzero(domains == d) for d in targets}
-    shift = {d: np.zeros((S, len(i))) for d, i in tgt_idx.items()}
-    forget_names = [f"rotation θ = {name}" for name, _ in FORGET_THETAS] + \
-                   [f"domain: {d}" for d in targets]
-    forget = {c: {part: np.zeros((S, n_src)) for part in FINETUNED} for c in forget_names}
-    # the fine-tuning task's own held-out loss before and after, one mean per fit
-    forget_ood = {c: {part: [] for part in FINETUNED} for c in forget_names}
-    theory_forget_real = {name: {"raw": [], "orthonormalised": []} for name, _ in FORGET_THETAS}
-
-    arm_runs = None
-    if config.arms:
-        from .arms import ArmRuns
-        arm_runs = ArmRuns(config.arms, forget_names, S, n_src)
+    forget_names = condition_names(targets)
     per_fold = 2 + len(forget_names) * (1 + len(config.arms))
     progress.stage("fine-tuning and evaluating", S * config.folds * per_fold)
-    fit = 0
-    for s in range(S):
-        rng = np.random.default_rng([s, 0])
-        for f, test_pos in enumerate(stratified_folds(labels[src], config.folds, rng)):
-            seed = 1000 * s + f
-            train_pos = np.setdiff1d(np.arange(n_src), test_pos)
-            train_idx, test_idx = src[train_pos], src[test_pos]
-            # rank dimensions by the probe's weight difference on standardised features
-            # (|w_raw| · sd: how much the probe leans on each dimension)
-            w_raw, _ = probe(pooled[train_idx], labels[train_idx])
-            pairs = dimension_pairs(w_raw * pooled[train_idx].std(axis=0), config.pairs,
-                                    np.random.default_rng([s, f, 1]))
-            top = make_top(encoder, config.layer, seed)
-            init_head(top, hidden, labels, train_idx)
-            train(top, hidden, labels, train_idx, config.training, seed)
-            # the same scenarios, ranked by what the trained head reads (its weight
-            # difference times the spread of the block's output, dimension by dimension)
-            by_head = dimension_pairs(head_difference(top, hidden, train_idx), config.pairs,
-                                      np.random.default_rng([s, f, 1]))
-            pairs.update({f"{fam} (head)": by_head[fam] for fam in ("scenario 1", "scenario 2")})
-            progress.advance()
-
-            base = losses(top, hidden, labels, test_idx)
-            means = class_means(pooled[train_idx], labels[train_idx])
-            real_theory = SourceTheory(means, config.protocol, config.theory_rule)
-            for fam, (a, b) in pairs.items():
-                rot[fam][s, 0, test_pos] = base
-                for t, theta in enumerate(thetas):
-                    R = Rotation(a, b, theta)
-                    if t:
-                        rot[fam][s, t, test_pos] = losses(top, hidden, labels, test_idx, R)
-                    p = pooled[test_idx]
-                    Rp = R.apply(p)
-                    gamma_eff[fam][fit, t] = float(np.mean(
-                        np.sum(p * Rp, 1) / np.sum(p * p, 1)))
-                    for col, e in real_theory.ood(R.apply(means.T).T).items():
-                        theory_real[fam][col][fit, t] = e
-            for d, idx in tgt_idx.items():
-                shift[d][s] += losses(top, hidden, labels, idx) / config.folds
-            progress.advance()
-
-            state = {k: v.clone() for k, v in top.state_dict().items()}
-            a, b = pairs["all"]
-            # (condition, examples fine-tuned on, their rotation, held-out examples of the
-            # new task and its rotation, the batches' seed)
-            tasks = []
-            for (name, theta), cond in zip(FORGET_THETAS, forget_names):
-                R = Rotation(a, b, theta)
-                tasks.append((cond, train_idx, R, test_idx, seed + 500))
-                rotated = R.apply(means.T).T
-                theory_forget_real[name]["raw"].append(
-                    theory_raw(means, rotated, config.protocol, config.theory_rule)["F"])
-                theory_forget_real[name]["orthonormalised"].append(
-                    theory_for(means, rotated, config.protocol)["F"])
-            for d in targets:
-                pick = np.random.default_rng([s, f, 2]).permutation(tgt_idx[d])
-                tune = pick[:min(len(train_idx), len(pick) // 2)]
-                tasks.append((f"domain: {d}", tune, None, pick[len(tune):len(tune) + 64],
-                              seed + 700))
-            for cond, tune, R, held, batch_seed in tasks:
-                top.load_state_dict(state)          # the trained model, not the last fit
-                before = losses(top, hidden, labels, held, R).mean()
-                for part, moving in FINETUNED.items():
-                    # every part fine-tunes on the same batches (common random numbers)
-                    top.load_state_dict(state)
-                    train(top, hidden, labels, tune, config.finetune, batch_seed, R, moving)
-                    forget[cond][part][s, test_pos] = \
-                        losses(top, hidden, labels, test_idx) - base
-                    forget_ood[cond][part].append(
-                        (before, losses(top, hidden, labels, held, R).mean()))
-                progress.advance()
-                if arm_runs is not None:
-                    # the theory beside each arm on the geometry the forgetting table uses:
-                    # this fit's source means against their rotation, or all the source's
-                    # against all the domain's
-                    if R is not None:
-                        theory_pair = (means, R.apply(means.T).T)
-                    else:
-                        d = cond.split(": ", 1)[1]
-                        theory_pair = (class_means(pooled[src], labels[src]),
-                                       class_means(pooled[tgt_idx[d]], labels[tgt_idx[d]]))
-                    arm_runs.fine_tune(cond, s, f, top, state, hidden, labels, tune, R, held,
-                                       test_idx, test_pos, base, config.finetune, batch_seed,
-                                       means, train_idx, theory_pair, config.protocol,
-                                       config.theory_rule, progress.advance)
-            fit += 1
+    fits, read = collect(shared, config,
+                         lambda s, f: task_parameters(config, data_sha256, encoder,
+                                                      hidden.key, s, f),
+                         cache, client, progress, workers)
+    if read:
+        progress.note(f"{read} of {S * config.folds} fits read from the task cache")
+    if cache.rejected:
+        progress.note(f"{cache.rejected} damaged or foreign task-cache "
+                      f"entr{'ies' if cache.rejected > 1 else 'y'} recomputed")
+    (rot, gamma_eff, theory_real, tgt_idx, shift, forget, forget_ood, theory_forget_real,
+     arm_runs) = assemble(fits, config, domains, n_src, targets)
 
     rng = np.random.default_rng(12345)
     B = config.bootstrap
@@ -494,6 +415,58 @@ def _run(encoder: Encoder, reviews: Sequence[Review], data_sha256: str, config: 
         result["arms"] = arm_runs.summary(np.random.default_rng([12345, 31]), B)
     result["paper"] = beside_paper(result)
     return result
+
+
+def assemble(fits: dict[tuple[int, int], dict[str, Any]], config: Config,
+             domains: np.ndarray, n_src: int, targets: list[str]) -> tuple:
+    """The fits' results (oodcalc.real.tasks.fold_task, keyed (seed, fold)) in the
+    experiment's arrays, in (seed, fold) order whatever order they finished in."""
+    from .tasks import condition_names
+    S, T = config.seeds, config.steps + 1
+    names = condition_names(targets)
+    rot = {f: np.zeros((S, T, n_src)) for f in FAMILIES}
+    gamma_eff = {f: np.zeros((S * config.folds, T)) for f in FAMILIES}
+    # the theory at the real geometry, per fit and θ: SourceTheory.ood's columns
+    theory_real = {f: {col: np.zeros((S * config.folds, T)) for col in THEORY_COLUMNS}
+                   for f in FAMILIES}
+    tgt_idx = {d: np.flatnonzero(domains == d) for d in targets}
+    shift = {d: np.zeros((S, len(i))) for d, i in tgt_idx.items()}
+    forget = {c: {part: np.zeros((S, n_src)) for part in FINETUNED} for c in names}
+    # the fine-tuning task's own held-out loss before and after, one mean per fit
+    forget_ood = {c: {part: [] for part in FINETUNED} for c in names}
+    theory_forget_real = {name: {"raw": [], "orthonormalised": []} for name, _ in FORGET_THETAS}
+    arm_runs = None
+    if config.arms:
+        from .arms import ArmRuns
+        arm_runs = ArmRuns(config.arms, names, S, n_src)
+    fit = 0
+    for s in range(S):
+        for f in range(config.folds):
+            r = fits[(s, f)]
+            test_pos = np.array(r["test_pos"], dtype=np.int64)
+            for fam in FAMILIES:
+                for t, row in enumerate(r["rot"][fam]):
+                    rot[fam][s, t, test_pos] = row
+                gamma_eff[fam][fit] = r["gamma_eff"][fam]
+                for col in THEORY_COLUMNS:
+                    theory_real[fam][col][fit] = r["theory_real"][fam][col]
+            for d in targets:
+                shift[d][s] += np.array(r["shift"][d], dtype=np.float64) / config.folds
+            for name, _ in FORGET_THETAS:
+                for col in ("raw", "orthonormalised"):
+                    theory_forget_real[name][col].append(r["theory_forget_real"][name][col])
+            for c in names:
+                for part in FINETUNED:
+                    forget[c][part][s, test_pos] = r["forget"][c][part]
+                    forget_ood[c][part].append(tuple(r["forget_ood"][c][part]))
+                if arm_runs is not None:
+                    for arm, got in zip(config.arms, r["arms"][c]):
+                        arm_runs.F[c][arm][s, test_pos] = got["F"]
+                        arm_runs.fits[c][arm].append(got["fit"])
+                        arm_runs.theory[c][arm].append(tuple(got["theory"]))
+            fit += 1
+    return (rot, gamma_eff, theory_real, tgt_idx, shift, forget, forget_ood,
+            theory_forget_real, arm_runs)
 
 
 def versions() -> dict[str, str]:
