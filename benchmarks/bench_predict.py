@@ -141,25 +141,11 @@ def main() -> None:
                 if (label, K) in CPU_TARGETS:
                     cpu_rows.append(_cpu_row(label, K, out, CPU_TARGETS[label, K]))
             elif label == "random γ" and K in peer_K:
-                peer = run(cli + ["--json"], DIRECT)
-                same = peer.get("T2") == out["T2"]
-                gap = max(abs(a - b) for a, b in zip(out["F_k"], peer.get("F_k", [])))
-                cpu_rows.append([f"{label}, K = {K}, --json", "direct kernel (peer)",
-                                 f"{peer['cpu']:.1f} s", f"{out['cpu']:.1f} s",
-                                 f"{peer['cpu'] / out['cpu']:.1f}×",
-                                 f"T2 {'identical' if same else 'DIFFERS'}, max |ΔF_k| "
-                                 f"{'< 1e-12' if gap < 1e-12 else f'{gap:.1e}'}",
-                                 verdict(same and gap < 1e-12), load()])
+                cpu_rows.append(_peer_row(f"{label}, K = {K}, --json", "direct kernel",
+                                          run(cli + ["--json"], DIRECT), out))
             elif (label, K) == ("rotation θ = 0.5", 1024):
-                peer = run(cli + ["--json"], LOOP)
-                same = (peer.get("T1"), peer.get("T2")) == (out["T1"], out["T2"])
-                gap = max(abs(a - b) for a, b in zip(out["F_k"], peer.get("F_k", [])))
-                cpu_rows.append([f"{label}, K = {K}, --json", "compiled ray loop (peer)",
-                                 f"{peer['cpu']:.2f} s", f"{out['cpu']:.2f} s",
-                                 f"{peer['cpu'] / out['cpu']:.1f}×",
-                                 f"T1, T2 {'identical' if same else 'DIFFER'}, max "
-                                 f"|ΔF_k| {'< 1e-12' if gap < 1e-12 else f'{gap:.1e}'}",
-                                 verdict(same and gap < 1e-12), load()])
+                cpu_rows.append(_peer_row(f"{label}, K = {K}, --json", "compiled ray loop",
+                                          run(cli + ["--json"], LOOP), out))
                 slower = out["wall"] / plain[label, K]["wall"]
                 checks.append([f"{label}, K = {K}, --json",
                                f"< {JSON_BYTES / 1e6:g} MB, <= {JSON_SLOWDOWN}× the text run",
@@ -179,6 +165,18 @@ def main() -> None:
         print("\n### CPU time against the limit and the strongest peer (issue 34)\n")
         print(table(["run", "limit / peer", "peer CPU", "CPU", "peer / ours", "check",
                      "verdict", "load"], cpu_rows))
+
+
+def _peer_row(run_name: str, peer_name: str, peer: dict, out: dict) -> list:
+    """A peer's --json run beside ours: CPU, the ratio, T1 and T2 identical and F_k within
+    1e-12 required."""
+    same = (peer.get("T1"), peer.get("T2")) == (out["T1"], out["T2"])
+    gap = max(abs(a - b) for a, b in zip(out["F_k"], peer.get("F_k", [])))
+    return [run_name, f"{peer_name} (peer)", f"{peer['cpu']:.2f} s", f"{out['cpu']:.2f} s",
+            f"{peer['cpu'] / out['cpu']:.1f}×",
+            f"T1, T2 {'identical' if same else 'DIFFER'}, max |ΔF_k| "
+            f"{'< 1e-12' if gap < 1e-12 else f'{gap:.1e}'}",
+            verdict(same and gap < 1e-12), load()]
 
 
 def _cpu_row(label: str, K: int, out: dict, seconds: float) -> list:

@@ -62,19 +62,26 @@ class Cache:
         return self.directory / f"{run_key(parameters)}.json"
 
     def load(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        record = self._decoded(parameters)
+        if record is None:
+            return None
+        if not well_formed(record, parameters):
+            self.rejected += 1
+            return None
+        return record
+
+    def _decoded(self, parameters: dict[str, Any]) -> Any:
+        """The entry's JSON, unchecked; None without one (or disabled), False when it is
+        not JSON (truncated, binary, NaN, a 5000-digit int): the caller counts it."""
         if not self.enabled:
             return None
         data = self._read(self.path(parameters))
         if data is None:
             return None
         try:
-            record = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-        except (ValueError, RecursionError):   # truncated, binary, NaN, a 5000-digit int
-            record = None
-        if not well_formed(record, parameters):
-            self.rejected += 1
-            return None
-        return record
+            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            return False
 
     def _read(self, path: Path) -> bytes | None:
         """The entry's bytes; None if there is none (or it is too large to be a record)."""

@@ -313,15 +313,9 @@ class TaskCache(Cache):
 
     def load(self, parameters: dict[str, Any], shape: dict[str, Any] | None = None
              ) -> dict[str, Any] | None:
-        if not self.enabled:
+        record = self._decoded(parameters)
+        if record is None:
             return None
-        data = self._read(self.path(parameters))
-        if data is None:
-            return None
-        try:
-            record = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-        except (ValueError, RecursionError):   # truncated, binary, NaN
-            record = None
         if not (isinstance(record, dict) and record.get("parameters") == parameters
                 and (shape is None or well_formed_task(record.get("result"), shape,
                                                        parameters["seed"],
@@ -336,10 +330,6 @@ class TaskCache(Cache):
         except ValueError:       # a NaN or inf loss: recomputed next time, not stored
             return
         super().store(record)
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
 
 
 def task_cache(cache_dir: Path | None, enabled: bool = True) -> TaskCache:
