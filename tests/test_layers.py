@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["oodcalc.errors", "oodcalc.model", "oodcalc.paper", "oodcalc.io",
                      "oodcalc.extras", "oodcalc.console", "oodcalc._version",
                      "oodcalc.finetune", "oodcalc.finetune.ray_loop",
-                     "oodcalc.finetune._kernels"]),
+                     "oodcalc.finetune.ray_leap", "oodcalc.finetune._kernels"]),
     ("closed forms, compiled plug-ins", ["oodcalc.theory", "oodcalc.finetune.compiled"]),
     ("cost model", ["oodcalc.estimates"]),
     ("refusal", ["oodcalc.limits"]),

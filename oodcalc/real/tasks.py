@@ -26,7 +26,6 @@ from typing import Any, Callable
 import numpy as np
 
 from ..depth.cache import Cache
-from ..depth.protocol import run_key
 from .encoder import Encoder, Hidden
 
 __all__ = ["FORMAT", "Shared", "TaskCache", "collect", "condition_names", "fold_task",
@@ -65,14 +64,14 @@ def targets_of(domains: np.ndarray, source: str) -> list[str]:
 
 
 def condition_names(targets: list[str]) -> list[str]:
-    from .experiment import FORGET_THETAS
+    from .fits import FORGET_THETAS
     return [f"rotation θ = {name}" for name, _ in FORGET_THETAS] + \
         [f"domain: {d}" for d in targets]
 
 
 def test_positions(labels: np.ndarray, src: np.ndarray, config, s: int) -> list[np.ndarray]:
     """Seed s's folds (positions within the source): the same split whichever fold asks."""
-    from .experiment import stratified_folds
+    from .fits import stratified_folds
     return stratified_folds(labels[src], config.folds, np.random.default_rng([s, 0]))
 
 
@@ -94,7 +93,7 @@ def fold_task(shared: Shared, config, s: int, f: int,
 
 
 def _fold_task(shared: Shared, config, s: int, f: int, advance) -> dict[str, Any]:
-    from .experiment import (FAMILIES, FINETUNED, FORGET_THETAS, SourceTheory, class_means,
+    from .fits import (FAMILIES, FINETUNED, FORGET_THETAS, SourceTheory, class_means,
                              theory_for, theory_raw)
     from .top import (Rotation, dimension_pairs, head_difference, init_head, losses,
                       make_top, probe, train)
@@ -225,7 +224,7 @@ def task_parameters(config, data_sha256: str, encoder: Encoder, hidden_key: str,
                     f: int) -> dict[str, Any]:
     """Everything that determines fit (s, f). The seed count, bootstrap and permutation
     draws only enter the summary: a run with more seeds reuses the fits of the first."""
-    from .experiment import versions
+    from .fits import versions
     described = {k: v for k, v in config.describe().items()
                  if k not in ("seeds", "bootstrap", "permutations")}
     return {"task": "real-fold", "format": FORMAT, "config": described, "seed": s,
@@ -260,7 +259,7 @@ def _keyed(x: Any, keys) -> bool:
 def well_formed_task(result: Any, shape: dict[str, Any], s: int, f: int) -> bool:
     """``result`` has every field of fit (s, f) that :func:`fold_task` writes, of the
     right length, every number finite (the theory of an arm may be None)."""
-    from .experiment import FAMILIES, FINETUNED, FORGET_THETAS, THEORY_COLUMNS
+    from .fits import FAMILIES, FINETUNED, FORGET_THETAS, THEORY_COLUMNS
     n, T, conds = shape["n_test"], shape["thetas"], shape["conditions"]
     try:
         ok = (result["seed"] == s and result["fold"] == f
