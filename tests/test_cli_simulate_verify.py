@@ -130,7 +130,13 @@ def test_verify_table_is_whole_at_80_columns_and_piped(capsys, monkeypatch, quic
                                                        columns):
     """Every claim id and verdict whole on its row's first line, no ellipsis, nothing over
     80 columns at COLUMNS=80; stderr has one progress line per finished row, stdout none.
-    (quick_ledger warms the shared simulations: this run takes seconds.)"""
+    The rows are quick_ledger's (the same run_claim on the same shared context): the
+    command's loop, progress and rendering run, its checks are not run a second and third
+    time (45 s each; `oodcalc verify --quick` itself runs in the guide's test)."""
+    from oodcalc import verify as verify_module
+    rows = {row.claim: row for row in quick_ledger.rows}
+    monkeypatch.setattr(verify_module, "run_claim",
+                        lambda claim, ctx, derive=None: rows[claim.id])
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)
     else:
