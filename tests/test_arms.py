@@ -342,6 +342,10 @@ def test_reproduce_depth_arms_end_to_end(tmp_path, capsys):
         f"| replay | {rows[1]['versus_plain']['mean']:+.3f} |")
     assert "*" not in grid[3] and "[" not in grid[3]
     assert "matched OOD loss s = 0.5" in contrast_grid(record, 0.0, matched=0.5)
+    from oodcalc.depth.arms_table import arms_summary
+    summary = arms_summary(record)
+    assert summary.startswith("Design version 2 ") and "0 of 0 at the rule" in summary
+    assert summary.count("| replay |") == 2          # at the rule and at matched loss
     capsys.readouterr()
     assert main([*args, "-f", "markdown"]) == 0
     out = capsys.readouterr()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -28,7 +29,7 @@ from .table import usable, verdict
 
 __all__ = [
     "ArmRow", "ArmsCache", "ArmsTable", "Contrast", "LadderArmsCache", "arms_depth",
-    "arms_ladder", "build_arms", "contrast_grid", "level", "loss_curves", "make_rows",
+    "arms_ladder", "arms_summary", "build_arms", "contrast_grid", "level", "loss_curves", "make_rows",
     "markdown", "matched_F", "matched_at", "matched_plot", "show", "with_bh",
 ]
 
@@ -360,6 +361,30 @@ def contrast_grid(record: dict[str, Any], gamma: float, matched: float | None = 
         lines.append("| " + " | ".join([arm] + [cell.get((arm, *col), "—")
                                                 for col in columns]) + " |")
     return "\n".join(lines)
+
+
+def arms_summary(record: dict[str, Any], matched: float = 0.5) -> str:
+    """An arms record as the documents show it: its design and protocol in a line, how many
+    contrasts BH keeps, then :func:`contrast_grid` at every γ, at the stopping rule and at
+    the matched OOD-loss level ``matched``."""
+    p = record["parameters"]
+    design, protocol = p["design"], p["protocol"]
+    primary = [r["versus_plain"] for r in record["rows"] if r["versus_plain"] is not None
+               and r["versus_plain"]["bh_rejected"] is not None]
+    at = [c for r in record["rows"] for c in r["matched_versus_plain"]
+          if c["bh_rejected"] is not None]
+    head = (f"Design version {design['version']} (oodcalc/depth/design.py): seeds "
+            f"{p['seeds'][0]}–{p['seeds'][-1]}, arms {', '.join(a['name'] for a in p['arms'])}; "
+            f"{protocol['optimizer'].upper()} lr {protocol['lr']:g}, ε = {protocol['eps']:g}, "
+            f"{protocol['eval_prompts']} evaluation prompts. Cells: ΔF = F(arm) − F(plain), "
+            f"paired by seed, mean [95% t]; * = kept by Benjamini–Hochberg at q = "
+            f"{re.search(r'q = ([0-9.]+)', design['test']).group(1)} within its endpoint's family "
+            f"({sum(c['bh_rejected'] for c in primary)} of {len(primary)} at the rule, "
+            f"{sum(c['bh_rejected'] for c in at)} of {len(at)} at matched loss, every "
+            "level); plain's row: its F.")
+    grids = [contrast_grid(record, g) for g in p["gammas"]]
+    grids += [contrast_grid(record, g, matched=matched) for g in p["gammas"]]
+    return "\n\n".join([head, *grids])
 
 
 def show(table: ArmsTable, console=None, title: str = "oodcalc reproduce ladder --arms"
