@@ -416,6 +416,15 @@ def real_block(saved: str) -> Callable[[], str]:
     return generate
 
 
+def arms_block(saved: str) -> Callable[[], str]:
+    """The closing tables of a saved arms record (``oodcalc reproduce ladder --arms ... -f
+    json -o FILE``; oodcalc.depth.arms_table.arms_summary)."""
+    def generate() -> str:
+        from oodcalc.depth.arms_table import arms_summary
+        return arms_summary(json.loads((ROOT / saved).read_text(encoding="utf-8")))
+    return generate
+
+
 def long_finetuning_table() -> str:
     """Claim 8e at reachable t: the flow, the closed form and its bracket, the recurrence."""
     from oodcalc.claims.claim8e_long_finetuning import reachable_markdown
@@ -724,6 +733,7 @@ BLOCKS: list[Block] = [
     Block("docs/theory.md", "overlap", overlap_table),
     Block("docs/theory.md", "overlap-map", overlap_map_summary),
     *(Block(file, name, depth_block(file, name)) for file, name in DEPTH_BLOCKS),
+    Block("docs/depth.md", "ladder-arms", arms_block("docs/ladder_arms.json")),
     Block("docs/real.md", "real", real_block("docs/real.json")),
     Block("docs/real.md", "real-layer3", real_block("docs/real_layer3.json")),
 ]
