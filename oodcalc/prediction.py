@@ -21,9 +21,8 @@ import numpy as np
 
 from . import estimates, limits, theory
 from .finetune import compiled, engine, gram, terms
-from .finetune.dynamics import Descent, descend, descend_ray, first_step_change, \
-    ray_errors, \
-    ood_start, ray_logits, require_converged, source_logits
+from .finetune.dynamics import Descent, descend, descend_ray, first_step_change, ood_start, \
+    ray_errors, ray_logits, require_converged, source_logits
 from .errors import ComputationError, param
 from .estimates import ENGINES, SECONDS_PER_UPDATE, TRAJECTORY_BYTES  # noqa: F401
 from .model import attention, conditional_errors, errors_from_attention, is_diagonal

@@ -29,8 +29,8 @@ from .table import usable, verdict
 
 __all__ = [
     "ArmRow", "ArmsCache", "ArmsTable", "Contrast", "LadderArmsCache", "arms_depth",
-    "arms_ladder", "arms_summary", "build_arms", "contrast_grid", "level", "loss_curves", "make_rows",
-    "markdown", "matched_F", "matched_at", "matched_plot", "show", "with_bh",
+    "arms_ladder", "arms_summary", "build_arms", "contrast_grid", "level", "loss_curves",
+    "make_rows", "markdown", "matched_F", "matched_at", "matched_plot", "show", "with_bh",
 ]
 
 

@@ -12,7 +12,7 @@ from .protocol import DepthConfig, canonical_gamma
 
 __all__ = [
     "RULE_FT_STEPS", "Results", "SECONDS_PER_COST", "Task", "announcement", "collect",
-    "ignore_interrupts", "plan", "run_task",
+    "ignore_interrupts", "plan", "run_task", "stop_pool",
 ]
 
 
@@ -162,17 +162,23 @@ def collect(configs: Iterable[DepthConfig], seeds: Sequence[int], gammas: Sequen
         except BaseException:
             # Ctrl-C (only this process takes it): stop at once instead of waiting for
             # every queued run; the runs that finished are cached
-            running = list((getattr(pool, "_processes", None) or {}).values())
-            pool.shutdown(wait=False, cancel_futures=True)   # (forgets the processes)
-            for process in running:
-                process.terminate()
-            for process in running:
-                process.join(timeout=1)
-                if process.is_alive():       # SIGTERM not taken within a second (seen in tests)
-                    process.kill()
-                    process.join(timeout=5)
+            stop_pool(pool)
             raise
     return results
+
+
+def stop_pool(pool) -> None:
+    """End a ``ProcessPoolExecutor`` at once: drop its queue and terminate its processes
+    (killed if SIGTERM is not taken within a second, as seen in tests)."""
+    running = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)           # (forgets the processes)
+    for process in running:
+        process.terminate()
+    for process in running:
+        process.join(timeout=1)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
 
 
 def ignore_interrupts() -> None:

@@ -932,10 +932,8 @@ def ray_logits(K: int, own, other) -> np.ndarray:
 def ray_errors(K: int, own, other) -> np.ndarray:
     """Every column's e on the ray (all equal): ½(1 − p)²·K/(K − 1), p the own weight
     (:func:`oodcalc.model.conditional_errors` of :func:`ray_logits`, to rounding)."""
-    gap = np.asarray(own, dtype=np.float64) - np.asarray(other, dtype=np.float64)
-    t = (K - 1) * np.exp(-gap)
-    rest = t / (1.0 + t)                                   # 1 − p
-    return 0.5 * rest * rest * K / (K - 1)
+    return ray_leap.ray_error(K, np.asarray(own, dtype=np.float64)
+                              - np.asarray(other, dtype=np.float64))
 
 
 def descend_ray(own: float, other: float, K: int, eta: float, eps: float, max_steps: int,

@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-__all__ = ["MAX_C", "leap", "step_counter", "takes"]
+__all__ = ["MAX_C", "leap", "ray_error", "step_counter", "takes"]
 
 #: Gauss–Legendre nodes per panel, and the panels' largest width in x (the integrand
 #: varies on the scale of the sigmoid, 1)
@@ -52,6 +52,14 @@ MAX_C = 0.01
 #: the loop's trend threshold (a step's change of the source loss), and how far from it
 #: the leap still decides
 TREND_TOL, TREND_MARGIN = 1e-15, 2.0
+
+
+def ray_error(K: int, gap):
+    """e of a two-valued column whose own logit exceeds the K − 1 others by ``gap``:
+    ½(1 − p)²·K/(K − 1), p the own weight (1 − p formed without cancellation)."""
+    t = (K - 1) * np.exp(-np.asarray(gap, dtype=np.float64))
+    rest = t / (1.0 + t)
+    return 0.5 * rest * rest * K / (K - 1)
 
 
 def takes(K: int, eta: float) -> bool:
@@ -196,9 +204,7 @@ def leap(own: float, other: float, K: int, eta: float, eps: float, max_steps: in
     gap0 = src_own - src_other
 
     def source_loss(x):
-        t = np.exp(ray.log_m - (gap0 + scale * (np.asarray(x) - x0)))
-        q = t / (1.0 + t)
-        return 0.5 * q * q / m                       # e_s/K = ½(1 − p_s)²/(K − 1)
+        return ray_error(K, gap0 + scale * (np.asarray(x) - x0)) / K
 
     first = float(source_loss(x0))
     last = float(source_loss(x_end)) if scale != 0.0 else first

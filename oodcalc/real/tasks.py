@@ -418,6 +418,7 @@ def in_processes(shared: Shared, config, todo: list[tuple[int, int]], workers: i
     import multiprocessing
     from concurrent.futures.process import BrokenProcessPool
 
+    from ..depth.experiment import stop_pool
     from ..errors import ComputationError
     # spawn: a forked child would inherit torch's thread pools in an unknown state
     context = multiprocessing.get_context("spawn")
@@ -436,13 +437,5 @@ def in_processes(shared: Shared, config, todo: list[tuple[int, int]], workers: i
         except BaseException:
             # Ctrl-C: stop at once instead of waiting for every queued fit; the fits that
             # finished are cached
-            running = list((getattr(pool, "_processes", None) or {}).values())
-            pool.shutdown(wait=False, cancel_futures=True)
-            for process in running:
-                process.terminate()
-            for process in running:
-                process.join(timeout=1)
-                if process.is_alive():
-                    process.kill()
-                    process.join(timeout=5)
+            stop_pool(pool)
             raise
