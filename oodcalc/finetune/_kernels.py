@@ -62,12 +62,27 @@ def _bits_to_float(typingctx, bits):
     return types.float64(types.int64), codegen
 
 
+@intrinsic
+def _float_to_bits(typingctx, x):
+    """Reinterpret a float64 as an int64."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+# k as an integer without a float → int64 conversion (AVX2 has none for packed doubles, so
+# one would unvectorise the loop): for an integral k with |k| < 2^51 the low bits of
+# k + 1.5·2^52 hold k, and adding _EXP_BIAS to them gives k + 1023, the exponent of 2^k.
+_SHIFTER = 6755399441055744.0
+_EXP_BIAS = 1023 - int(np.float64(_SHIFTER).view(np.int64))
+
+
 @njit(fastmath={"contract"}, cache=True)
 def exp_neg(x: float) -> float:
     """``exp(x)`` for ``x <= 0`` (softmax weights after subtracting the max)."""
     if x < _EXP_FLOOR:
         x = _EXP_FLOOR
-    k = math.floor(x * _LOG2E + 0.5)
+    k = np.floor(x * _LOG2E + 0.5)           # a float (math.floor gives an int64)
     r = (x - k * _LN2_HI) - k * _LN2_LO
     p = _C13
     p = p * r + _C12
@@ -83,7 +98,7 @@ def exp_neg(x: float) -> float:
     p = p * r + _C2
     p = p * r + 1.0
     p = p * r + 1.0
-    return p * _bits_to_float((np.int64(k) + 1023) << 52)
+    return p * _bits_to_float((_float_to_bits(k + _SHIFTER) + _EXP_BIAS) << 52)
 
 
 @njit(cache=True)
