@@ -407,11 +407,8 @@ def _predict(setting, geo, proto, K, params, M, warnings, progress) -> Report:
     trajectories = LazyArrays({"pretrain": lambda: _ray_trajectory(K, ray.path),
                                "pretrain_steps": ray.path_steps, **run.paths,
                                "finetune_steps": run.steps})
-    how = {"max_steps": {"pretrain": cap1, "finetune": cap2},
-           "engine": {"pretrain": ray.engine, "finetune": run.engine}}
-    return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
-                  finetune=finetune, forgetting=forgetting, trajectories=trajectories,
-                  warnings=warnings, run=how)
+    return _theory_report(params, pretrain, ood, finetune, forgetting, trajectories, warnings,
+                          (cap1, cap2), (ray.engine, run.engine))
 
 
 def _predict_gram(geo, proto, K, params, warnings, progress) -> Report:
@@ -469,8 +466,15 @@ def _predict_gram(geo, proto, K, params, warnings, progress) -> Report:
                                C_directions)
     trajectories = {"pretrain": z1[None], "pretrain_steps": np.array([T1]), **run.paths,
                     "finetune_steps": run.steps}
-    how = {"max_steps": {"pretrain": cap1, "finetune": cap2},
-           "engine": {"pretrain": gram.ENGINE, "finetune": run.engine}}
+    return _theory_report(params, pretrain, ood, finetune, forgetting, trajectories, warnings,
+                          (cap1, cap2), (gram.ENGINE, run.engine))
+
+
+def _theory_report(params, pretrain, ood, finetune, forgetting, trajectories, warnings,
+                   caps: tuple[int, int], engines: tuple[str, str]) -> Report:
+    """The theory's report, with each phase's step cap and engine under ``run``."""
+    how = {"max_steps": {"pretrain": caps[0], "finetune": caps[1]},
+           "engine": {"pretrain": engines[0], "finetune": engines[1]}}
     return Report(source="theory", parameters=params, pretrain=pretrain, ood=ood,
                   finetune=finetune, forgetting=forgetting, trajectories=trajectories,
                   warnings=warnings, run=how)
