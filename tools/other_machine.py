@@ -27,6 +27,7 @@ import functools
 import importlib
 import json
 import math
+import struct
 import sys
 from pathlib import Path
 from typing import Callable, Iterator
@@ -44,16 +45,25 @@ NUMPY_FUNCTIONS = [(np, name) for name in ("exp", "expm1", "log", "log1p", "log2
 MATH_FUNCTIONS = ("exp", "expm1", "log", "log1p", "log2", "log10", "tanh", "pow")
 
 
+_PACK_FLOAT, _PACK_INT = struct.Struct("<d"), struct.Struct("<q")
+
+
 def _nudge_array(a: np.ndarray, ulps: int) -> None:
     """Move every finite nonzero float64 entry of ``a`` by ``ulps`` units in the last
     place, in place, up or down by the parity of its own last bit (so the direction varies
-    from entry to entry but the run is reproducible)."""
+    from entry to entry but the run is reproducible). A few whole-array operations, the
+    mask only when an entry needs it: the nudged functions run in the inner loops of the
+    documents' computations, on arrays of a few entries."""
     if a.dtype != np.float64 or a.size == 0:
         return
     bits = a.view(np.int64)
-    step = np.where(bits & 1, ulps, -ulps).astype(np.int64)
-    finite = np.isfinite(a) & (a != 0)
-    bits[finite] += step[finite]
+    step = bits & 1
+    step *= 2 * ulps
+    step -= ulps                                      # +ulps if odd, −ulps if even
+    finite = np.isfinite(a)
+    if np.count_nonzero(a) + np.count_nonzero(finite) != 2 * a.size:
+        step *= finite & (a != 0)                     # 0, ±inf and nan stay as they are
+    bits += step
 
 
 def _nudge(value, ulps: int):
@@ -64,9 +74,9 @@ def _nudge(value, ulps: int):
             _nudge_array(value, ulps)
         return value
     if isinstance(value, (float, np.float64)) and math.isfinite(value) and value != 0:
-        array = np.array([value], dtype=np.float64)
-        _nudge_array(array, ulps)
-        return type(value)(array[0]) if isinstance(value, np.float64) else float(array[0])
+        bits = _PACK_INT.unpack(_PACK_FLOAT.pack(value))[0]      # as an entry would move
+        bits += ulps if bits & 1 else -ulps
+        return type(value)(_PACK_FLOAT.unpack(_PACK_INT.pack(bits))[0])
     return value
 
 
