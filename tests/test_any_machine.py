@@ -97,10 +97,11 @@ def test_no_nudged_function_outlives_the_block():
 
 
 def test_every_generated_text_reads_the_same_on_another_machine():
-    """Every block and file tools/generate_docs.py writes and every derivation document,
-    regenerated with the machine-dependent functions nudged by 2 ulps (~30 s: the
-    derivations run again), reads as committed."""
-    found = other_machine.differences(ulps=2)
+    """Every file tools/generate_docs.py writes, the notebook's outputs and every
+    derivation document, regenerated with the machine-dependent functions nudged by 2 ulps
+    (the derivations run again), read as committed. (Each generated block is regenerated
+    so in test_docs.py, where the same run checks that it is current.)"""
+    found = other_machine.differences(ulps=2, blocks=False)
     assert not found, "\n".join(f"{label}:\n{diff}" for label, diff in found.items())
 
 
