@@ -33,6 +33,42 @@ def _depth(kind):
     return documents.figures(results)[kind]
 
 
+def _ladder_arms():
+    """`plot ladder --arms` with every arm (the figure's legend holds ten), on synthetic
+    runs: two rung-depths, two γ, three seeds, curves that fall to ε at each arm's pace."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from oodcalc.depth.arms import ARMS, parse
+    from oodcalc.depth.arms_table import ArmsTable, matched_plot
+
+    @dataclass(frozen=True)
+    class Config:
+        layers: int
+        arm: str
+        eps: float = 0.01
+
+    arms = parse(",".join(a for a in ARMS if a != "plain"))
+    groups = tuple((rung, {arm: Config(layers, arm.name) for arm in arms})
+                   for rung, layers in (("depth", 2), ("layernorm-mlp", 3)))
+    t = np.linspace(0, 1, 40)[:, None]
+    records = {}
+    for _, configs in groups:
+        for i, config in enumerate(configs.values()):
+            for seed in range(3):
+                for gamma in (-0.75, 0.75):
+                    target = 0.5 * np.exp(-(4 + i / 3) * t) * np.ones((1, 2))
+                    source = 0.01 + (0.02 * (i - 4) + 0.005 * seed) * t * np.ones((1, 2))
+                    records[config, seed, gamma] = {
+                        "pretrain": {"converged": True},
+                        "finetune": {"converged": True, "target_curve": target.tolist(),
+                                     "source_curve": source.tolist()}}
+    first = next(iter(groups[0][1].values()))
+    table = ArmsTable(first, arms, (0, 1, 2), (-0.75, 0.75), (0.25, 0.5, 0.75), (),
+                      SimpleNamespace(records=records), groups)
+    return matched_plot(table)
+
+
 #: Every figure oodcalc draws, small enough to draw in a test.
 FIGURES = {
     "losses": lambda: _trajectory("loss_trajectories"),
@@ -49,6 +85,7 @@ FIGURES = {
     "real-shift": lambda: _real("shift"),
     "advise": lambda: __import__("oodcalc.plots").plots.advice_figure(
         oc.advise(oc.Setting(oc.parallel_shift([1, -0.9])))),
+    "ladder-arms": _ladder_arms,
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -447,7 +448,7 @@ def matched_plot(table: ArmsTable, grid: int = 21):
                 ax.plot(s_grid, ys, "-", color=f"C{c}", lw=1.4, label=arm.label)
                 drawn = drawn or bool(np.isfinite(ys).any())
             if not drawn:
-                ax.text(0.5, 0.5, "no level reached by every seed\n(or L_U(0) <= ε)",
+                ax.text(0.5, 0.5, "no level reached by every seed\n(or $L_U(0) \\leq \\epsilon$)",
                         transform=ax.transAxes, ha="center", va="center", fontsize=8)
             layers = next(iter(configs.values())).layers
             ax.set_title(f"{label}, {layers} L, γ = {gamma:+.2f}", fontsize=9)
@@ -455,13 +456,22 @@ def matched_plot(table: ArmsTable, grid: int = 21):
             if j == 0:
                 ax.set_ylabel("F (curve prompts)")
             if i == len(groups) - 1:
-                ax.set_xlabel("s: OOD loss from L_U(0) (s = 0) to ε (s = 1), log")
-    axes[0][0].legend(fontsize=7, loc="best")
+                ax.set_xlabel("s: OOD loss from $L_U(0)$ (0) to ε (1), log")
+    # one legend for every panel, below them (inside a panel ten arms hide its curves),
+    # as many columns as the figure's width holds (a label is up to ~2.5 in at 8 pt)
+    width, height = fig.get_size_inches()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    ncol = max(1, min(len(labels), int(width // 2.5)))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     p = table.protocol
-    fig.suptitle(f"Forgetting at matched OOD loss per arm (ε = {p.eps:g}, seeds "
-                 f"{table.seeds[0]}–{table.seeds[-1]}, mean over the usable seeds; a curve "
-                 "ends where one of them never reaches the level)", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_size_inches()[1]))
+    title = textwrap.fill(
+        f"Forgetting at matched OOD loss per arm (ε = {p.eps:g}, seeds {table.seeds[0]}–"
+        f"{table.seeds[-1]}, mean over the usable seeds; a curve ends where one of them "
+        "never reaches the level)", width=int(width * 11))          # ~11 characters an inch
+    fig.suptitle(title, fontsize=10)
+    rows = -(-len(labels) // ncol)
+    fig.tight_layout(rect=(0, (0.15 + 0.2 * rows) / height, 1,
+                           1 - (0.15 + 0.17 * (title.count("\n") + 1)) / height))
     return fig
 
 
