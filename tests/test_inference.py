@@ -88,7 +88,7 @@ def test_depth_runs_on_a_local_cluster_give_the_serial_numbers(tmp_path, capsys)
     # import torch (~15 s on a loaded machine); the numbers are the same either way
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   host="127.0.0.1", protocol="tcp",
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
         cached = Cache(tmp_path / "cluster")
         remote = collect(chosen, [0, 1], [0.75], cached, executor=client.get_executor())

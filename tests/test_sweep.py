@@ -343,7 +343,7 @@ def test_dask_local_cluster_gives_the_serial_result(phase_grid, serial, capsys, 
     distributed = pytest.importorskip("dask.distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                                   host="127.0.0.1", protocol="tcp",
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         result = sw.sweep(phase_grid, executor=client.get_executor(), chunk_size=40)
