@@ -327,6 +327,23 @@ def test_vectorised_exp_is_within_one_ulp():
     assert (np.abs(ours * (1 + 4.5e-16) - exact)[normal] / np.spacing(exact[normal])).max() > 1.0
 
 
+@needs_numba
+def test_the_margin_step_has_no_scalar_conversion():
+    """exp_neg's 2^k once went float → int64 → float (math.floor gives an int64 in Numba):
+    AVX2 has no packed instruction for it, so LLVM split the margin step's vector lanes
+    into scalar conversions and the exp cost 2.5 ns instead of 1.2. The compiled step must
+    hold none (a structural check, not a timing)."""
+    import numba
+
+    from oodcalc.finetune import _kernels
+    step = numba.njit(error_model="numpy")(_kernels._margins_step.py_func)   # not cached:
+    step(np.zeros(64), np.empty(64), np.empty(64, dtype=np.bool_), 64, 64, 0.2, 0.01, 1.0,
+         1.0)                                                        # its code can be read
+    asm = "\n".join(step.inspect_asm().values())
+    assert "vfmadd" in asm and "ymm" in asm                  # vectorised, fused
+    assert "cvttsd2si" not in asm and "cvtsi2sd" not in asm
+
+
 def test_observe_sees_every_step_without_changing_the_result():
     rng = np.random.default_rng(5)
     for z0 in rng.normal(size=(3, 1, 4, 4)):

@@ -75,10 +75,15 @@ def _nudge(value, ulps: int):
             _nudge_array(value, ulps)
         return value
     if isinstance(value, (float, np.float64)) and math.isfinite(value) and value != 0:
-        bits = _PACK_INT.unpack(_PACK_FLOAT.pack(value))[0]      # as an entry would move
-        bits += ulps if bits & 1 else -ulps
-        return type(value)(_PACK_FLOAT.unpack(_PACK_INT.pack(bits))[0])
+        return type(value)(_nudge_float(value, ulps))
     return value
+
+
+def _nudge_float(value: float, ulps: int) -> float:
+    """A finite nonzero float moved as an entry of :func:`_nudge_array` would be."""
+    bits = _PACK_INT.unpack(_PACK_FLOAT.pack(value))[0]
+    bits += ulps if bits & 1 else -ulps
+    return _PACK_FLOAT.unpack(_PACK_INT.pack(bits))[0]
 
 
 class _Nudged:
@@ -110,9 +115,7 @@ class _NudgedMath(_Nudged):
     def __call__(self, *args):
         value = self._function(*args)
         if value != 0 and value - value == 0:              # finite and nonzero
-            bits = _PACK_INT.unpack(_PACK_FLOAT.pack(value))[0]
-            bits += self._ulps if bits & 1 else -self._ulps
-            return _PACK_FLOAT.unpack(_PACK_INT.pack(bits))[0]
+            return _nudge_float(value, self._ulps)
         return value
 
 
