@@ -52,8 +52,8 @@ __all__ = [
     "log_steps_from_margin", "margin_rate", "ood_vs_theta_bytes", "phase_diagram_bytes",
     "population_bytes", "precision_bytes", "predict_bytes", "predict_seconds",
     "pretrain_steps", "prompts_bytes", "ray_compiled", "ray_leaps", "ray_seconds",
-    "reproduce_bytes", "resolving_eta", "sequence_seconds", "simulation_log_steps", "simulation_seconds",
-    "simulation_steps", "step_at_threshold", "steps_from_margin", "steps_held",
+    "reproduce_bytes", "resolving_eta", "sequence_seconds", "simulation_log_steps",
+    "simulation_seconds", "simulation_steps", "step_at_threshold", "steps_from_margin", "steps_held",
     "sweep_bytes", "sweep_row_bytes", "terms_log_steps", "terms_probe_steps",
     "terms_seconds", "trajectory_bytes", "trajectory_curves", "trajectory_plot_bytes",
 ]

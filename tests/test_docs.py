@@ -4,7 +4,6 @@ nothing outside the repository."""
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import json
 import re
@@ -46,10 +45,9 @@ def test_generated_block_is_current(block):
         return
     assert block.generate().strip() == committed, (
         f"{block.file} is stale in its '{block.name}' block: run `{FIX}`")
-    diff = "".join(difflib.unified_diff(committed.splitlines(True), elsewhere.splitlines(True),
-                                        "committed", "another machine", n=0))
     pytest.fail(f"{block.file}'s '{block.name}' block is current here but reads differently "
-                f"on another machine (it prints round-off):\n{diff}")
+                f"on another machine (it prints round-off):\n"
+                f"{other_machine.diff(committed, elsewhere)}")
 
 
 def test_the_block_check_tells_a_stale_block_from_a_roundoff_one(monkeypatch):

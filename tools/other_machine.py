@@ -209,6 +209,12 @@ def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def diff(committed: str, elsewhere: str) -> str:
+    """The lines a text regenerated on another machine changes, as a unified diff."""
+    return "".join(difflib.unified_diff(committed.splitlines(True), elsewhere.splitlines(True),
+                                        "committed", "another machine", n=0))
+
+
 def differences(labels: list[str] | None = None, ulps: int = 2, blocks: bool = True
                 ) -> dict[str, str]:
     """Label → unified diff of each generated text (``labels``, else every one; without
@@ -224,9 +230,7 @@ def differences(labels: list[str] | None = None, ulps: int = 2, blocks: bool = T
                 committed, regenerate = texts[label]
                 before, fresh = committed(), regenerate()
                 if fresh != before:
-                    found[label] = "".join(difflib.unified_diff(
-                        before.splitlines(True), fresh.splitlines(True), "committed",
-                        "another machine", n=0))
+                    found[label] = diff(before, fresh)
     finally:
         from oodcalc.symbolic import documents
         documents.derivation_of.cache_clear()      # nothing nudged outlives the block
