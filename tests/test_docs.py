@@ -261,3 +261,51 @@ def test_the_performance_figures_come_from_a_full_run(tmp_path, monkeypatch):
                                     "`python benchmarks/all.py` --quick from"), encoding="utf-8")
     with pytest.raises(ValueError, match="smoke test"):
         generate_docs.performance_summary()
+
+
+#: an interval as the docs quote it: ΔF [low, high], three decimals, either minus sign
+QUOTED_INTERVAL = re.compile(r"[+−-]\d\.\d{3} \[[+−-]\d\.\d{3}, [+−-]\d\.\d{3}\]")
+
+
+def _between(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end, text.index(start))]
+
+
+def unquoted(prose: str, block: str) -> list[str]:
+    """The intervals ``prose`` quotes that its generated ``block`` does not hold."""
+    held = block.replace("−", "-")
+    return [q for q in QUOTED_INTERVAL.findall(prose) if q.replace("−", "-") not in held]
+
+
+def _ladder_findings() -> tuple[str, str]:
+    depth = (ROOT / "docs/depth.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    prose = _between(depth, "### The ladder's full run: every arm", "<!-- ladder-arms:start -->")
+    bullet = _between(readme, "- Beyond one layer", "\n")
+    return prose + bullet, _between(depth, "<!-- ladder-arms:start -->", "<!-- ladder-arms:end -->")
+
+
+def test_the_ladder_findings_quote_their_record():
+    """The prose of docs/depth.md's arms findings and the README's bullet quote intervals of
+    the generated block (itself regenerated from docs/ladder_arms.json above), and their
+    counts are the record's."""
+    prose, block = _ladder_findings()
+    assert len(QUOTED_INTERVAL.findall(prose)) >= 10
+    assert unquoted(prose, block) == []
+    record = json.loads((ROOT / "docs/ladder_arms.json").read_text(encoding="utf-8"))
+    params = record["parameters"]
+    runs = len(params["arms"]) * len(params["gammas"]) * len(params["seeds"]) * len(
+        {(r["rung"], r["layers"]) for r in record["rows"]})
+    assert f"{runs:,} runs" in prose and "seeds 0–9" in prose
+    replay = [c for r in record["rows"] if r["arm"]["name"] == "replay"
+              for c in [r["versus_plain"], *r["matched_versus_plain"]] if c is not None]
+    assert all(c["mean"] < 0 for c in replay)
+    kept = sum(bool(c["bh_rejected"]) for c in replay)
+    assert f"all {len(replay)} of its cells" in prose and f"{kept} of them kept by BH" in prose
+
+
+def test_a_misquoted_interval_is_found():
+    prose, block = _ladder_findings()
+    quoted = QUOTED_INTERVAL.findall(prose)[0]
+    wrong = quoted[:-2] + str((int(quoted[-2]) + 1) % 10) + "]"
+    assert unquoted(prose.replace(quoted, wrong), block) == [wrong]
