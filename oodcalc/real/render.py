@@ -446,7 +446,7 @@ def sections_of(result: dict[str, Any], compact: bool = False) -> tuple:
     terminal's narrower arms table)."""
     if "arms" not in result:
         return SECTIONS
-    return SECTIONS + (("Intervention arms of the forgetting fine-tune (issue 31)",
+    return SECTIONS + (("Intervention arms of the forgetting fine-tune",
                         arm_rows_compact if compact else arm_rows, arms_note),)
 
 
