@@ -164,6 +164,23 @@ def _outside_below(ax, **options):
                      **{"fontsize": 8, "ncol": 2, "frameon": False, **options})
 
 
+def _legend_below_panels(fig, ax, title: str) -> None:
+    """One legend for every panel, below them (inside a panel ten arms hide its curves),
+    in as many columns as the figure's width holds (a label is up to ~2.5 in at 8 pt),
+    and ``title`` wrapped to the figure's width (~11 characters an inch at 10 pt); the
+    panels fill what is left."""
+    import textwrap
+    width, height = fig.get_size_inches()
+    handles, labels = ax.get_legend_handles_labels()
+    ncol = max(1, min(len(labels), int(width // 2.5)))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    title = textwrap.fill(title, width=int(width * 11), break_on_hyphens=False)
+    fig.suptitle(title, fontsize=10)
+    rows = -(-len(labels) // ncol)
+    fig.tight_layout(rect=(0, (0.15 + 0.2 * rows) / height, 1,
+                           1 - (0.15 + 0.17 * (title.count("\n") + 1)) / height))
+
+
 # --- OOD error against the rotation angle ---------------------------------------------
 
 def ood_error_vs_theta(K: int = 4, protocol: Protocol | None = None, *,

@@ -69,6 +69,25 @@ def _ladder_arms():
     return matched_plot(table)
 
 
+def _real_arms():
+    """`plot real-arms` with every arm (ten labels) and six conditions, on synthetic fits:
+    each arm's new-task loss falls at its own pace while F rises."""
+    from oodcalc.depth.arms import ARMS
+    t = np.linspace(0, 1, 30)
+    conditions = [{"condition": name, "rows": [
+        {"label": arm, "fits": [{"curve": np.column_stack(
+            [1.3 * np.exp(-(0.3 + 0.02 * i + 0.01 * fit) * 3 * t),
+             (0.05 + 0.01 * i) * t]).tolist()} for fit in range(3)]}
+        for i, arm in enumerate(ARMS)]}
+        for name in ("rotation θ = π/2", "rotation θ = 3π/4", "rotation θ = π",
+                     "domain: pain", "domain: mental health", "domain: other")]
+    result = {"arms": {"conditions": conditions, "matched_levels": [0.25, 0.5, 0.75]},
+              "parameters": {"folds": 3, "seeds": 1, "model": "all-MiniLM-L6-v2",
+                             "layer": 5, "source": "contraception"}}
+    from oodcalc.real import plots as real_plots
+    return real_plots.arms(result)
+
+
 #: Every figure oodcalc draws, small enough to draw in a test.
 FIGURES = {
     "losses": lambda: _trajectory("loss_trajectories"),
@@ -86,6 +105,7 @@ FIGURES = {
     "advise": lambda: __import__("oodcalc.plots").plots.advice_figure(
         oc.advise(oc.Setting(oc.parallel_shift([1, -0.9])))),
     "ladder-arms": _ladder_arms,
+    "real-arms": _real_arms,
 }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -424,7 +423,7 @@ def matched_plot(table: ArmsTable, grid: int = 21):
     """F against the OOD loss per arm: one panel per rung-depth (rows) and γ (columns); x
     is s, the share of the way (in log L_U) from the start's OOD loss to ε, y the mean F
     at that level over the seeds that reached it; the design's levels dotted."""
-    from ..plots import _pyplot
+    from ..plots import _legend_below_panels, _pyplot
     plt = _pyplot()
     results = table.results
     groups = table.groups
@@ -457,21 +456,12 @@ def matched_plot(table: ArmsTable, grid: int = 21):
                 ax.set_ylabel("F (curve prompts)")
             if i == len(groups) - 1:
                 ax.set_xlabel("s: OOD loss from $L_U(0)$ (0) to ε (1), log")
-    # one legend for every panel, below them (inside a panel ten arms hide its curves),
-    # as many columns as the figure's width holds (a label is up to ~2.5 in at 8 pt)
-    width, height = fig.get_size_inches()
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    ncol = max(1, min(len(labels), int(width // 2.5)))
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     p = table.protocol
-    title = textwrap.fill(
+    _legend_below_panels(
+        fig, axes[0][0],
         f"Forgetting at matched OOD loss per arm (ε = {p.eps:g}, seeds {table.seeds[0]}–"
         f"{table.seeds[-1]}, mean over the usable seeds; a curve ends where one of them "
-        "never reaches the level)", width=int(width * 11))          # ~11 characters an inch
-    fig.suptitle(title, fontsize=10)
-    rows = -(-len(labels) // ncol)
-    fig.tight_layout(rect=(0, (0.15 + 0.2 * rows) / height, 1,
-                           1 - (0.15 + 0.17 * (title.count("\n") + 1)) / height))
+        "never reaches the level)")
     return fig
 
 

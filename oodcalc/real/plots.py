@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plots import _outside_below, _plain, _pyplot
+from ..plots import _legend_below_panels, _outside_below, _plain, _pyplot
 from .render import FAMILY_TITLES
 
 __all__ = [
@@ -211,7 +211,7 @@ def arms(result: dict[str, Any], grid: int = 21):
     conditions = result["arms"]["conditions"]
     cols = min(3, len(conditions))
     rows = -(-len(conditions) // cols)
-    fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(4.2 * cols, 3.0 * rows + 1))
+    fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(4.2 * cols, 3.0 * rows + 1.2))
     s_grid = np.linspace(0, 1, grid)
     for k, c in enumerate(conditions):
         ax = axes[k // cols][k % cols]
@@ -238,11 +238,9 @@ def arms(result: dict[str, Any], grid: int = 21):
             ax.set_ylabel("F on the held-out source (nats)")
     for k in range(len(conditions), rows * cols):
         axes[k // cols][k % cols].axis("off")
-    axes[0][0].legend(fontsize=7, loc="best")
     p = result["parameters"]
-    fig.suptitle(_plain(f"Forgetting at matched new-task loss per arm (mean over "
-                        f"{p['folds']} folds × {p['seeds']} seed(s); a line ends where a "
-                        f"fit no longer reaches the level)\n{p['model']}, layer-{p['layer']} "
-                        f"attention block + head, source {p['source']}"), fontsize=9)
-    fig.tight_layout()
+    _legend_below_panels(fig, axes[0][0], _plain(
+        f"Forgetting at matched new-task loss per arm (mean over {p['folds']} folds × "
+        f"{p['seeds']} seed(s); a line ends where a fit no longer reaches the level). "
+        f"{p['model']}, layer-{p['layer']} attention block + head, source {p['source']}"))
     return fig
