@@ -61,7 +61,8 @@ def run_examples(obj, name: str) -> tuple[int, list[str]]:
     """How many examples ``obj``'s own docstring has, and the report of each that fails
     (run as a reader runs them: a fresh namespace, nothing imported beforehand)."""
     tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner = doctest.DocTestRunner(verbose=False,  # not "-v" in sys.argv: pytest -v
+                                    optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     failures: list[str] = []
     for test in tests:
         runner.run(test, out=failures.append)

@@ -186,7 +186,8 @@ def test_readme_python_example(doc, body, line):
         return
     test = doctest.DocTestParser().get_doctest(body, {}, f"{doc}:{line}", str(ROOT / doc), line)
     report = io.StringIO()
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner = doctest.DocTestRunner(verbose=False,  # not "-v" in sys.argv: pytest -v
+                                    optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(test, out=report.write)
     assert runner.failures == 0, report.getvalue()
 

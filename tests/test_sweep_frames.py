@@ -104,7 +104,8 @@ def test_docstring_example_runs(method, module):
     for part in ("Parameters", "Returns", "Example", ">>>"):
         assert part in doc, part
     tests = doctest.DocTestFinder(recurse=False).find(obj, method, globs={})
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner = doctest.DocTestRunner(verbose=False,  # not "-v" in sys.argv: pytest -v
+                                    optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     failures = []
     for test in tests:
         runner.run(test, out=failures.append)
